@@ -1,0 +1,28 @@
+# Everything a fresh machine needs comes from this repo's files: a .venv built from requirements.lock.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test dev validate bench clean-storage
+
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m newsmotion_engine.demo
+
+test: $(STAMP)
+	$(BIN)/dagster definitions validate -w workspace.yaml
+	$(BIN)/python -m pytest -q
+
+dev: $(STAMP)
+	$(BIN)/dagster dev -w workspace.yaml
+
+clean-storage:
+	rm -rf storage/motion storage/personas/inbox

@@ -1,0 +1,257 @@
+"""The Tier-1 guidance cache format: ``motion/preprocessed/{loop_id}/``.
+
+Files: ``keypoints.npy`` (float32 ``[T, 133, 3]``, the loop's raw persona-free keypoints) and
+``metadata.json`` (see :mod:`newsmotion_engine.cachedir`; plus loop_id, fps, frames, skeleton and
+the extractor that produced it). Derived per-backend tensors live in sub-caches
+(``{loop_id}/{backend}/...``) written with the same mechanism.
+
+A loop comes from one of two sources: a canonical palette loop (authored procedurally; its source
+digest is the hash of the authoring parameters) or a driving video dropped into
+``motion/driving/{loop_id}.{ext}`` (its source digest is the file's sha256).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from newsmotion_engine import cachedir, skeleton, storage
+from newsmotion_engine.errors import CacheError, CacheStaleError, NewsmotionError
+from newsmotion_engine.ids import validate_id
+
+SCHEMA = cachedir.CacheSchema(
+    kind="guidance",
+    version=1,
+    arrays={"keypoints.npy": cachedir.ArraySpec("float32", (None, skeleton.NUM_KEYPOINTS, 3))},
+)
+VIDEO_SUFFIXES = (".mp4", ".mov", ".m4v", ".webm", ".mkv", ".avi")
+DEFAULT_FPS = 30
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class GuidanceCache:
+    """A loaded loop: memory-mapped keypoints plus its metadata."""
+
+    loop_id: str
+    path: Path
+    keypoints: np.ndarray
+    metadata: dict[str, Any]
+
+    @property
+    def fps(self) -> int:
+        return int(self.metadata["fps"])
+
+    @property
+    def frames(self) -> int:
+        return int(self.metadata["frames"])
+
+    @property
+    def source_kind(self) -> str:
+        return str(self.metadata["source"]["kind"])
+
+
+@dataclass(frozen=True)
+class LoopSource:
+    """Where a loop's keypoints come from and everything they depend on."""
+
+    loop_id: str
+    kind: str  # "procedural" | "video"
+    source: dict[str, Any]  # {"kind", "sha256", ...} as recorded in metadata.json
+    extractor: dict[str, Any]  # {"name", "version", "params"}
+    produce: Callable[[Progress | None], np.ndarray]
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.extractor["params"]
+
+
+def find_driving_video(loop_id: str) -> Path | None:
+    """The driving video for a custom loop, if one was dropped into ``motion/driving/``."""
+    folder = storage.driving_dir()
+    for suffix in VIDEO_SUFFIXES:
+        candidate = folder / f"{loop_id}{suffix}"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def driving_loop_ids() -> list[str]:
+    """Loop ids of the driving videos in ``motion/driving/`` whose file names are valid slugs."""
+    folder = storage.driving_dir()
+    if not folder.is_dir():
+        return []
+    ids = []
+    for path in sorted(folder.iterdir()):
+        if path.suffix.lower() in VIDEO_SUFFIXES and path.is_file():
+            try:
+                ids.append(validate_id(path.stem, "loop id"))
+            except NewsmotionError:
+                continue
+    return ids
+
+
+def all_loop_ids() -> list[str]:
+    """Canonical loops first, then custom loops from driving videos."""
+    from newsmotion_engine.guidance.palette import LOOP_IDS
+
+    return list(LOOP_IDS) + [i for i in driving_loop_ids() if i not in LOOP_IDS]
+
+
+def loop_source(loop_id: str, *, video: Path | None = None, fps: int = DEFAULT_FPS) -> LoopSource:
+    """Resolve a loop id to its source: an explicit ``video``, a dropped driving video, or the
+    canonical palette. Unknown ids raise :class:`NewsmotionError` listing what exists."""
+    from newsmotion_engine.guidance import palette
+
+    validate_id(loop_id, "loop id")
+    video = video or find_driving_video(loop_id)
+    if video is not None:
+        return _video_source(loop_id, Path(video), fps)
+    if palette.is_canonical(loop_id):
+        frames = round(fps * palette.DEFAULT_SECONDS)
+        params = palette.authoring_params(loop_id, fps, frames)
+        return LoopSource(
+            loop_id=loop_id,
+            kind="procedural",
+            source={"kind": "procedural", "sha256": cachedir.sha256_json(params)},
+            extractor={"name": "newsmotion-palette", "version": palette.PALETTE_VERSION, "params": params},
+            produce=lambda progress: palette.author_loop(loop_id, fps=fps, frames=frames),
+        )
+    raise NewsmotionError(
+        f"unknown loop {loop_id!r}: not a canonical loop ({', '.join(palette.LOOP_IDS)}) and no driving "
+        f"video {storage.driving_dir() / (loop_id + '.mp4')}"
+    )
+
+
+def _video_source(loop_id: str, video: Path, fps: int) -> LoopSource:
+    from newsmotion_engine.errors import BadInputError
+    from newsmotion_engine.guidance import extract
+
+    if not video.is_file():
+        raise BadInputError(video, "driving video not found")
+    params = extract.extractor_params(fps)
+    return LoopSource(
+        loop_id=loop_id,
+        kind="video",
+        source={"kind": "video", "sha256": cachedir.sha256_file(video), "name": video.name},
+        extractor={"name": extract.EXTRACTOR_NAME, "version": extract.EXTRACTOR_VERSION, "params": params},
+        produce=lambda progress: extract.extract_keypoints(video, fps=fps, progress=progress),
+    )
+
+
+def load_guidance(loop_id: str, *, verify: bool = False, expected: LoopSource | None = None) -> GuidanceCache:
+    """Memory-map a loop's cache after validating it (cheap checks; hashes too with ``verify``).
+    With ``expected`` (from :func:`loop_source`) a cache built from another source or with other
+    parameters raises :class:`CacheStaleError`."""
+    path = storage.guidance_dir(loop_id)
+    loaded = cachedir.read_cache(
+        path,
+        SCHEMA,
+        expected_source=expected.source if expected else None,
+        expected_params=expected.params if expected else None,
+        verify=verify,
+    )
+    keypoints = loaded.arrays["keypoints.npy"]
+    meta = loaded.metadata
+    if meta.get("loop_id") != loop_id or keypoints.shape[0] != meta.get("frames"):
+        raise cachedir.CacheCorruptError(
+            path / cachedir.METADATA_NAME,
+            f"metadata says loop {meta.get('loop_id')!r} with {meta.get('frames')} frames, "
+            f"keypoints.npy has {keypoints.shape[0]}",
+        )
+    return GuidanceCache(loop_id=loop_id, path=path, keypoints=keypoints, metadata=meta)
+
+
+def build_guidance(
+    loop_id: str,
+    *,
+    force: bool = False,
+    video: Path | None = None,
+    fps: int = DEFAULT_FPS,
+    progress: Progress | None = None,
+) -> tuple[GuidanceCache, bool]:
+    """Make sure ``loop_id``'s cache exists and is current; returns ``(cache, rebuilt)``.
+
+    A valid, current cache is reused; a missing, corrupt or stale one (source hash or parameters
+    differ) is rebuilt atomically under the loop's lock; ``force`` always rebuilds.
+    """
+    source = loop_source(loop_id, video=video, fps=fps)
+    path = storage.guidance_dir(loop_id)
+    with cachedir.cache_lock(path):
+        if not force:
+            try:
+                return load_guidance(loop_id, expected=source), False
+            except CacheError:
+                pass  # missing, corrupt or stale: rebuild below
+
+        def build(tmp: Path) -> None:
+            keypoints = np.ascontiguousarray(source.produce(progress), dtype=np.float32)
+            problems = keypoint_problems(keypoints)
+            if problems:
+                raise NewsmotionError(f"loop {loop_id!r}: produced invalid keypoints: {'; '.join(problems)}")
+            np.save(tmp / "keypoints.npy", keypoints)
+
+        cachedir.write_cache(
+            path,
+            build,
+            schema=SCHEMA,
+            source=source.source,
+            params=source.params,
+            extra={
+                "loop_id": loop_id,
+                "fps": fps,
+                "frames": None,  # filled below from the written array
+                "skeleton": skeleton.SKELETON_NAME,
+                "extractor": {"name": source.extractor["name"], "version": source.extractor["version"]},
+            },
+            finalize=_fill_frames,
+        )
+    return load_guidance(loop_id), True
+
+
+def _fill_frames(tmp: Path, metadata: dict[str, Any]) -> None:
+    metadata["frames"] = metadata["files"]["keypoints.npy"]["shape"][0]
+
+
+def keypoint_problems(keypoints: np.ndarray) -> list[str]:
+    """Content checks (the asset check runs these): shape, no NaN/inf, confidence in [0, 1]."""
+    problems = []
+    if keypoints.ndim != 3 or keypoints.shape[1:] != (skeleton.NUM_KEYPOINTS, 3):
+        return [f"shape {list(keypoints.shape)}, expected [T, {skeleton.NUM_KEYPOINTS}, 3]"]
+    if keypoints.shape[0] < 2:
+        problems.append(f"only {keypoints.shape[0]} frame(s)")
+    if not np.isfinite(keypoints).all():
+        problems.append("contains NaN or inf")
+    conf = keypoints[..., 2]
+    if conf.size and (conf.min() < 0 or conf.max() > 1):
+        problems.append(f"confidence outside [0, 1] ({conf.min():.3g}..{conf.max():.3g})")
+    return problems
+
+
+def guidance_status(loop_id: str) -> tuple[str, GuidanceCache | None, str]:
+    """``(status, cache, detail)`` with status one of valid / stale / missing / corrupt; used by
+    ``newsmotion caches``. Hashes the driving video for custom loops (cheap next to extraction)."""
+    try:
+        source = loop_source(loop_id)
+    except NewsmotionError as exc:
+        source, source_problem = None, str(exc)
+    else:
+        source_problem = ""
+    try:
+        cache = load_guidance(loop_id)
+    except cachedir.CacheMissingError:
+        return "missing", None, ""
+    except CacheStaleError as exc:
+        return "stale", None, exc.problem
+    except CacheError as exc:
+        return "corrupt", None, exc.problem
+    if source is None:
+        return "stale", cache, source_problem
+    if cache.metadata.get("source") != source.source or cache.metadata.get("params") != source.params:
+        return "stale", cache, "source or parameters changed since it was built"
+    return "valid", cache, ""

@@ -1,0 +1,131 @@
+"""The shared cache mechanism: atomic writes, validation, typed errors, staleness."""
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from newsmotion_engine import cachedir
+from newsmotion_engine.errors import CacheCorruptError, CacheMissingError, CacheStaleError
+
+SCHEMA = cachedir.CacheSchema(
+    kind="demo", version=3, arrays={"a.npy": cachedir.ArraySpec("float32", (None, 4))}, files=("note.txt",)
+)
+SOURCE = {"kind": "test", "sha256": "abc"}
+PARAMS = {"p": 1}
+
+
+def _write(path, rows=5, fail=False):
+    def build(tmp):
+        np.save(tmp / "a.npy", np.arange(rows * 4, dtype=np.float32).reshape(rows, 4))
+        (tmp / "note.txt").write_text("hello")
+        if fail:
+            raise RuntimeError("boom")
+
+    with cachedir.cache_lock(path):
+        return cachedir.write_cache(path, build, schema=SCHEMA, source=SOURCE, params=PARAMS, extra={"x": 1})
+
+
+def test_roundtrip_memory_maps_and_records_files(tmp_path):
+    path = _write(tmp_path / "one")
+    loaded = cachedir.read_cache(path, SCHEMA, expected_source=SOURCE, expected_params=PARAMS, verify=True)
+    assert isinstance(loaded.arrays["a.npy"], np.memmap)
+    assert loaded.arrays["a.npy"].shape == (5, 4)
+    files = loaded.metadata["files"]
+    assert files["a.npy"]["shape"] == [5, 4] and files["a.npy"]["dtype"] == "float32"
+    assert files["note.txt"]["bytes"] == 5 and len(files["note.txt"]["sha256"]) == 64
+    assert loaded.metadata["x"] == 1 and loaded.metadata["schema_version"] == 3
+
+
+def test_failed_build_leaves_nothing_and_keeps_old_cache(tmp_path):
+    path = _write(tmp_path / "one", rows=5)
+    with pytest.raises(RuntimeError):
+        _write(path, rows=7, fail=True)
+    assert cachedir.read_cache(path, SCHEMA).arrays["a.npy"].shape == (5, 4)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".one.lock", "one"]
+
+
+def test_missing(tmp_path):
+    with pytest.raises(CacheMissingError):
+        cachedir.read_cache(tmp_path / "nope", SCHEMA)
+
+
+def test_truncated_file(tmp_path):
+    path = _write(tmp_path / "one")
+    data = (path / "a.npy").read_bytes()
+    (path / "a.npy").write_bytes(data[:-8])
+    with pytest.raises(CacheCorruptError, match="truncated"):
+        cachedir.read_cache(path, SCHEMA)
+
+
+def test_wrong_dtype_and_shape(tmp_path):
+    path = _write(tmp_path / "one")
+    np.save(path / "a.npy", np.zeros((5, 2), dtype=np.float64))  # metadata size fixed below
+    meta = json.loads((path / "metadata.json").read_text())
+    meta["files"]["a.npy"]["bytes"] = (path / "a.npy").stat().st_size
+    (path / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(CacheCorruptError, match="dtype float64"):
+        cachedir.read_cache(path, SCHEMA)
+    np.save(path / "a.npy", np.zeros((5, 3), dtype=np.float32))
+    meta["files"]["a.npy"]["bytes"] = (path / "a.npy").stat().st_size
+    (path / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(CacheCorruptError, match="shape"):
+        cachedir.read_cache(path, SCHEMA)
+
+
+def test_unparsable_and_missing_metadata(tmp_path):
+    path = _write(tmp_path / "one")
+    (path / "metadata.json").write_text("{not json")
+    with pytest.raises(CacheCorruptError, match="not valid JSON"):
+        cachedir.read_cache(path, SCHEMA)
+    (path / "metadata.json").unlink()
+    with pytest.raises(CacheCorruptError, match="missing"):
+        cachedir.read_cache(path, SCHEMA)
+
+
+def test_hash_mismatch_only_found_when_verifying(tmp_path):
+    path = _write(tmp_path / "one")
+    (path / "note.txt").write_text("HELLO")  # same size, other bytes
+    cachedir.read_cache(path, SCHEMA)
+    with pytest.raises(CacheCorruptError, match="sha256"):
+        cachedir.read_cache(path, SCHEMA, verify=True)
+
+
+def test_stale_source_params_and_schema(tmp_path):
+    path = _write(tmp_path / "one")
+    with pytest.raises(CacheStaleError, match="different source"):
+        cachedir.read_cache(path, SCHEMA, expected_source={"kind": "test", "sha256": "other"})
+    with pytest.raises(CacheStaleError, match="different parameters"):
+        cachedir.read_cache(path, SCHEMA, expected_params={"p": 2})
+    newer = cachedir.CacheSchema(kind="demo", version=4, arrays=SCHEMA.arrays, files=SCHEMA.files)
+    with pytest.raises(CacheStaleError, match="schema version"):
+        cachedir.read_cache(path, newer)
+
+
+def test_rebuild_keeps_subcaches_of_same_source(tmp_path):
+    path = _write(tmp_path / "one")
+    (path / "backend").mkdir()
+    (path / "backend" / "x.bin").write_bytes(b"1")
+    _write(path)
+    assert (path / "backend" / "x.bin").exists()
+
+
+def test_concurrent_writers_are_serialized(tmp_path):
+    path = tmp_path / "one"
+    errors = []
+
+    def worker(rows):
+        try:
+            _write(path, rows=rows)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in (3, 4, 5, 6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert cachedir.read_cache(path, SCHEMA, verify=True).arrays["a.npy"].shape[0] in (3, 4, 5, 6)
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
