@@ -62,3 +62,20 @@ def persona_inbox() -> Path:
 
 def persona_samples() -> Path:
     return storage_root() / "personas" / "samples"
+
+
+def persona_sources() -> Path:
+    """Each persona's source portrait, ``{persona_id}{suffix}``: what its cache is built from (kept
+    so a persona can be rebuilt when newsmotion's normalization changes)."""
+    return storage_root() / "personas" / "sources"
+
+
+def find_persona_source(persona_id: str) -> Path | None:
+    folder = persona_sources()
+    validate_id(persona_id, "persona id")
+    if not folder.is_dir():
+        return None
+    for path in sorted(folder.glob(f"{persona_id}.*")):
+        if path.is_file() and path.stem == persona_id:
+            return path
+    return None

@@ -138,7 +138,7 @@ def _video_source(loop_id: str, video: Path, fps: int) -> LoopSource:
     return LoopSource(
         loop_id=loop_id,
         kind="video",
-        source={"kind": "video", "sha256": cachedir.sha256_file(video), "name": video.name},
+        source={"kind": "video", "sha256": cachedir.sha256_file(video)},
         extractor={"name": extract.EXTRACTOR_NAME, "version": extract.EXTRACTOR_VERSION, "params": params},
         produce=lambda progress: extract.extract_keypoints(video, fps=fps, progress=progress),
     )

@@ -1,0 +1,72 @@
+"""The bench suites by name, each run in a private storage root (so a benchmark never touches a
+newsroom's caches) and written as JSON. Used by ``newsmotion bench ...`` and the nightly
+``benchmarks`` asset."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+Log = Callable[[str], None]
+
+
+@contextlib.contextmanager
+def private_storage() -> Iterator[Path]:
+    """Point ``NEWSMOTION_STORAGE`` at a fresh temporary folder for the duration."""
+    old = os.environ.get("NEWSMOTION_STORAGE")
+    with tempfile.TemporaryDirectory(prefix="newsmotion-bench-") as root:
+        os.environ["NEWSMOTION_STORAGE"] = root
+        try:
+            yield Path(root)
+        finally:
+            if old is None:
+                os.environ.pop("NEWSMOTION_STORAGE", None)
+            else:
+                os.environ["NEWSMOTION_STORAGE"] = old
+
+
+def sample_portrait(folder: Path) -> Path:
+    """The bundled sample persona (scikit-image's astronaut) written as a PNG into ``folder``."""
+    import cv2
+
+    from newsmotion_engine.samples import astronaut_rgb
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "astronaut.png"
+    cv2.imwrite(str(path), cv2.cvtColor(astronaut_rgb(), cv2.COLOR_RGB2BGR))
+    return path
+
+
+def _guidance(log: Log) -> dict[str, Any]:
+    from newsmotion_engine.bench.guidance import bench_guidance
+
+    return bench_guidance(log=log)
+
+
+def _persona(log: Log) -> dict[str, Any]:
+    from newsmotion_engine.bench.guidance import machine_info
+    from newsmotion_engine.bench.persona import bench_persona
+
+    with private_storage() as root:
+        log("building and loading the sample persona (astronaut)")
+        result = bench_persona(sample_portrait(root / "samples"), persona_id="astronaut")
+    return {"benchmark": "persona", "machine": machine_info(), **result}
+
+
+SUITES: dict[str, Callable[[Log], dict[str, Any]]] = {"guidance": _guidance, "persona": _persona}
+
+
+def run_suite(name: str, json_path: Path | None = None, *, log: Log = print) -> dict[str, Any]:
+    """Run one suite; write its result to ``json_path`` atomically when given."""
+    result = SUITES[name](log)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = json_path.with_name(f".{json_path.name}.tmp")
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+        tmp.replace(json_path)
+    return result

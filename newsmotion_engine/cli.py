@@ -1,0 +1,269 @@
+"""The ``newsmotion`` command.
+
+Examples::
+
+    newsmotion loops list
+    newsmotion guidance build --all
+    newsmotion guidance extract my_take.mp4 --loop-id weather_point
+    newsmotion caches --json
+    newsmotion bench guidance --json bench/results/guidance.json
+
+Errors the user can fix (bad input, bad cache) print as one ``error:`` line and exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import click
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from newsmotion_engine.errors import BadInputError, NewsmotionError
+
+app = typer.Typer(help="newsmotion: gesture-loop presenter clips from an anchor's portrait.", no_args_is_help=True)
+loops_app = typer.Typer(help="The motion loop palette.", no_args_is_help=True)
+guidance_app = typer.Typer(help="Tier-1 motion guidance caches.", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks (results as JSON).", no_args_is_help=True)
+app.add_typer(loops_app, name="loops")
+app.add_typer(guidance_app, name="guidance")
+app.add_typer(bench_app, name="bench")
+
+console = Console()
+
+
+def progress_bar() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def human_bytes(n: int | float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+# ---------------------------------------------------------------- loops
+@loops_app.command("list")
+def loops_list() -> None:
+    """List the canonical loops and custom loops from driving videos."""
+    from newsmotion_engine.guidance import palette
+    from newsmotion_engine.guidance.cache import driving_loop_ids, find_driving_video
+
+    table = Table("loop", "source", "description")
+    for loop_id, spec in palette.canonical_loops().items():
+        table.add_row(loop_id, "canonical", spec.description)
+    for loop_id in driving_loop_ids():
+        if not palette.is_canonical(loop_id):
+            table.add_row(loop_id, "driving video", str(find_driving_video(loop_id)))
+    console.print(table)
+
+
+# ---------------------------------------------------------------- guidance
+@guidance_app.command("build")
+def guidance_build(
+    loops: Annotated[Optional[list[str]], typer.Argument(help="Loop ids (default with --all: every loop).")] = None,
+    all_loops: Annotated[bool, typer.Option("--all", help="Build every known loop.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even when the cache is current.")] = False,
+) -> None:
+    """Build (or reuse when current) guidance caches."""
+    from newsmotion_engine.guidance.cache import all_loop_ids, build_guidance
+
+    if all_loops == bool(loops):
+        raise click.UsageError("give loop ids or --all (not both)")
+    ids = all_loop_ids() if all_loops else list(loops or [])
+    table = Table("loop", "frames", "fps", "source", "action")
+    with progress_bar() as bar:
+        overall = bar.add_task("guidance caches", total=len(ids))
+        for loop_id in ids:
+            frames_task = bar.add_task(f"  {loop_id}", total=None)
+
+            def on_progress(done: int, total: int, task=frames_task) -> None:
+                bar.update(task, completed=done, total=total)
+
+            cache, rebuilt = build_guidance(loop_id, force=force, progress=on_progress)
+            bar.update(frames_task, completed=cache.frames, total=cache.frames, visible=False)
+            bar.advance(overall)
+            table.add_row(loop_id, str(cache.frames), str(cache.fps), cache.source_kind, "built" if rebuilt else "current")
+    console.print(table)
+
+
+@guidance_app.command("extract")
+def guidance_extract(
+    video: Annotated[Path, typer.Argument(help="A driving video of a person performing the gesture.")],
+    loop_id: Annotated[str, typer.Option("--loop-id", help="Id of the new loop (a slug).")],
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing custom loop of that id.")] = False,
+) -> None:
+    """Add a custom loop: extract whole-body keypoints from VIDEO, cache them, and keep the video in
+    motion/driving/ so the loop is rebuilt if the video changes."""
+    from newsmotion_engine import storage
+    from newsmotion_engine.guidance import palette
+    from newsmotion_engine.guidance.cache import VIDEO_SUFFIXES, build_guidance, find_driving_video
+    from newsmotion_engine.ids import validate_id
+
+    validate_id(loop_id, "loop id")
+    if palette.is_canonical(loop_id):
+        raise NewsmotionError(f"loop id {loop_id!r} is a canonical loop; choose another id")
+    if not video.is_file():
+        raise BadInputError(video, "driving video not found")
+    suffix = video.suffix.lower()
+    if suffix not in VIDEO_SUFFIXES:
+        raise BadInputError(video, f"unsupported video type {suffix or '(none)'}; use one of {', '.join(VIDEO_SUFFIXES)}")
+    existing = find_driving_video(loop_id)
+    if existing is not None and not force and existing.resolve() != video.resolve():
+        raise NewsmotionError(f"loop {loop_id!r} already exists ({existing}); pass --force to replace it")
+    with progress_bar() as bar:
+        task = bar.add_task(f"extracting {video.name}", total=None)
+        cache, _ = build_guidance(
+            loop_id, video=video, force=True, progress=lambda d, t: bar.update(task, completed=d, total=t)
+        )
+    # Keep the source beside the other driving videos only after extraction succeeded, so a bad
+    # video leaves nothing behind; copy-then-rename keeps a watching sensor from seeing half a file.
+    target = storage.driving_dir() / f"{loop_id}{suffix}"
+    if existing is not None and existing != target:
+        existing.unlink()
+    if video.resolve() != target.resolve():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{loop_id}.", suffix=".part", delete=False) as tmp:
+            shutil.copyfile(video, tmp.name)
+        Path(tmp.name).replace(target)
+    console.print(f"loop [bold]{loop_id}[/]: {cache.frames} frames at {cache.fps} fps -> {cache.path}")
+
+
+# ---------------------------------------------------------------- caches
+def cache_rows() -> list[dict[str, Any]]:
+    """One row per cache (guidance, then persona): id, kind, frames, bytes, created, status."""
+    from newsmotion_engine import cachedir, storage
+    from newsmotion_engine.guidance.cache import all_loop_ids, guidance_status
+
+    rows = []
+    root = storage.guidance_root()
+    ids = sorted(set(all_loop_ids()) | ({p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")} if root.is_dir() else set()))
+    for loop_id in ids:
+        status, cache, detail = guidance_status(loop_id)
+        path = storage.guidance_dir(loop_id)
+        rows.append(
+            {
+                "id": loop_id,
+                "kind": "guidance",
+                "frames": cache.frames if cache else None,
+                "bytes": cachedir.cache_bytes(path) if path.is_dir() else 0,
+                "created": cache.metadata.get("created_at") if cache else None,
+                "status": status,
+                "detail": detail,
+            }
+        )
+    rows.extend(_persona_rows())
+    return rows
+
+
+def _persona_rows() -> list[dict[str, Any]]:
+    try:
+        from newsmotion_engine.persona.cache import list_persona_ids, persona_status
+    except ImportError:
+        return []
+    from newsmotion_engine import cachedir, storage
+
+    rows = []
+    for persona_id in list_persona_ids():
+        status, cache, detail = persona_status(persona_id)
+        path = storage.persona_dir(persona_id)
+        rows.append(
+            {
+                "id": persona_id,
+                "kind": "persona",
+                "frames": None,
+                "bytes": cachedir.cache_bytes(path) if path.is_dir() else 0,
+                "created": cache.metadata.get("created_at") if cache else None,
+                "status": status,
+                "detail": detail,
+            }
+        )
+    return rows
+
+
+def print_cache_table(rows: list[dict[str, Any]]) -> None:
+    table = Table("id", "kind", "frames", "bytes", "created", "status")
+    colour = {"valid": "green", "stale": "yellow", "missing": "dim", "corrupt": "red"}
+    for row in rows:
+        status = f"[{colour.get(row['status'], 'white')}]{row['status']}[/]"
+        if row["detail"]:
+            status += f" ({row['detail']})"
+        table.add_row(
+            row["id"], row["kind"], str(row["frames"] or "-"), human_bytes(row["bytes"]), row["created"] or "-", status
+        )
+    console.print(table)
+
+
+@app.command("caches")
+def caches(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False) -> None:
+    """What is cached: id, kind, frames, bytes, created, valid/stale/missing/corrupt."""
+    rows = cache_rows()
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    else:
+        print_cache_table(rows)
+
+
+# ---------------------------------------------------------------- bench
+def write_result(result: dict[str, Any], path: Optional[Path]) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+        tmp.replace(path)
+        console.print(f"wrote {path}")
+    table = Table("measure", "value")
+    for key, value in result.items():
+        if isinstance(value, (int, float, str)):
+            table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    console.print(table)
+
+
+@bench_app.command("guidance")
+def bench_guidance_cmd(
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here.")] = None,
+    loads: Annotated[int, typer.Option(help="Timed loads per measure.")] = 2000,
+) -> None:
+    """Guidance cache load latency (warm/cold p50/p99) vs re-extraction, and pose drawing speed."""
+    from newsmotion_engine.bench.guidance import bench_guidance
+
+    write_result(bench_guidance(loads=loads, log=lambda m: console.print(f"[dim]{m}[/]")), json_path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app, turning user-fixable errors into one line and exit status 1."""
+    try:
+        app(args=argv, standalone_mode=False, prog_name="newsmotion")
+    except NewsmotionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
