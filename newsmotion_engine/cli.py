@@ -34,7 +34,9 @@ guidance_app = typer.Typer(help="Tier-1 motion guidance caches.", no_args_is_hel
 bench_app = typer.Typer(help="Benchmarks (results as JSON).", no_args_is_help=True)
 app.add_typer(loops_app, name="loops")
 app.add_typer(guidance_app, name="guidance")
+persona_app = typer.Typer(help="Tier-2 persona appearance caches.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+app.add_typer(persona_app, name="persona")
 
 console = Console()
 
@@ -83,11 +85,13 @@ def guidance_build(
     force: Annotated[bool, typer.Option("--force", help="Rebuild even when the cache is current.")] = False,
 ) -> None:
     """Build (or reuse when current) guidance caches."""
-    from newsmotion_engine.guidance.cache import all_loop_ids, build_guidance
+    from newsmotion_engine.guidance.cache import all_loop_ids, build_guidance, loop_source
 
     if all_loops == bool(loops):
         raise click.UsageError("give loop ids or --all (not both)")
     ids = all_loop_ids() if all_loops else list(loops or [])
+    for loop_id in ids:
+        loop_source(loop_id)  # unknown or invalid ids fail here, before any work starts
     table = Table("loop", "frames", "fps", "source", "action")
     with progress_bar() as bar:
         overall = bar.add_task("guidance caches", total=len(ids))
@@ -144,6 +148,69 @@ def guidance_extract(
             shutil.copyfile(video, tmp.name)
         Path(tmp.name).replace(target)
     console.print(f"loop [bold]{loop_id}[/]: {cache.frames} frames at {cache.fps} fps -> {cache.path}")
+
+
+# ---------------------------------------------------------------- persona
+@persona_app.command("add")
+def persona_add(
+    image: Annotated[Path, typer.Argument(help="Portrait: jpg, png or webp (waist-up, ideally on chroma green).")],
+    persona_id: Annotated[str, typer.Option("--id", help="Persona id (a slug).")],
+    force: Annotated[bool, typer.Option("--force", help="Rebuild, or replace a persona made from another portrait.")] = False,
+) -> None:
+    """Normalize a portrait once: matte, face mask, landmarks -> a memory-mappable persona cache."""
+    from newsmotion_engine.persona.sources import add_persona
+
+    with progress_bar() as bar:
+        task = bar.add_task(f"persona {persona_id}", total=None)
+        cache, rebuilt = add_persona(
+            image, persona_id, force=force, progress=lambda d, t: bar.update(task, completed=d, total=t)
+        )
+    console.print(
+        f"persona [bold]{persona_id}[/]: {'built' if rebuilt else 'current, reused'}; matte {cache.matte_method}; "
+        f"visible {', '.join(cache.visible_parts)} -> {cache.path}"
+    )
+
+
+@persona_app.command("list")
+def persona_list() -> None:
+    """List persona caches with their matte method, visible parts and status."""
+    from newsmotion_engine.persona.cache import list_persona_ids, persona_status
+
+    table = Table("persona", "matte", "visible parts", "created", "status")
+    for persona_id in list_persona_ids():
+        status, cache, detail = persona_status(persona_id)
+        table.add_row(
+            persona_id,
+            cache.matte_method if cache else "-",
+            ", ".join(cache.visible_parts) if cache else "-",
+            cache.metadata.get("created_at", "-") if cache else "-",
+            status + (f" ({detail})" if detail else ""),
+        )
+    console.print(table)
+
+
+@persona_app.command("show")
+def persona_show(
+    persona_id: Annotated[str, typer.Argument(help="Persona id.")],
+    out: Annotated[Optional[Path], typer.Option("--out", help="Preview PNG path (default storage/personas/previews/ID.png).")] = None,
+) -> None:
+    """Write a preview PNG (portrait, matte, face mask, landmarks) and print the persona's facts."""
+    from newsmotion_engine import storage
+    from newsmotion_engine.persona.cache import load_persona
+    from newsmotion_engine.persona.preview import write_preview
+
+    cache = load_persona(persona_id)
+    out = out or storage.storage_root() / "personas" / "previews" / f"{persona_id}.png"
+    write_preview(cache, out)
+    meta = cache.metadata
+    table = Table("field", "value")
+    table.add_row("matte", cache.matte_method)
+    table.add_row("visible parts", ", ".join(cache.visible_parts))
+    table.add_row("coverage", ", ".join(f"{k} {v:.1%}" for k, v in meta.get("coverage", {}).items()))
+    table.add_row("source size", str(meta.get("source_size")))
+    table.add_row("created", str(meta.get("created_at")))
+    console.print(table)
+    console.print(f"preview -> {out}")
 
 
 # ---------------------------------------------------------------- caches
@@ -245,6 +312,16 @@ def bench_guidance_cmd(
     from newsmotion_engine.bench.guidance import bench_guidance
 
     write_result(bench_guidance(loads=loads, log=lambda m: console.print(f"[dim]{m}[/]")), json_path)
+
+
+@bench_app.command("persona")
+def bench_persona_cmd(
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here.")] = None,
+) -> None:
+    """Persona cache load latency (warm/cold p50/p99) vs the time to build it (sample persona)."""
+    from newsmotion_engine.bench.suites import run_suite
+
+    write_result(run_suite("persona", log=lambda m: console.print(f"[dim]{m}[/]")), json_path)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,407 @@
+"""The Tier-2 persona cache format: ``motion/persona_caches/{persona_id}/``.
+
+A persona is one portrait normalized once onto the fixed 720x1280 canvas (see
+:mod:`newsmotion_engine.persona.image`), with everything a renderer needs from it precomputed and
+memory-mapped at render time:
+
+==================  ===========================  ==============================================
+file                content                      notes
+==================  ===========================  ==============================================
+portrait.png        the normalized portrait      for people (previews, diffusion pipelines)
+portrait.npy        uint8 [1280, 720, 3] RGB     the same pixels, memory-mapped by renderers
+person_mask.npy     uint8 [1280, 720] alpha      0 = not person (incl. the canvas fill)
+face_mask.npy       uint8 [1280, 720] alpha      face + hair: the region renders keep stable
+landmarks.npy       float32 [133, 3]             canonical skeleton, x/y normalized to canvas
+metadata.json       see cachedir + extras below
+==================  ===========================  ==============================================
+
+metadata.json extras: persona_id, canvas {width, height}, placement (canvas = source * scale +
+offset), source_size, source_image (format, mode, EXIF orientation, alpha matte), source_path (where
+the image was when built; status re-hashes it if it is still there), matte {method, green_border},
+visible_parts, part_confidence, coverage {person, face}, skeleton, tools {mediapipe, opencv, numpy,
+pillow}, build_s. ``source`` is {kind: "image", sha256, name}; ``params`` (:func:`persona_params`)
+holds every setting the output depends on, including :data:`PERSONA_VERSION`.
+
+The write/lock/validate mechanics are :mod:`newsmotion_engine.cachedir`'s, shared with the guidance
+cache. Diffusion backends add ``{persona_id}/{backend}/...`` sub-caches with the same mechanism;
+a rebuild from the same source carries them over, a new source drops them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from newsmotion_engine import cachedir, skeleton, storage
+from newsmotion_engine.errors import BadInputError, CacheCorruptError, CacheError, CacheStaleError
+from newsmotion_engine.ids import SLUG_RE, RESERVED, validate_id
+from newsmotion_engine.persona import image as image_mod
+from newsmotion_engine.persona import matte as matte_mod
+from newsmotion_engine.persona.image import CANVAS_HEIGHT, CANVAS_WIDTH
+
+__all__ = [
+    "SCHEMA",
+    "PERSONA_VERSION",
+    "PersonaCache",
+    "persona_params",
+    "image_source",
+    "build_persona",
+    "load_persona",
+    "persona_status",
+    "list_persona_ids",
+    "persona_problems",
+]
+
+# Bump when normalization, landmark handling or the file set changes what a build produces
+# (matte changes bump matte.MATTE_VERSION, which is part of the params too).
+PERSONA_VERSION = 1
+# Below this fraction of the portrait block the matte found nobody.
+MIN_PERSON_COVERAGE = 0.005
+VISIBLE_THRESHOLD = 0.3
+
+SCHEMA = cachedir.CacheSchema(
+    kind="persona",
+    version=1,
+    arrays={
+        "portrait.npy": cachedir.ArraySpec("uint8", (CANVAS_HEIGHT, CANVAS_WIDTH, 3)),
+        "person_mask.npy": cachedir.ArraySpec("uint8", (CANVAS_HEIGHT, CANVAS_WIDTH)),
+        "face_mask.npy": cachedir.ArraySpec("uint8", (CANVAS_HEIGHT, CANVAS_WIDTH)),
+        "landmarks.npy": cachedir.ArraySpec("float32", (skeleton.NUM_KEYPOINTS, 3)),
+    },
+    files=("portrait.png",),
+)
+
+Progress = Callable[[int, int], None]
+_STEPS = 5
+
+
+@dataclass(frozen=True)
+class PersonaCache:
+    """A loaded persona: memory-mapped canvas-sized arrays plus metadata.
+
+    ``portrait`` uint8 [1280, 720, 3] RGB, ``person_mask`` / ``face_mask`` uint8 [1280, 720] alpha,
+    ``landmarks`` float32 [133, 3] (x, y normalized to the canvas, confidence).
+    """
+
+    persona_id: str
+    path: Path
+    portrait: np.ndarray
+    person_mask: np.ndarray
+    face_mask: np.ndarray
+    landmarks: np.ndarray
+    metadata: dict[str, Any]
+
+    @property
+    def matte_method(self) -> str:
+        return str(self.metadata["matte"]["method"])
+
+    @property
+    def visible_parts(self) -> list[str]:
+        return list(self.metadata["visible_parts"])
+
+    @property
+    def canvas_size(self) -> tuple[int, int]:
+        """(width, height)."""
+        return int(self.metadata["canvas"]["width"]), int(self.metadata["canvas"]["height"])
+
+
+def persona_params() -> dict[str, Any]:
+    """Every setting a persona build depends on; a cache built with other params is stale."""
+    from newsmotion_engine.guidance.holistic import MEDIAPIPE_MODEL_COMPLEXITY
+
+    return {
+        "version": PERSONA_VERSION,
+        "canvas": [CANVAS_WIDTH, CANVAS_HEIGHT],
+        "anchor": "bottom-centre",
+        "fill": "replicate",
+        "alpha_composite": list(image_mod.CHROMA_GREEN),
+        "landmarker": {"name": "mediapipe-holistic", "model_complexity": MEDIAPIPE_MODEL_COMPLEXITY, "static": True},
+        "visible_threshold": VISIBLE_THRESHOLD,
+        "min_person_coverage": MIN_PERSON_COVERAGE,
+        "matte": matte_mod.matte_params(),
+    }
+
+
+def image_source(image_path: str | Path) -> dict[str, Any]:
+    """The ``source`` record of a portrait file: {kind: "image", sha256}. Content only, not the file
+    name: the same portrait arriving via the inbox, the CLI or personas/sources/ is the same source."""
+    path = Path(image_path)
+    if not path.is_file():
+        raise BadInputError(path, "file not found" if not path.exists() else "not a file")
+    return {"kind": "image", "sha256": cachedir.sha256_file(path)}
+
+
+def _tools() -> dict[str, str]:
+    import PIL
+
+    from newsmotion_engine.guidance.holistic import mediapipe_version
+
+    return {"mediapipe": mediapipe_version(), "opencv": cv2.__version__, "numpy": np.__version__, "pillow": PIL.__version__}
+
+
+def load_persona(
+    persona_id: str,
+    *,
+    verify: bool = False,
+    expected_source: Mapping[str, Any] | None = None,
+    expected_params: Mapping[str, Any] | None = None,
+) -> PersonaCache:
+    """Memory-map a persona's cache after validating it (sizes, npy headers, shapes; sha256 of
+    every file too with ``verify``). ``expected_source`` / ``expected_params`` turn a cache built
+    from another image / with other settings into :class:`CacheStaleError`.
+
+    Example::
+
+        persona = load_persona("astronaut")
+        persona.portrait[persona.person_mask > 0]  # pixels are read only when touched
+    """
+    path = storage.persona_dir(persona_id)
+    loaded = cachedir.read_cache(
+        path, SCHEMA, expected_source=expected_source, expected_params=expected_params, verify=verify
+    )
+    meta = loaded.metadata
+    canvas = meta.get("canvas") or {}
+    if meta.get("persona_id") != persona_id or (canvas.get("width"), canvas.get("height")) != (CANVAS_WIDTH, CANVAS_HEIGHT):
+        raise CacheCorruptError(
+            path / cachedir.METADATA_NAME,
+            f"metadata says persona {meta.get('persona_id')!r} on a {canvas.get('width')}x{canvas.get('height')} "
+            f"canvas, expected {persona_id!r} on {CANVAS_WIDTH}x{CANVAS_HEIGHT}",
+        )
+    arrays = loaded.arrays
+    return PersonaCache(
+        persona_id=persona_id,
+        path=path,
+        portrait=arrays["portrait.npy"],
+        person_mask=arrays["person_mask.npy"],
+        face_mask=arrays["face_mask.npy"],
+        landmarks=arrays["landmarks.npy"],
+        metadata=meta,
+    )
+
+
+@dataclass(frozen=True)
+class _Built:
+    portrait: np.ndarray
+    person_mask: np.ndarray
+    face_mask: np.ndarray
+    landmarks: np.ndarray
+    extra: dict[str, Any]
+
+
+def _to_canvas(landmarks: np.ndarray, placement: image_mod.Placement) -> np.ndarray:
+    """Landmarks normalized to the scaled block -> normalized to the canvas; absent points stay 0."""
+    out = np.zeros_like(landmarks)
+    present = landmarks[:, 2] > 0
+    out[:, 0] = (placement.offset_x + landmarks[:, 0] * placement.width) / CANVAS_WIDTH
+    out[:, 1] = (placement.offset_y + landmarks[:, 1] * placement.height) / CANVAS_HEIGHT
+    out[:, 2] = landmarks[:, 2]
+    out[~present] = 0.0
+    return out
+
+
+def _compute(image_path: Path, progress: Progress | None) -> _Built:
+    from newsmotion_engine.guidance.holistic import detect_image
+
+    def step(i: int) -> None:
+        if progress is not None:
+            progress(i, _STEPS)
+
+    portrait = image_mod.read_portrait(image_path)
+    placement = image_mod.placement_for(portrait.rgb.shape[1], portrait.rgb.shape[0])
+    block = image_mod.scale_block(portrait.rgb, placement)
+    step(1)
+    # Landmarks on the scaled block, not the (up to 50 MP) source: holistic downsizes internally
+    # anyway, and block coordinates map to the canvas by an offset alone.
+    block_landmarks = detect_image(block)
+    seen = skeleton.visible_parts(block_landmarks, VISIBLE_THRESHOLD)
+    if "body" not in seen and "face" not in seen:
+        raise BadInputError(image_path, "no person detected (mediapipe holistic found no body or face)")
+    step(2)
+    hint = image_mod.scale_block(portrait.alpha, placement) if portrait.alpha is not None else None
+    matte = matte_mod.person_matte(block, alpha_hint=hint, landmarks=block_landmarks)
+    block_coverage = float(matte.alpha.mean()) / 255.0
+    if block_coverage < MIN_PERSON_COVERAGE:
+        raise BadInputError(
+            image_path, f"no person detected (the {matte.method} matte covers {block_coverage:.2%} of the image)"
+        )
+    canvas_rgb = image_mod.place_on_canvas(matte.rgb, placement, fill="replicate")
+    person = image_mod.place_on_canvas(matte.alpha, placement, fill="zero")
+    step(3)
+    landmarks = _to_canvas(block_landmarks, placement)
+    face = matte_mod.face_mask(landmarks, person)
+    step(4)
+    extra = {
+        "canvas": {"width": CANVAS_WIDTH, "height": CANVAS_HEIGHT},
+        "placement": placement.as_dict(),
+        "source_size": {"width": portrait.info["width"], "height": portrait.info["height"]},
+        "source_image": {k: portrait.info[k] for k in ("format", "mode", "exif_orientation", "alpha_matte")},
+        "source_path": str(image_path.resolve()),
+        "matte": {"method": matte.method, "green_border": round(matte.green_border, 4)},
+        "visible_parts": skeleton.visible_parts(landmarks, VISIBLE_THRESHOLD),
+        "part_confidence": {k: round(v, 4) for k, v in skeleton.part_confidence(landmarks).items()},
+        "coverage": {
+            "person": round(float(person.mean()) / 255.0, 5),
+            "face": round(float(face.mean()) / 255.0, 5),
+        },
+        "skeleton": skeleton.SKELETON_NAME,
+        "tools": _tools(),
+    }
+    return _Built(canvas_rgb, person, face, landmarks.astype(np.float32), extra)
+
+
+def _write_files(tmp: Path, built: _Built) -> None:
+    bgr = cv2.cvtColor(built.portrait, cv2.COLOR_RGB2BGR)
+    if not cv2.imwrite(str(tmp / "portrait.png"), bgr, [cv2.IMWRITE_PNG_COMPRESSION, 6]):
+        raise OSError(f"could not write {tmp / 'portrait.png'}")
+    np.save(tmp / "portrait.npy", np.ascontiguousarray(built.portrait))
+    np.save(tmp / "person_mask.npy", np.ascontiguousarray(built.person_mask))
+    np.save(tmp / "face_mask.npy", np.ascontiguousarray(built.face_mask))
+    np.save(tmp / "landmarks.npy", np.ascontiguousarray(built.landmarks, dtype=np.float32))
+
+
+def build_persona(
+    image_path: str | Path,
+    persona_id: str,
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> tuple[PersonaCache, bool]:
+    """Make sure ``persona_id``'s cache exists and matches ``image_path``; returns ``(cache, rebuilt)``.
+
+    A valid cache built from the same content (sha256) with the current params is reused; a
+    missing, corrupt or stale one is rebuilt; ``force`` always rebuilds. The expensive work runs
+    before the persona's lock is taken, so a bad image (not an image, truncated, too large or
+    small, no person) raises :class:`BadInputError` having created nothing and touched no
+    existing cache. ``progress(step, total)`` is called as stages finish.
+
+    Example::
+
+        persona, rebuilt = build_persona("storage/personas/samples/astronaut.png", "astronaut")
+        persona.metadata["matte"]["method"], persona.visible_parts
+    """
+    validate_id(persona_id, "persona id")
+    image_path = Path(image_path)
+    path = storage.persona_dir(persona_id)
+    image_mod.probe_portrait(image_path)  # refuse a non-image / oversized file before hashing it
+    source = image_source(image_path)
+    params = persona_params()
+    if not force:
+        try:
+            return load_persona(persona_id, expected_source=source, expected_params=params), False
+        except CacheError:
+            pass  # missing, corrupt or stale: rebuild below
+    started = time.perf_counter()
+    built = _compute(image_path, progress)
+    compute_s = time.perf_counter() - started
+
+    def finalize(tmp: Path, metadata: dict[str, Any]) -> None:
+        metadata["build_s"] = round(time.perf_counter() - started, 4)
+        metadata["compute_s"] = round(compute_s, 4)
+
+    with cachedir.cache_lock(path):
+        if not force:
+            try:  # another builder may have finished the same work while we computed
+                return load_persona(persona_id, expected_source=source, expected_params=params), False
+            except CacheError:
+                pass
+        cachedir.write_cache(
+            path,
+            lambda tmp: _write_files(tmp, built),
+            schema=SCHEMA,
+            source=source,
+            params=params,
+            extra={"persona_id": persona_id, **built.extra},
+            finalize=finalize,
+        )
+    if progress is not None:
+        progress(_STEPS, _STEPS)
+    return load_persona(persona_id), True
+
+
+def persona_status(persona_id: str) -> tuple[str, PersonaCache | None, str]:
+    """``(status, cache, detail)``, status one of valid / stale / missing / corrupt (as
+    ``guidance_status``). Stale: older schema or params, or the source image (the kept copy in
+    ``personas/sources/``, else the path it was built from, if still there) has other content than
+    the cache was built from (re-hashed here; cheap next to a build)."""
+    try:
+        cache = load_persona(persona_id)
+    except cachedir.CacheMissingError:
+        return "missing", None, ""
+    except CacheStaleError as exc:
+        return "stale", None, exc.problem
+    except CacheError as exc:
+        return "corrupt", None, exc.problem
+    params = persona_params()
+    if cache.metadata.get("params") != params:
+        built_v = (cache.metadata.get("params") or {}).get("version")
+        return "stale", cache, f"built with other parameters (persona version {built_v}, now {PERSONA_VERSION}); rebuild"
+    # The kept source (personas/sources/{id}.*) when there is one, else where the build read it.
+    kept = storage.find_persona_source(persona_id)
+    source_path = str(kept) if kept is not None else cache.metadata.get("source_path")
+    if source_path and Path(source_path).is_file():
+        if cachedir.sha256_file(Path(source_path)) != cache.metadata["source"].get("sha256"):
+            return "stale", cache, f"source image {source_path} changed since the cache was built; rebuild"
+        return "valid", cache, ""
+    return "valid", cache, f"source image no longer at {source_path}" if source_path else ""
+
+
+def list_persona_ids() -> list[str]:
+    """Ids of the persona cache directories present (valid or not), sorted."""
+    root = storage.persona_root()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and SLUG_RE.match(p.name) and p.name not in RESERVED)
+
+
+def persona_problems(cache: PersonaCache) -> list[str]:
+    """Content checks the asset check runs (the loader already checked files, shapes, dtypes):
+    masks hold a person and the face lies inside it, landmarks are finite with confidences in
+    [0, 1], and the metadata's summaries match the arrays."""
+    problems: list[str] = []
+    shapes = {
+        "portrait": (cache.portrait, (CANVAS_HEIGHT, CANVAS_WIDTH, 3), np.uint8),
+        "person_mask": (cache.person_mask, (CANVAS_HEIGHT, CANVAS_WIDTH), np.uint8),
+        "face_mask": (cache.face_mask, (CANVAS_HEIGHT, CANVAS_WIDTH), np.uint8),
+        "landmarks": (cache.landmarks, (skeleton.NUM_KEYPOINTS, 3), np.float32),
+    }
+    for name, (array, shape, dtype) in shapes.items():
+        if array.shape != shape or array.dtype != dtype:
+            problems.append(f"{name}: {array.dtype} {list(array.shape)}, expected {np.dtype(dtype).name} {list(shape)}")
+    if problems:
+        return problems
+    person = np.asarray(cache.person_mask, dtype=np.float32) / 255.0
+    face = np.asarray(cache.face_mask, dtype=np.float32) / 255.0
+    coverage = float(person.mean())
+    if coverage < MIN_PERSON_COVERAGE * 0.5:
+        problems.append(f"person_mask is (nearly) empty: covers {coverage:.3%} of the canvas")
+    if coverage > 0.995:
+        problems.append("person_mask covers the whole canvas (no background found)")
+    # A one-level slack covers rounding of the feathered product.
+    if (face > person + 1.5 / 255.0).any():
+        problems.append(f"face_mask extends outside person_mask at {int((face > person + 1.5 / 255.0).sum())} pixels")
+    if "face" in cache.metadata.get("visible_parts", []) and float(face.max()) == 0.0:
+        problems.append("face is visible but face_mask is empty")
+    lm = np.asarray(cache.landmarks)
+    if not np.isfinite(lm).all():
+        problems.append("landmarks contain NaN or inf")
+    else:
+        conf = lm[:, 2]
+        if conf.min() < 0 or conf.max() > 1:
+            problems.append(f"landmark confidence outside [0, 1] ({conf.min():.3g}..{conf.max():.3g})")
+        present = conf > 0
+        if present.any() and (np.abs(lm[present, :2] - 0.5) > 1.5).any():
+            problems.append("landmark coordinates far outside the canvas (expected normalized 0..1)")
+    recorded = cache.metadata.get("visible_parts")
+    actual = skeleton.visible_parts(lm, VISIBLE_THRESHOLD) if np.isfinite(lm).all() else None
+    if actual is not None and recorded != actual:
+        problems.append(f"metadata visible_parts {recorded} differ from the landmarks' {actual}")
+    recorded_cov = (cache.metadata.get("coverage") or {}).get("person")
+    if recorded_cov is None or abs(recorded_cov - coverage) > 1e-3:
+        problems.append(f"metadata coverage.person {recorded_cov} differs from the mask's {coverage:.5f}")
+    return problems

@@ -1,0 +1,415 @@
+"""Persona cache: build (selfie, chroma and alpha mattes), reuse, staleness, corruption, content
+checks, preview, and bad input (one clear line, nothing left behind, existing caches untouched).
+
+Builds run mediapipe on CPU (~1 s each); the astronaut is built once per module and copied into
+per-test storages where a test needs its own."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from skimage import data
+
+from newsmotion_engine import cachedir, storage
+from newsmotion_engine.errors import BadInputError, CacheCorruptError, CacheMissingError, InvalidIdError
+from newsmotion_engine.persona import cache as pcache
+from newsmotion_engine.persona import (
+    PersonaCache,
+    build_persona,
+    list_persona_ids,
+    load_persona,
+    persona_problems,
+    persona_status,
+    write_preview,
+)
+
+H, W = 1280, 720
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("images")
+    paths = {"astronaut": folder / "astronaut.png", "coffee": folder / "coffee.jpg", "chelsea": folder / "chelsea.png"}
+    Image.fromarray(data.astronaut()).save(paths["astronaut"])
+    Image.fromarray(data.coffee()).save(paths["coffee"], quality=90)
+    Image.fromarray(data.chelsea()).save(paths["chelsea"])
+    return paths
+
+
+@pytest.fixture(scope="module")
+def module_root(tmp_path_factory, images):
+    """A storage root holding the astronaut persona, built once."""
+    root = tmp_path_factory.mktemp("storage")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NEWSMOTION_STORAGE", str(root))
+        calls = []
+        cache, rebuilt = build_persona(images["astronaut"], "astronaut", progress=lambda i, n: calls.append((i, n)))
+        assert rebuilt and calls and calls[-1][0] == calls[-1][1]
+        yield root
+
+
+@pytest.fixture()
+def module_storage(module_root, monkeypatch) -> Path:
+    """Point this test at the shared storage (tests/conftest.py gives each test its own)."""
+    monkeypatch.setenv("NEWSMOTION_STORAGE", str(module_root))
+    return module_root
+
+
+@pytest.fixture()
+def astronaut(module_storage) -> PersonaCache:
+    return load_persona("astronaut")
+
+
+@pytest.fixture()
+def own_storage(tmp_path, monkeypatch, module_storage) -> Path:
+    """A fresh storage root for one test, holding a copy of the astronaut cache."""
+    root = tmp_path / "storage"
+    src = module_storage / "motion" / "persona_caches" / "astronaut"
+    shutil.copytree(src, root / "motion" / "persona_caches" / "astronaut")
+    monkeypatch.setenv("NEWSMOTION_STORAGE", str(root))
+    return root
+
+
+def _leftovers(root: Path) -> list[str]:
+    """Everything under the persona cache root (temp siblings, lock files, directories)."""
+    folder = root / "motion" / "persona_caches"
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+# --- the astronaut: selfie segmentation path ---------------------------------------------------------
+
+
+def test_astronaut_selfie_path(astronaut):
+    meta = astronaut.metadata
+    assert astronaut.matte_method == "selfie-segmentation"
+    assert {"body", "face"} <= set(astronaut.visible_parts)
+    assert "feet" not in astronaut.visible_parts
+    assert meta["canvas"] == {"width": W, "height": H}
+    assert meta["placement"] == {"scale_x": 1.40625, "scale_y": 1.40625, "offset_x": 0, "offset_y": 560,
+                                 "width": 720, "height": 720}
+    assert meta["source"]["kind"] == "image" and meta["source_path"].endswith("astronaut.png")
+    assert meta["source_size"] == {"width": 512, "height": 512}
+    assert set(meta["tools"]) == {"mediapipe", "opencv", "numpy", "pillow"}
+    assert meta["params"] == pcache.persona_params()
+    assert meta["params"]["version"] == pcache.PERSONA_VERSION
+
+
+def test_astronaut_arrays(astronaut):
+    assert isinstance(astronaut.portrait, np.memmap)
+    assert astronaut.portrait.shape == (H, W, 3) and astronaut.portrait.dtype == np.uint8
+    assert astronaut.person_mask.shape == (H, W) and astronaut.person_mask.dtype == np.uint8
+    assert astronaut.face_mask.shape == (H, W) and astronaut.face_mask.dtype == np.uint8
+    assert astronaut.landmarks.shape == (133, 3) and astronaut.landmarks.dtype == np.float32
+    person = np.asarray(astronaut.person_mask)
+    # The fill above the 720x720 block is not person; the person covers a sensible share of it.
+    assert person[:560].max() == 0
+    assert 0.3 < person[560:].mean() / 255 < 0.9
+    # The png holds the same pixels as the npy.
+    png = np.asarray(Image.open(astronaut.path / "portrait.png").convert("RGB"))
+    np.testing.assert_array_equal(png, np.asarray(astronaut.portrait))
+    # The block is the astronaut scaled up: compare against a plain resize.
+    import cv2
+
+    ref = cv2.resize(data.astronaut(), (720, 720), interpolation=cv2.INTER_LANCZOS4)
+    assert np.abs(np.asarray(astronaut.portrait[560:], np.int16) - ref).mean() < 1.0
+
+
+def test_astronaut_landmarks_on_canvas(astronaut):
+    lm = np.asarray(astronaut.landmarks)
+    nose = lm[0]
+    assert nose[2] > 0.5
+    x, y = int(nose[0] * W), int(nose[1] * H)
+    assert 560 < y < H  # inside the placed block
+    assert astronaut.face_mask[y, x] > 200 and astronaut.person_mask[y, x] > 200
+    face = lm[23:91]
+    assert (face[:, 2] > 0).all() and (face[:, 1] * H > 560).all()
+    absent = lm[:, 2] == 0
+    assert (lm[absent, :2] == 0).all()
+
+
+def test_face_mask_covers_face_and_hair_inside_person(astronaut):
+    face = np.asarray(astronaut.face_mask, np.int16)
+    person = np.asarray(astronaut.person_mask, np.int16)
+    assert (face <= person + 1).all()
+    coverage = (face > 127).mean()
+    assert 0.01 < coverage < 0.1
+    lm = np.asarray(astronaut.landmarks)
+    brow_top = (lm[23 + 17 : 23 + 27, 1] * H).min()
+    chin = lm[23 + 8, 1] * H
+    rows = np.nonzero((face > 127).any(axis=1))[0]
+    # Extends well above the brows (forehead + hair), down to about the chin.
+    assert rows.min() < brow_top - 0.4 * (chin - brow_top)
+    assert abs(rows.max() - chin) < 0.25 * (chin - brow_top)
+
+
+def test_problems_none_on_valid(astronaut):
+    assert persona_problems(astronaut) == []
+
+
+def test_problems_found(astronaut):
+    lm = np.array(astronaut.landmarks)
+    lm[0, 0] = np.nan
+    assert any("NaN" in p for p in persona_problems(dataclasses.replace(astronaut, landmarks=lm)))
+    lm = np.array(astronaut.landmarks)
+    lm[0, 2] = 1.5
+    assert any("confidence" in p for p in persona_problems(dataclasses.replace(astronaut, landmarks=lm)))
+    face = np.full((H, W), 255, np.uint8)
+    assert any("outside person_mask" in p for p in persona_problems(dataclasses.replace(astronaut, face_mask=face)))
+    empty = np.zeros((H, W), np.uint8)
+    problems = persona_problems(dataclasses.replace(astronaut, person_mask=empty))
+    assert any("empty" in p for p in problems)
+    wrong = np.zeros((10, 10), np.uint8)
+    assert any("expected" in p for p in persona_problems(dataclasses.replace(astronaut, face_mask=wrong)))
+
+
+def test_reuse_when_current(module_storage, images):
+    before = (module_storage / "motion/persona_caches/astronaut/metadata.json").read_bytes()
+    cache, rebuilt = build_persona(images["astronaut"], "astronaut")
+    assert not rebuilt
+    assert (cache.path / "metadata.json").read_bytes() == before
+    assert persona_status("astronaut")[0] == "valid"
+    assert list_persona_ids() == ["astronaut"]
+
+
+def test_verify_detects_changed_file(own_storage):
+    png = own_storage / "motion/persona_caches/astronaut/portrait.png"
+    raw = bytearray(png.read_bytes())
+    raw[-20] ^= 0xFF  # same size, different content
+    png.write_bytes(bytes(raw))
+    load_persona("astronaut")  # cheap checks pass: sizes and headers are intact
+    with pytest.raises(CacheCorruptError, match="sha256"):
+        load_persona("astronaut", verify=True)
+
+
+def test_corrupt_detected_and_rebuilt(own_storage, images):
+    mask = own_storage / "motion/persona_caches/astronaut/person_mask.npy"
+    mask.write_bytes(mask.read_bytes()[:1000])
+    status, cache, detail = persona_status("astronaut")
+    assert (status, cache) == ("corrupt", None) and "bytes, metadata.json says" in detail
+    with pytest.raises(CacheCorruptError):
+        load_persona("astronaut")
+    cache, rebuilt = build_persona(images["astronaut"], "astronaut")
+    assert rebuilt and persona_problems(cache) == []
+    assert _leftovers(own_storage) == [".astronaut.lock", "astronaut"]
+
+
+def test_stale_params_and_source(own_storage, images, monkeypatch, tmp_path):
+    monkeypatch.setattr(pcache, "PERSONA_VERSION", pcache.PERSONA_VERSION + 1)
+    status, cache, detail = persona_status("astronaut")
+    assert status == "stale" and cache is not None and "parameters" in detail
+    with pytest.raises(cachedir.CacheStaleError):
+        load_persona("astronaut", expected_params=pcache.persona_params())
+    monkeypatch.undo()
+    monkeypatch.setenv("NEWSMOTION_STORAGE", str(own_storage))
+    # A different file under the same id is stale for a loader expecting it.
+    other = tmp_path / "astronaut_small.png"
+    Image.fromarray(data.astronaut()[::2, ::2]).save(other)
+    with pytest.raises(cachedir.CacheStaleError, match="different source"):
+        load_persona("astronaut", expected_source=pcache.image_source(other))
+
+
+def test_source_changed_in_place_is_stale(own_storage, tmp_path):
+    src = tmp_path / "anchor.png"
+    Image.fromarray(data.astronaut()).save(src)
+    meta_path = own_storage / "motion/persona_caches/astronaut/metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["source_path"] = str(src)
+    meta_path.write_text(json.dumps(meta))
+    assert persona_status("astronaut")[0] == "valid"
+    Image.fromarray(data.astronaut()[:, ::-1]).save(src)  # the user replaced the photo
+    status, _, detail = persona_status("astronaut")
+    assert status == "stale" and "changed" in detail
+
+
+def test_kept_source_takes_precedence(own_storage):
+    sources = own_storage / "personas" / "sources"
+    sources.mkdir(parents=True)
+    Image.fromarray(data.astronaut()).save(sources / "astronaut.png")  # same pixels and bytes
+    assert persona_status("astronaut")[0] == "valid"
+    Image.fromarray(data.chelsea()).save(sources / "astronaut.png")
+    status, _, detail = persona_status("astronaut")
+    assert status == "stale" and str(sources / "astronaut.png") in detail
+
+
+def test_status_missing(own_storage):
+    assert persona_status("nobody") == ("missing", None, "")
+    with pytest.raises(CacheMissingError):
+        load_persona("nobody")
+
+
+def test_force_rebuild_keeps_backend_subcache(own_storage, images):
+    sub = own_storage / "motion/persona_caches/astronaut/wan-animate/720x1280"
+    sub.mkdir(parents=True)
+    (sub / "ref_latents.safetensors").write_bytes(b"x" * 64)
+    cache, rebuilt = build_persona(images["astronaut"], "astronaut", force=True)
+    assert rebuilt
+    assert (cache.path / "wan-animate/720x1280/ref_latents.safetensors").read_bytes() == b"x" * 64
+    assert persona_status("astronaut")[0] == "valid"
+
+
+def test_preview(astronaut, tmp_path):
+    out = write_preview(astronaut, tmp_path / "previews" / "astronaut.png")
+    img = np.asarray(Image.open(out))
+    assert img.shape == (H // 2, 4 * (W // 2), 3)
+    # Panel 2 is the matte: black where the canvas fill is.
+    assert img[50:200, W // 2 + 50 : W - 50].max() == 0
+    assert img[H // 2 - 60, W // 2 + W // 4].min() == 255
+
+
+# --- chroma green and alpha cutout -----------------------------------------------------------------
+
+
+def _composite_on_green(astronaut: PersonaCache, tmp_path: Path) -> tuple[Path, np.ndarray]:
+    """The astronaut's own selfie matte composited onto a green screen, as a taller waist-up JPEG."""
+    matte = np.asarray(astronaut.person_mask[560:], np.float32)[..., None] / 255.0
+    green = np.array([20, 190, 70], np.float32)
+    block = (np.asarray(astronaut.portrait[560:], np.float32) * matte + green * (1 - matte)).astype(np.uint8)
+    image = np.concatenate([np.tile(green.astype(np.uint8), (300, 720, 1)), block])
+    path = tmp_path / "green_anchor.jpg"
+    Image.fromarray(image).save(path, quality=93)
+    truth = np.zeros((H, W), np.float32)
+    truth[560:] = matte[..., 0]
+    return path, truth
+
+
+def test_green_screen_takes_chroma_path(astronaut, tmp_path, monkeypatch):
+    path, truth = _composite_on_green(astronaut, tmp_path)
+    monkeypatch.setenv("NEWSMOTION_STORAGE", str(tmp_path / "storage"))
+    cache, rebuilt = build_persona(path, "green-anchor")
+    assert rebuilt and cache.matte_method == "chroma"
+    assert cache.metadata["placement"]["offset_y"] == 260 and cache.metadata["placement"]["scale_x"] == 1.0
+    assert cache.metadata["matte"]["green_border"] > 0.9
+    mask = np.asarray(cache.person_mask, np.float32) / 255.0
+    iou = np.minimum(mask, truth).sum() / np.maximum(mask, truth).sum()
+    assert iou > 0.93
+    assert {"body", "face"} <= set(cache.visible_parts)
+    # Spill suppressed on the edge: semi-transparent pixels carry no green excess.
+    rgb = np.asarray(cache.portrait, np.int16)
+    edge = (mask > 0.05) & (mask < 0.95)
+    assert edge.sum() > 500
+    excess = rgb[..., 1] - np.maximum(rgb[..., 0], rgb[..., 2])
+    assert excess[edge].max() <= 1
+    # ... while the background stays green and the interior keeps its colours (orange suit).
+    assert excess[100, 360] > 80
+    assert persona_problems(cache) == []
+
+
+def test_rgba_cutout_uses_its_alpha(astronaut, tmp_path, monkeypatch):
+    import cv2
+
+    alpha = np.asarray(astronaut.person_mask[560:])
+    rgb = np.asarray(astronaut.portrait[560:])
+    small = cv2.resize(np.dstack([rgb, alpha]), (360, 360), interpolation=cv2.INTER_AREA)
+    path = tmp_path / "cutout.png"
+    Image.fromarray(small, "RGBA").save(path)
+    monkeypatch.setenv("NEWSMOTION_STORAGE", str(tmp_path / "storage"))
+    cache, _ = build_persona(path, "cutout")
+    assert cache.matte_method == "alpha"
+    mask = np.asarray(cache.person_mask, np.float32) / 255.0
+    truth = np.asarray(astronaut.person_mask, np.float32) / 255.0
+    assert np.minimum(mask, truth).sum() / np.maximum(mask, truth).sum() > 0.95
+    assert cache.metadata["source_image"]["alpha_matte"] is True
+
+
+# --- bad input ---------------------------------------------------------------------------------------
+
+
+def _bad_files(folder: Path) -> dict[str, tuple[Path, str]]:
+    folder.mkdir(parents=True, exist_ok=True)
+    text = folder / "notes.png"
+    text.write_text("not really a picture\n")
+    buf = io.BytesIO()
+    Image.fromarray(data.astronaut()).save(buf, format="JPEG")
+    truncated = folder / "cut.jpg"
+    truncated.write_bytes(buf.getvalue()[: len(buf.getvalue()) // 3])
+    dot = folder / "dot.png"
+    Image.new("RGB", (1, 1)).save(dot)
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, payload: bytes) -> bytes:
+        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+
+    huge = folder / "huge.png"
+    huge.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0))
+                     + chunk(b"IEND", b""))
+    return {
+        "text": (text, "not an image"),
+        "truncated": (truncated, "truncated"),
+        "one-pixel": (dot, "too small"),
+        "huge": (huge, "too large"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["text", "truncated", "one-pixel", "huge"])
+def test_bad_file_leaves_nothing(kind, tmp_path, monkeypatch):
+    path, problem = _bad_files(tmp_path / "in")[kind]
+    root = tmp_path / "storage"
+    monkeypatch.setenv("NEWSMOTION_STORAGE", str(root))
+    with pytest.raises(BadInputError) as info:
+        build_persona(path, "jane")
+    message = str(info.value)
+    assert problem in message and str(path) in message and "\n" not in message
+    assert _leftovers(root) == []
+
+
+@pytest.mark.parametrize("kind", ["text", "truncated", "one-pixel", "huge"])
+def test_bad_file_keeps_existing_cache(kind, own_storage, tmp_path):
+    path, problem = _bad_files(tmp_path / "in")[kind]
+    before = {p.name: p.read_bytes() for p in (own_storage / "motion/persona_caches/astronaut").iterdir()}
+    with pytest.raises(BadInputError, match=problem):
+        build_persona(path, "astronaut", force=True)
+    after = {p.name: p.read_bytes() for p in (own_storage / "motion/persona_caches/astronaut").iterdir()}
+    assert after == before
+    assert _leftovers(own_storage) == ["astronaut"]
+    assert persona_status("astronaut")[0] == "valid"
+
+
+@pytest.mark.parametrize("name", ["coffee", "chelsea"])
+def test_no_person(own_storage, images, name):
+    with pytest.raises(BadInputError) as info:
+        build_persona(images[name], name)
+    assert "no person detected" in str(info.value) and str(images[name]) in str(info.value)
+    with pytest.raises(BadInputError, match="no person detected"):
+        build_persona(images["coffee"], "astronaut", force=True)  # existing cache untouched
+    assert _leftovers(own_storage) == ["astronaut"]
+    assert persona_status("astronaut")[0] == "valid"
+
+
+@pytest.mark.parametrize("bad_id", ["../etc", "CON", "con", "", "a" * 200, "ñandú", "a/b", ".hidden"])
+def test_bad_ids(bad_id, images, tmp_path, monkeypatch):
+    root = tmp_path / "storage"
+    monkeypatch.setenv("NEWSMOTION_STORAGE", str(root))
+    with pytest.raises(InvalidIdError) as info:
+        build_persona(images["astronaut"], bad_id)
+    assert "\n" not in str(info.value) and "persona id" in str(info.value)
+    with pytest.raises(InvalidIdError):
+        load_persona(bad_id)
+    with pytest.raises(InvalidIdError):
+        persona_status(bad_id)
+    assert not root.exists()
+
+
+def test_list_ignores_non_persona_entries(own_storage):
+    folder = own_storage / "motion/persona_caches"
+    (folder / ".astronaut.tmp-abc").mkdir()
+    (folder / "Not A Slug").mkdir()
+    (folder / "stray.txt").write_text("x")
+    assert list_persona_ids() == ["astronaut"]
+    assert storage.persona_root() == folder.resolve()
+
+
+def test_engine_import_does_not_load_mediapipe():
+    import subprocess
+    import sys
+
+    code = "import sys, newsmotion_engine.persona, newsmotion_engine.bench.persona; print('mediapipe' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,117 @@
+"""The `newsmotion` command: happy paths and one-line errors with a non-zero exit."""
+
+import json
+
+import numpy as np
+import pytest
+
+from newsmotion_engine import storage
+from newsmotion_engine.cli import main
+
+
+def run(capsys, *argv):
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+def test_loops_list(capsys):
+    code, out, _ = run(capsys, "loops", "list")
+    assert code == 0 and "breaking_alert" in out and "signoff" in out
+
+
+def test_guidance_build_reuses_then_forces(capsys):
+    code, out, _ = run(capsys, "guidance", "build", "nod", "welcome")
+    assert code == 0 and out.count("built") == 2
+    code, out, _ = run(capsys, "guidance", "build", "nod")
+    assert code == 0 and "current" in out
+    code, out, _ = run(capsys, "guidance", "build", "nod", "--force")
+    assert code == 0 and "built" in out
+
+
+def test_caches_json_reports_status(capsys):
+    run(capsys, "guidance", "build", "nod")
+    (storage.guidance_dir("welcome")).mkdir(parents=True)  # a cache dir without metadata
+    code, out, _ = run(capsys, "caches", "--json")
+    rows = {r["id"]: r for r in json.loads(out)}
+    assert code == 0
+    assert rows["nod"]["status"] == "valid" and rows["nod"]["frames"] == 120 and rows["nod"]["bytes"] > 0
+    assert rows["welcome"]["status"] == "corrupt" and rows["signoff"]["status"] == "missing"
+
+
+def test_stale_cache_is_reported_then_rebuilt(capsys):
+    run(capsys, "guidance", "build", "nod")
+    meta_path = storage.guidance_dir("nod") / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["params"]["palette_version"] = "0.0.0-old"
+    meta_path.write_text(json.dumps(meta))
+    _, out, _ = run(capsys, "caches", "--json")
+    assert {r["id"]: r["status"] for r in json.loads(out)}["nod"] == "stale"
+    code, out, _ = run(capsys, "guidance", "build", "nod")
+    assert code == 0 and "built" in out
+
+
+@pytest.mark.parametrize("loop_id", ["../x", "A B", ""])
+def test_bad_loop_ids(capsys, loop_id):
+    code, out, err = run(capsys, "guidance", "build", loop_id)
+    assert code == 1 and err.startswith("error: invalid loop id") and err.count("\n") == 1
+    assert not storage.guidance_root().exists() or not any(storage.guidance_root().iterdir())
+
+
+def test_extract_rejects_non_video_and_leaves_nothing(capsys, tmp_path):
+    fake = tmp_path / "fake.mp4"
+    fake.write_text("not a video at all")
+    code, _, err = run(capsys, "guidance", "extract", str(fake), "--loop-id", "fake_loop")
+    assert code == 1 and "fake.mp4" in err and err.count("\n") == 1
+    assert not storage.guidance_dir("fake_loop").exists()
+    assert not storage.driving_dir().exists() or not any(storage.driving_dir().iterdir())
+
+
+def test_extract_missing_file_and_canonical_id(capsys, tmp_path):
+    code, _, err = run(capsys, "guidance", "extract", str(tmp_path / "nope.mp4"), "--loop-id", "x1")
+    assert code == 1 and "nope.mp4: driving video not found" in err
+    code, _, err = run(capsys, "guidance", "extract", str(tmp_path / "nope.mp4"), "--loop-id", "nod")
+    assert code == 1 and "canonical" in err
+
+
+def test_corrupt_cache_files_are_typed_errors(capsys):
+    from newsmotion_engine.errors import CacheCorruptError
+    from newsmotion_engine.guidance.cache import load_guidance
+
+    run(capsys, "guidance", "build", "nod")
+    path = storage.guidance_dir("nod") / "keypoints.npy"
+    np.save(path, np.zeros((120, 133, 3), np.float64))
+    with pytest.raises(CacheCorruptError, match="keypoints.npy"):
+        load_guidance("nod")
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(CacheCorruptError, match="truncated"):
+        load_guidance("nod")
+
+
+def test_persona_add_list_show(capsys, astronaut_png, tmp_path):
+    code, out, _ = run(capsys, "persona", "add", str(astronaut_png), "--id", "astro")
+    assert code == 0 and "built" in out
+    assert storage.find_persona_source("astro") is not None
+    code, out, _ = run(capsys, "persona", "list")
+    assert code == 0 and "astro" in out and "valid" in out
+    preview = tmp_path / "p.png"
+    code, out, _ = run(capsys, "persona", "show", "astro", "--out", str(preview))
+    assert code == 0 and preview.stat().st_size > 1000
+    code, _, err = run(capsys, "persona", "add", str(astronaut_png), "--id", "astro")
+    assert code == 0
+
+
+@pytest.mark.parametrize("persona_id", ["../etc", "CON", "", "x" * 200, "ünï"])
+def test_persona_add_bad_ids(capsys, astronaut_png, persona_id):
+    code, _, err = run(capsys, "persona", "add", str(astronaut_png), "--id", persona_id)
+    assert code == 1 and err.startswith("error: invalid persona id") and err.count("\n") == 1
+    assert not storage.persona_root().exists() or not any(storage.persona_root().iterdir())
+
+
+def test_persona_add_not_an_image(capsys, tmp_path):
+    fake = tmp_path / "fake.png"
+    fake.write_text("hello")
+    code, _, err = run(capsys, "persona", "add", str(fake), "--id", "fake")
+    assert code == 1 and "fake.png" in err and err.count("\n") == 1
+    assert not storage.persona_dir("fake").exists() and storage.find_persona_source("fake") is None
