@@ -3,8 +3,10 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The local Dagster instance shared by the demo and the UI (runs, partitions, sensor cursors).
+export DAGSTER_HOME := $(CURDIR)/storage/dagster_home
 
-.PHONY: setup demo test dev validate bench clean-storage
+.PHONY: setup demo test dev clean-storage
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -15,7 +17,7 @@ $(STAMP): requirements.lock pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m newsmotion_engine.demo
+	$(BIN)/python -m newsmotion_assets.demo
 
 test: $(STAMP)
 	$(BIN)/dagster definitions validate -w workspace.yaml
@@ -25,4 +27,5 @@ dev: $(STAMP)
 	$(BIN)/dagster dev -w workspace.yaml
 
 clean-storage:
-	rm -rf storage/motion storage/personas/inbox
+	rm -rf storage/motion storage/personas
+	find storage/dagster_home -mindepth 1 ! -name dagster.yaml -exec rm -rf {} +

@@ -324,6 +324,102 @@ def bench_persona_cmd(
     write_result(run_suite("persona", log=lambda m: console.print(f"[dim]{m}[/]")), json_path)
 
 
+@bench_app.command("warp")
+def bench_warp_cmd(
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here.")] = None,
+) -> None:
+    """Warp backend end-to-end fps at 720x1280 (render + encode), with ms per stage."""
+    from newsmotion_engine.bench.suites import run_suite
+
+    write_result(run_suite("warp", log=lambda m: console.print(f"[dim]{m}[/]")), json_path)
+
+
+# ---------------------------------------------------------------- render + scorecard
+@app.command("render")
+def render_cmd(
+    persona: Annotated[str, typer.Option("--persona", help="Persona id.")],
+    loop: Annotated[str, typer.Option("--loop", help="Loop id.")],
+    backend: Annotated[str, typer.Option("--backend", help="Render backend (see `newsmotion backends`).")] = "warp",
+    out: Annotated[Optional[Path], typer.Option("--out", help="Output .mp4 (default storage/motion/renders/P/L/BACKEND.mp4).")] = None,
+    width: Annotated[int, typer.Option(help="Output width (even).")] = 720,
+    height: Annotated[int, typer.Option(help="Output height (even).")] = 1280,
+    fps: Annotated[int, typer.Option(help="Output frame rate.")] = 30,
+    background: Annotated[str, typer.Option(help="Background colour #RRGGBB (default chroma green).")] = "#00B140",
+    option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="Backend option KEY=VALUE (JSON value), repeatable.")] = None,
+) -> None:
+    """Render one loop performed by one persona to an mp4 (+ telemetry JSON beside it)."""
+    from newsmotion_engine.render import RenderSpec, get_backend
+    from newsmotion_engine.render.job import preflight, render_persona_loop
+
+    spec = RenderSpec(width=width, height=height, fps=fps, background=background)
+    if out is not None and out.suffix.lower() != ".mp4":
+        raise BadInputError(out, "output must be an .mp4 file")
+    engine = get_backend(backend, **parse_options(option or []))
+    out = preflight(persona, loop, engine.name, out)
+    engine.load()
+    try:
+        with progress_bar() as bar:
+            task = bar.add_task(f"{persona} x {loop} ({backend})", total=None)
+            tele = render_persona_loop(
+                persona, loop, engine, spec, out_path=out, progress=lambda d, t: bar.update(task, completed=d, total=t)
+            )
+    finally:
+        engine.close()
+    weights = (tele.get("backend_info") or {}).get("weights")
+    console.print(
+        f"{tele['output']}: {tele['frames']} frames {tele['width']}x{tele['height']} @ {tele['fps']} fps, "
+        f"{tele['fps_achieved']:.1f} fps achieved, encoder {tele['encoder']}"
+        + (f", weights: {weights}" if weights else "")
+    )
+
+
+def parse_options(pairs: list[str]) -> dict[str, Any]:
+    """``["threads=2", "preset=\"tiny\""]`` -> ``{"threads": 2, "preset": "tiny"}`` (a value that is not
+    JSON is taken as a string)."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"--option expects KEY=VALUE, got {pair!r}")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
+@app.command("backends")
+def backends_cmd() -> None:
+    """List the registered render backends."""
+    from newsmotion_engine.render import available_backends
+
+    for name in available_backends():
+        console.print(name)
+
+
+@app.command("scorecard")
+def scorecard_cmd(
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the scorecard records here.")] = None,
+) -> None:
+    """Every render's telemetry plus benchmark results; exported to storage/motion/scorecards/{date}.json/.csv."""
+    from newsmotion_engine.bench.scorecard import build_scorecard, export_scorecard
+
+    frame = build_scorecard()
+    exported = export_scorecard(frame)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(frame.to_json(orient="records", indent=2))
+    renders = frame[frame["kind"] == "render"]
+    table = Table("persona", "loop", "backend", "weights", "encoder", "frames", "fps achieved", "wall s")
+    for row in renders.to_dict("records"):
+        table.add_row(
+            str(row["persona_id"]), str(row["loop_id"]), str(row["backend"]), str(row["weights"]),
+            str(row["encoder"]), str(row["frames"]), f"{row['fps_achieved']:.1f}", f"{row['wall_s']:.2f}",
+        )
+    console.print(table)
+    console.print(f"{len(renders)} renders, {len(frame) - len(renders)} benchmark rows -> {exported[0]}, {exported[1]}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning user-fixable errors into one line and exit status 1."""
     try:

@@ -58,7 +58,21 @@ def _persona(log: Log) -> dict[str, Any]:
     return {"benchmark": "persona", "machine": machine_info(), **result}
 
 
-SUITES: dict[str, Callable[[Log], dict[str, Any]]] = {"guidance": _guidance, "persona": _persona}
+def _warp(log: Log) -> dict[str, Any]:
+    from newsmotion_engine.bench.guidance import machine_info
+    from newsmotion_engine.bench.warp import bench_warp
+    from newsmotion_engine.guidance.cache import build_guidance
+    from newsmotion_engine.persona.cache import build_persona
+
+    with private_storage() as root:
+        log("building the welcome loop and the sample persona, then rendering 720x1280 end to end")
+        guidance, _ = build_guidance("welcome")
+        persona, _ = build_persona(sample_portrait(root / "samples"), "astronaut")
+        result = bench_warp(guidance, persona, frames=120, width=720, height=1280, threads=2, repeats=5, log=log)
+    return {"benchmark": "warp", "loop": "welcome", "persona": "astronaut", "machine": machine_info(), **result}
+
+
+SUITES: dict[str, Callable[[Log], dict[str, Any]]] = {"guidance": _guidance, "persona": _persona, "warp": _warp}
 
 
 def run_suite(name: str, json_path: Path | None = None, *, log: Log = print) -> dict[str, Any]:

@@ -1,0 +1,68 @@
+"""``guidance_cache[loop]``: Tier-1 motion keypoints per loop, built once, memory-mapped later."""
+
+
+import dagster as dg
+
+from newsmotion_assets.metadata import png_markdown, warm_load_ms
+from newsmotion_assets.partitions import loop_partitions
+from newsmotion_engine import cachedir, skeleton
+from newsmotion_engine.errors import CacheError
+from newsmotion_engine.guidance import draw
+from newsmotion_engine.guidance.cache import build_guidance, keypoint_problems, load_guidance
+
+
+@dg.asset(
+    partitions_def=loop_partitions,
+    group_name="motion",
+    kinds={"python", "numpy"},
+    description="Raw whole-body keypoints of one motion loop (COCO-WholeBody 133, normalized), "
+    "authored procedurally or extracted from a driving video; storage/motion/preprocessed/{loop}/.",
+)
+def guidance_cache(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    loop_id = context.partition_key
+    last_logged = [-1]
+
+    def progress(done: int, total: int) -> None:
+        # A log line every ~10% of frames: enough to follow a long extraction in the UI.
+        step = max(total // 10, 1)
+        if done // step != last_logged[0]:
+            last_logged[0] = done // step
+            context.log.info(f"{loop_id}: {done}/{total} frames")
+
+    cache, rebuilt = build_guidance(loop_id, progress=progress)
+    context.log.info(f"{loop_id}: {'built' if rebuilt else 'cache current, reused'} ({cache.path})")
+    confidence = skeleton.part_confidence(cache.keypoints)
+    sheet = draw.contact_sheet(cache.keypoints)
+    return dg.MaterializeResult(
+        metadata={
+            "frames": cache.frames,
+            "fps": cache.fps,
+            "source": cache.source_kind,
+            "source_sha256": cache.metadata["source"]["sha256"],
+            "rebuilt": rebuilt,
+            "bytes": dg.MetadataValue.int(cachedir.cache_bytes(cache.path)),
+            "path": dg.MetadataValue.path(str(cache.path)),
+            "warm_load_ms_p50": warm_load_ms(lambda: load_guidance(loop_id)),
+            **{f"confidence_{part}": round(value, 3) for part, value in confidence.items()},
+            "preview": png_markdown(draw.png_bytes(sheet), f"{loop_id} pose maps"),
+        }
+    )
+
+
+@dg.asset_check(
+    asset=guidance_cache,
+    partitions_def=loop_partitions,
+    blocking=True,
+    description="Hashes match metadata.json; shapes, dtypes, no NaN, confidences in [0, 1].",
+)
+def guidance_cache_valid(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    loop_id = context.partition_key
+    try:
+        cache = load_guidance(loop_id, verify=True)
+    except CacheError as exc:
+        return dg.AssetCheckResult(passed=False, metadata={"problem": str(exc)})
+    problems = keypoint_problems(cache.keypoints)
+    return dg.AssetCheckResult(
+        passed=not problems,
+        metadata={"problems": "; ".join(problems) or "none", "frames": cache.frames},
+    )

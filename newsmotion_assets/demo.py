@@ -1,0 +1,136 @@
+"""``make demo``: the whole pipeline through Dagster, in process, on the embedded CPU default.
+
+Materializes, with the same asset definitions the UI shows: every loop's guidance cache, the
+sample persona (scikit-image's public-domain astronaut), every render persona x loop with the
+``warp`` backend, then the scorecard; prints the scorecard and where the mp4s are. Runs are
+recorded in ``$DAGSTER_HOME`` (the Makefile points it at ``storage/dagster_home``), so
+``make dev`` shows them afterwards.
+"""
+
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import dagster as dg
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+# We knowingly use beta/preview Dagster features (partitioned checks, single-run backfills,
+# multi-to-single partition mappings); the demo output is for newsroom users, not for that.
+warnings.filterwarnings("ignore", category=dg.BetaWarning)
+warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+
+from newsmotion_assets.assets.guidance import guidance_cache, guidance_cache_valid
+from newsmotion_assets.assets.persona import persona_cache, persona_cache_valid
+from newsmotion_assets.assets.render import render
+from newsmotion_assets.assets.reports import scorecard
+from newsmotion_assets.partitions import loop_partitions, persona_partitions
+from newsmotion_assets.resources import RendererResource, release_warm_backends
+from newsmotion_engine import storage
+from newsmotion_engine.bench.suites import sample_portrait
+from newsmotion_engine.errors import NewsmotionError
+from newsmotion_engine.guidance.cache import all_loop_ids
+from newsmotion_engine.persona.sources import install_source
+
+SAMPLE_PERSONA = "astronaut"
+# The demo prints its own progress lines; Dagster's per-event debug log would drown them (the
+# full event log is in the instance: `make dev` shows it).
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+console = Console(width=max(Console().width, 150))
+
+
+def _instance() -> dg.DagsterInstance:
+    if os.environ.get("DAGSTER_HOME"):
+        Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
+        return dg.DagsterInstance.get()
+    return dg.DagsterInstance.ephemeral()
+
+
+def _materialize(assets, key, instance, resources=None, label=""):
+    t0 = time.perf_counter()
+    result = dg.materialize(
+        assets, partition_key=key, instance=instance, resources=resources, run_config=QUIET, raise_on_error=False
+    )
+    if not result.success:
+        failures = result.get_step_failure_events()
+        detail = failures[0].event_specific_data.error.to_string().strip().splitlines()[-1] if failures else "failed"
+        raise NewsmotionError(f"{label or key}: {detail}")
+    checks = result.get_asset_check_evaluations()
+    failed = [c.check_name for c in checks if not c.passed]
+    if failed:
+        raise NewsmotionError(f"{label or key}: asset check(s) failed: {', '.join(failed)}")
+    console.print(f"  [green]ok[/] {escape(label or str(key))} ({time.perf_counter() - t0:.1f} s)")
+    return result
+
+
+def run_demo() -> None:
+    started = time.perf_counter()
+    instance = _instance()
+    loops = all_loop_ids()
+    console.print(f"[bold]newsmotion demo[/] — storage {storage.storage_root()}")
+
+    console.print("[bold]1/4 guidance caches[/] (Tier 1, per loop)")
+    instance.add_dynamic_partitions(loop_partitions.name, loops)
+    for loop_id in loops:
+        _materialize([guidance_cache, guidance_cache_valid], loop_id, instance, label=f"guidance_cache[{loop_id}]")
+
+    console.print("[bold]2/4 persona cache[/] (Tier 2, the sample anchor)")
+    sample = sample_portrait(storage.persona_samples())
+    install_source(sample, SAMPLE_PERSONA)
+    instance.add_dynamic_partitions(persona_partitions.name, [SAMPLE_PERSONA])
+    _materialize([persona_cache, persona_cache_valid], SAMPLE_PERSONA, instance, label=f"persona_cache[{SAMPLE_PERSONA}]")
+
+    console.print("[bold]3/4 renders[/] (warp backend, 720x1280 @ 30 fps; backend loaded once)")
+    resources = {"renderer": RendererResource()}
+    for loop_id in loops:
+        key = dg.MultiPartitionKey({"persona": SAMPLE_PERSONA, "loop": loop_id})
+        _materialize([render], key, instance, resources, label=f"render[{SAMPLE_PERSONA} x {loop_id}]")
+    release_warm_backends()
+
+    console.print("[bold]4/4 scorecard[/]")
+    result = dg.materialize([scorecard], instance=instance, run_config=QUIET, raise_on_error=True)
+    (mat,) = result.asset_materializations_for_node("scorecard")
+    _print_scorecard()
+    console.print(f"scorecard files: {mat.metadata['json'].value}, {mat.metadata['csv'].value}")
+    console.print(f"mp4s: {storage.renders_root() / SAMPLE_PERSONA}/<loop>/warp.mp4")
+    console.print(f"[bold]demo wall time: {time.perf_counter() - started:.1f} s[/]")
+
+
+def _print_scorecard() -> None:
+    from newsmotion_engine.bench.scorecard import build_scorecard
+
+    frame = build_scorecard()
+    renders = frame[frame["kind"] == "render"]
+    table = Table("persona", "loop", "backend", "weights", "encoder", "frames", "fps achieved", "wall s", "guidance/persona cache")
+    for row in renders.to_dict("records"):
+        table.add_row(
+            str(row["persona_id"]), str(row["loop_id"]), str(row["backend"]), str(row["weights"]), str(row["encoder"]),
+            str(row["frames"]), f"{row['fps_achieved']:.1f}", f"{row['wall_s']:.2f}",
+            f"{row['guidance_cache']}/{row['persona_cache']}",
+        )
+    console.print(table)
+    bench = frame[frame["kind"] == "bench"]
+    if not bench.empty:
+        table = Table("benchmark (committed results)", "key figures")
+        for row in bench.to_dict("records"):
+            figures = [
+                f"{k}={row[k]:.4g}" for k in ("load_ms_p50", "ratio", "build_s", "fps", "forward_speedup_vs_stock")
+                if k in row and isinstance(row[k], (int, float)) and row[k] == row[k]
+            ]
+            table.add_row(Path(str(row["bench_file"])).name, ", ".join(figures))
+        console.print(table)
+
+
+def main() -> None:
+    try:
+        run_demo()
+    except NewsmotionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

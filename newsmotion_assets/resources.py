@@ -1,0 +1,78 @@
+"""The renderer resource: owns the loaded backend (loaded in ``setup_for_execution``, once per
+process), so a single-run backfill or an in-process demo renders many partitions warm."""
+
+from __future__ import annotations
+
+import atexit
+import json
+from typing import Any
+
+import dagster as dg
+from pydantic import PrivateAttr
+
+from newsmotion_engine.render import Backend, RenderSpec, get_backend
+
+
+# Loaded backends by configuration, shared by every run in this process: loading (and, for
+# diffusion backends, compiling) is paid once, then single-run backfills and in-process demos
+# render many partitions warm.
+_WARM: dict[str, Backend] = {}
+
+
+def _key(backend: str, options: dict[str, Any]) -> str:
+    return json.dumps([backend, options], sort_keys=True, default=str)
+
+
+def release_warm_backends() -> None:
+    """Close every process-wide backend (frees memory / VRAM)."""
+    while _WARM:
+        _WARM.popitem()[1].close()
+
+
+atexit.register(release_warm_backends)
+
+
+class RendererResource(dg.ConfigurableResource):
+    """Which backend renders, with what settings, at what output size.
+
+    ``options`` is the backend's own configuration as data (e.g. ``{"threads": 2}`` for warp);
+    unknown keys are rejected by the backend with a clear error. ``keep_warm`` keeps the loaded
+    backend for the next run in this process; set it false to free memory at teardown.
+    """
+
+    backend: str = "warp"
+    options: dict[str, Any] = {}
+    width: int = 720
+    height: int = 1280
+    fps: int = 30
+    background: str = "#00B140"
+    keep_warm: bool = True
+
+    _backend: Backend | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self.spec()  # a bad size/fps fails here, before anything loads
+        self._backend = self._load()
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._backend is not None and not self.keep_warm:
+            _WARM.pop(_key(self.backend, self.options), None)
+            self._backend.close()
+        self._backend = None
+
+    def _load(self) -> Backend:
+        key = _key(self.backend, self.options)
+        if key not in _WARM:
+            backend = get_backend(self.backend, **self.options)
+            backend.load()
+            _WARM[key] = backend
+        return _WARM[key]
+
+    @property
+    def loaded(self) -> Backend:
+        if self._backend is None:  # used outside a run (e.g. a unit test)
+            self._backend = self._load()
+        return self._backend
+
+    def spec(self) -> RenderSpec:
+        return RenderSpec(width=self.width, height=self.height, fps=self.fps, background=self.background)

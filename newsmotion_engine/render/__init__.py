@@ -1,0 +1,34 @@
+"""Rendering: the backend protocol and registry, retargeting, the CPU ``warp`` backend and
+``render_clip`` (persona x loop -> mp4 + telemetry).
+
+Importing this package registers the built-in backends (``available_backends()`` lists them).
+"""
+
+from newsmotion_engine.render.base import (
+    BACKGROUND_CHROMA_GREEN,
+    Backend,
+    BackendNeeds,
+    InvalidSpecError,
+    RenderSpec,
+    UnknownBackendError,
+    available_backends,
+    get_backend,
+    register_backend,
+)
+from newsmotion_engine.render.retarget import retarget
+from newsmotion_engine.render import warp as _warp  # noqa: F401  (registers "warp")
+from newsmotion_engine.render.clip import render_clip
+
+__all__ = [
+    "BACKGROUND_CHROMA_GREEN",
+    "Backend",
+    "BackendNeeds",
+    "InvalidSpecError",
+    "RenderSpec",
+    "UnknownBackendError",
+    "available_backends",
+    "get_backend",
+    "register_backend",
+    "render_clip",
+    "retarget",
+]

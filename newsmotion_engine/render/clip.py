@@ -1,0 +1,177 @@
+"""Render one persona x loop clip to an mp4 plus a telemetry JSON.
+
+``render_clip`` is the one entry point the CLI and the Dagster asset share: retarget the loop onto
+the persona, stream the backend's frames into the encoder, and write ``out.mp4`` and
+``out.json`` (telemetry), both atomically. The clip is never held in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from newsmotion_engine.errors import NewsmotionError
+from newsmotion_engine.render.base import Backend, RenderSpec
+from newsmotion_engine.render.retarget import retarget
+from newsmotion_engine.video.encode import VideoEncoder, check_output_folder
+
+__all__ = ["render_clip", "peak_rss_mb", "loop_canvas_size"]
+
+# The canonical loops are normalized to a 720x1280 portrait frame; a guidance object may say
+# otherwise with ``width``/``height`` attributes.
+DEFAULT_LOOP_CANVAS = (720, 1280)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MiB (a process-lifetime high-water mark)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports KiB, macOS bytes.
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def loop_canvas_size(guidance: Any) -> tuple[int, int]:
+    """``(width, height)`` in pixels of the frame a loop's keypoints are normalized to."""
+    w = getattr(guidance, "width", None)
+    h = getattr(guidance, "height", None)
+    if isinstance(w, int) and isinstance(h, int) and w > 0 and h > 0:
+        return (w, h)
+    return DEFAULT_LOOP_CANVAS
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def render_clip(
+    guidance: Any,
+    persona: Any,
+    backend: Backend,
+    spec: RenderSpec,
+    out_path: Path | str,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    extra_telemetry: dict[str, Any] | None = None,
+    encoder: str = "auto",
+    encoder_threads: int | None = None,
+    encoder_preset: str | None = None,
+) -> dict[str, Any]:
+    """Render ``guidance`` (a motion loop) on ``persona`` with ``backend`` into ``out_path``.
+
+    Args:
+        guidance: a loaded loop: ``loop_id``, ``keypoints`` ``[T, 133, 3]``, ``fps``, ``frames``.
+        persona: a loaded appearance: ``persona_id``, ``portrait``, ``person_mask``, ``face_mask``,
+            ``landmarks``.
+        backend: a backend from ``get_backend``; ``load()`` is called (it is idempotent).
+        spec: output size, fps, background.
+        out_path: the ``.mp4`` to write; its folder must exist and be writable (checked before
+            any rendering). Telemetry goes to ``out_path.with_suffix(".json")``.
+        progress: ``progress(done, total)`` after each frame.
+        extra_telemetry: merged into the telemetry (e.g. cache hits from the caller).
+        encoder, encoder_threads, encoder_preset: passed to :class:`VideoEncoder` (``None`` = its
+            defaults: auto, ffmpeg's thread choice, libx264 superfast).
+
+    Returns:
+        The telemetry dict: backend, backend_info, encoder, frames, fps (output), fps_achieved,
+        render_ms, retarget_ms, mux_ms, encode_wait_ms, wall_s, peak_rss_mb, width, height, ...
+
+    Raises:
+        BadInputError: output folder missing or read-only.
+        EncoderError: ffmpeg failed. Any error leaves no mp4/json at the target (an older one
+        there stays untouched).
+
+    Example::
+
+        backend = get_backend("warp"); backend.load()
+        tele = render_clip(loop, persona, backend, RenderSpec(), Path("out/anna/nod/warp.mp4"))
+    """
+    t_start = time.perf_counter()
+    out_path = check_output_folder(out_path)
+    json_path = out_path.with_suffix(".json")
+    kp = np.asarray(guidance.keypoints)
+    total = int(kp.shape[0]) if kp.ndim == 3 else 0
+    if total < 1:
+        raise NewsmotionError(f"loop {getattr(guidance, 'loop_id', '?')}: no keypoint frames to render")
+
+    backend.load()
+    t0 = time.perf_counter()
+    portrait_hw = np.asarray(persona.portrait).shape[:2]
+    retargeted = retarget(
+        kp,
+        persona.landmarks,
+        loop_size=loop_canvas_size(guidance),
+        persona_size=(int(portrait_hw[1]), int(portrait_hw[0])),
+    )
+    retarget_ms = (time.perf_counter() - t0) * 1e3
+
+    render_s = 0.0
+    done = 0
+    enc_opts: dict[str, Any] = {"encoder": encoder, "threads": encoder_threads}
+    if encoder_preset:
+        enc_opts["preset"] = encoder_preset
+    with VideoEncoder(out_path, spec.width, spec.height, spec.fps, **enc_opts) as enc:
+        frames = iter(backend.frames(guidance, persona, retargeted, spec))
+        while True:
+            t0 = time.perf_counter()
+            try:
+                frame = next(frames)
+            except StopIteration:
+                render_s += time.perf_counter() - t0
+                break
+            render_s += time.perf_counter() - t0
+            enc.write(frame)
+            done += 1
+            if progress is not None:
+                progress(done, total)
+        if done != total:
+            # A backend bug, not user input: fail loudly, and the encoder leaves no file.
+            raise RuntimeError(f"backend {backend.name!r} yielded {done} frames for a {total}-frame loop")
+    wall_s = time.perf_counter() - t_start
+
+    telemetry: dict[str, Any] = {
+        "backend": backend.name,
+        "backend_info": backend.describe(),
+        "loop_id": getattr(guidance, "loop_id", None),
+        "persona_id": getattr(persona, "persona_id", None),
+        "encoder": enc.encoder,
+        "frames": done,
+        "fps": spec.fps,
+        "width": spec.width,
+        "height": spec.height,
+        "background": spec.as_dict()["background"],
+        "seed": spec.seed,
+        "fps_achieved": round(done / wall_s, 2) if wall_s > 0 else None,
+        "render_ms": round(render_s * 1e3, 1),
+        "retarget_ms": round(retarget_ms, 2),
+        "mux_ms": round(enc.mux_ms, 1),
+        "encode_wait_ms": round(enc.wait_ms, 1),
+        "wall_s": round(wall_s, 3),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "output": str(out_path),
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    if extra_telemetry:
+        telemetry.update(extra_telemetry)
+    try:
+        _write_json_atomic(json_path, telemetry)
+    except OSError as exc:
+        # An mp4 without its telemetry would look like a finished render: take it back.
+        out_path.unlink(missing_ok=True)
+        raise NewsmotionError(f"{json_path}: could not write the render telemetry ({exc})") from None
+    return telemetry

@@ -1,0 +1,32 @@
+import ast
+import pathlib
+
+import dagster as dg
+
+from newsmotion_assets.definitions import defs
+
+ENGINE = pathlib.Path(__file__).resolve().parents[2] / "newsmotion_engine"
+
+
+def test_definitions_load_with_expected_graph():
+    repo = defs.get_repository_def()
+    keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
+    assert {"guidance_cache", "persona_cache", "render", "benchmarks", "scorecard"} <= keys
+    assert {s.name for s in repo.sensor_defs} >= {"loop_sensor", "persona_inbox_sensor"}
+    ours = [s for s in repo.sensor_defs if s.name in ("loop_sensor", "persona_inbox_sensor")]
+    assert all(s.default_status == dg.DefaultSensorStatus.RUNNING for s in ours)
+    schedule = repo.get_schedule_def("nightly_benchmark")
+    assert schedule.cron_schedule == "0 2 * * *" and schedule.execution_timezone == "UTC"
+
+
+def test_engine_never_imports_dagster():
+    offenders = []
+    for path in ENGINE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0].startswith("dagster")]
+    assert not offenders, offenders
