@@ -147,3 +147,14 @@ def persona_inbox_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult
         dynamic_partitions_requests=[persona_partitions.build_add_request(new_ids)] if new_ids else [],
         cursor=json.dumps({"scan": scan.cursor, "ids": owners}, sort_keys=True),
     )
+
+
+# Evaluates the assets' automation conditions (render: eager), so a re-materialized guidance or
+# persona cache re-renders its row/column of the grid. On by default, like the folder sensors.
+render_automation_sensor = dg.AutomationConditionSensorDefinition(
+    "render_automation_sensor",
+    target=dg.AssetSelection.all(),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=30,
+    description="Declarative automation: re-renders when an upstream cache is re-materialized.",
+)

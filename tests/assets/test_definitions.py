@@ -13,7 +13,8 @@ def test_definitions_load_with_expected_graph():
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
     assert {"guidance_cache", "persona_cache", "render", "benchmarks", "scorecard"} <= keys
     assert {s.name for s in repo.sensor_defs} >= {"loop_sensor", "persona_inbox_sensor"}
-    ours = [s for s in repo.sensor_defs if s.name in ("loop_sensor", "persona_inbox_sensor")]
+    ours = [s for s in repo.sensor_defs if s.name in ("loop_sensor", "persona_inbox_sensor", "render_automation_sensor")]
+    assert len(ours) == 3
     assert all(s.default_status == dg.DefaultSensorStatus.RUNNING for s in ours)
     schedule = repo.get_schedule_def("nightly_benchmark")
     assert schedule.cron_schedule == "0 2 * * *" and schedule.execution_timezone == "UTC"
