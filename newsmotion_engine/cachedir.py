@@ -29,12 +29,14 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from filelock import FileLock
 
-from newsmotion_engine.errors import CacheCorruptError, CacheMissingError, CacheStaleError
+from newsmotion_engine.errors import CacheCorruptError, CacheError, CacheMissingError, CacheStaleError
+
+T = TypeVar("T")
 
 METADATA_NAME = "metadata.json"
 
@@ -291,6 +293,19 @@ def _map_array(path: Path, entry: Mapping[str, Any], spec: ArraySpec) -> np.ndar
 
 def _fmt_shape(pattern: ShapeSpec) -> str:
     return "[" + ", ".join("*" if p is None else str(p) for p in pattern) + "]"
+
+
+def load_status(load: Callable[[], T]) -> tuple[str, T | None, str]:
+    """Run a cache loader and classify the outcome for status listings:
+    ``("valid", cache, "")`` or ``("missing" | "stale" | "corrupt", None, problem)``."""
+    try:
+        return "valid", load(), ""
+    except CacheMissingError:
+        return "missing", None, ""
+    except CacheStaleError as exc:
+        return "stale", None, exc.problem
+    except CacheError as exc:
+        return "corrupt", None, exc.problem
 
 
 def cache_bytes(cache_dir: Path) -> int:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from newsmotion_engine import cachedir, skeleton, storage
-from newsmotion_engine.errors import CacheError, CacheStaleError, NewsmotionError
+from newsmotion_engine.errors import CacheError, NewsmotionError
 from newsmotion_engine.ids import validate_id
 
 SCHEMA = cachedir.CacheSchema(
@@ -242,14 +242,9 @@ def guidance_status(loop_id: str) -> tuple[str, GuidanceCache | None, str]:
         source, source_problem = None, str(exc)
     else:
         source_problem = ""
-    try:
-        cache = load_guidance(loop_id)
-    except cachedir.CacheMissingError:
-        return "missing", None, ""
-    except CacheStaleError as exc:
-        return "stale", None, exc.problem
-    except CacheError as exc:
-        return "corrupt", None, exc.problem
+    status, cache, detail = cachedir.load_status(lambda: load_guidance(loop_id))
+    if cache is None:
+        return status, None, detail
     if source is None:
         return "stale", cache, source_problem
     if cache.metadata.get("source") != source.source or cache.metadata.get("params") != source.params:

@@ -39,7 +39,7 @@ import cv2
 import numpy as np
 
 from newsmotion_engine import cachedir, skeleton, storage
-from newsmotion_engine.errors import BadInputError, CacheCorruptError, CacheError, CacheStaleError
+from newsmotion_engine.errors import BadInputError, CacheCorruptError, CacheError
 from newsmotion_engine.ids import SLUG_RE, RESERVED, validate_id
 from newsmotion_engine.persona import image as image_mod
 from newsmotion_engine.persona import matte as matte_mod
@@ -329,14 +329,9 @@ def persona_status(persona_id: str) -> tuple[str, PersonaCache | None, str]:
     ``guidance_status``). Stale: older schema or params, or the source image (the kept copy in
     ``personas/sources/``, else the path it was built from, if still there) has other content than
     the cache was built from (re-hashed here; cheap next to a build)."""
-    try:
-        cache = load_persona(persona_id)
-    except cachedir.CacheMissingError:
-        return "missing", None, ""
-    except CacheStaleError as exc:
-        return "stale", None, exc.problem
-    except CacheError as exc:
-        return "corrupt", None, exc.problem
+    status, cache, detail = cachedir.load_status(lambda: load_persona(persona_id))
+    if cache is None:
+        return status, None, detail
     params = persona_params()
     if cache.metadata.get("params") != params:
         built_v = (cache.metadata.get("params") or {}).get("version")
