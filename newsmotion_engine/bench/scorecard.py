@@ -22,6 +22,8 @@ RENDER_COLUMNS = [
     "render_ms", "mux_ms", "wall_s", "peak_rss_mb", "guidance_cache", "persona_cache", "output",
 ]
 
+INTEGER_COLUMNS = ("frames", "fps", "width", "height")
+
 
 def bench_results_dir() -> Path:
     """Committed benchmark results (``$NEWSMOTION_BENCH_RESULTS`` or ``bench/results``)."""
@@ -87,6 +89,11 @@ def build_scorecard(bench_folders: list[Path] | None = None) -> pd.DataFrame:
     frame = pd.DataFrame(render_rows() + bench_rows(bench_folders))
     if frame.empty:
         return pd.DataFrame(columns=["kind", *RENDER_COLUMNS])
+    for column in INTEGER_COLUMNS:  # stay integers despite the bench rows' missing values
+        if column in frame.columns:
+            values = pd.to_numeric(frame[column], errors="coerce")
+            if values.notna().equals(frame[column].notna()) and (values.dropna() % 1 == 0).all():
+                frame[column] = values.astype("Int64")
     first = ["kind", *[c for c in RENDER_COLUMNS if c in frame.columns]]
     return frame[first + [c for c in frame.columns if c not in first]]
 
