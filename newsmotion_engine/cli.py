@@ -334,6 +334,27 @@ def bench_warp_cmd(
     write_result(run_suite("warp", log=lambda m: console.print(f"[dim]{m}[/]")), json_path)
 
 
+@bench_app.command("gpu")
+def bench_gpu_cmd(
+    preset: Annotated[str, typer.Option(help="Architecture preset: tiny, smoke, 1.3b, 14b (random weights).")] = "14b",
+    part: Annotated[str, typer.Option(help="forward (transformer variants), render (one segment end to end) or all.")] = "forward",
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here.")] = None,
+    width: Annotated[int, typer.Option(help="Frame width.")] = 720,
+    height: Annotated[int, typer.Option(help="Frame height.")] = 1280,
+    frames: Annotated[int, typer.Option(help="Frames per segment.")] = 77,
+    steps: Annotated[int, typer.Option(help="Denoising steps for the render part.")] = 4,
+    device: Annotated[str, typer.Option(help="auto, cuda or cpu.")] = "auto",
+) -> None:
+    """wan-animate vs stock diffusers: per-forward ms, weights/peak VRAM, end-to-end segment time (GPU)."""
+    from newsmotion_engine.bench.gpu import bench_gpu
+
+    result = bench_gpu(
+        preset=preset, part=part, width=width, height=height, frames=frames, steps=steps, device=device,
+        json_path=json_path, log=lambda m: console.print(f"[dim]{m}[/]"),
+    )
+    write_result(result, None)
+
+
 # ---------------------------------------------------------------- render + scorecard
 @app.command("render")
 def render_cmd(

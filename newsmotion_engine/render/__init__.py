@@ -17,6 +17,9 @@ from newsmotion_engine.render.base import (
 )
 from newsmotion_engine.render.retarget import retarget
 from newsmotion_engine.render import warp as _warp  # noqa: F401  (registers "warp")
+from newsmotion_engine.render import wan_animate as _wan_animate
+
+_wan_animate.register()  # lazy: torch/diffusers load only when a wan-animate backend is created
 from newsmotion_engine.render.clip import render_clip
 
 __all__ = [

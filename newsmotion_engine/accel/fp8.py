@@ -1,0 +1,161 @@
+"""FP8 (e4m3) linear layers: rowwise-scaled weights, FP8 compute through ``torch._scaled_mm``.
+
+Each ``nn.Linear`` in the transformer's repeated blocks (and face-adapter blocks) is swapped, in
+place and one at a time (so peak memory never holds two copies of the model), for a
+:class:`Float8Linear` holding an e4m3 weight with one float32 scale per output row. Per call the
+activation gets one dynamic scale per token row, and the matmul runs on the FP8 tensor cores with
+both scale vectors applied in the epilogue (rowwise scaling; ~1.7x the bf16 GEMM rate on an H200).
+
+Modes:
+- ``"compute"``: FP8 weights and FP8 matmuls; needs compute capability >= 9.0 (H100/H200),
+  otherwise :class:`Fp8UnsupportedError` with what to use instead.
+- ``"storage"``: FP8 weights (half the bytes), dequantized to the compute dtype per call; runs
+  anywhere (the labelled fallback: memory win, no speed win).
+- ``"auto"``: compute where supported, else storage (the returned report says which ran).
+
+Modules diffusers keeps in fp32 (norms, time embedder, modulation tables) are never linears of
+the blocks, and everything outside the blocks (embedders, output projection) stays as loaded.
+In compute mode, layers whose sizes are not multiples of 16 (the FP8 GEMM's alignment) stay in
+high precision.
+
+Example::
+
+    report = quantize_fp8(transformer, mode="auto")
+    report["mode"], report["layers"], report["weight_gib"]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from newsmotion_engine.errors import NewsmotionError
+
+__all__ = ["Float8Linear", "Fp8UnsupportedError", "fp8_compute_supported", "module_weight_gib", "quantize_fp8"]
+
+E4M3_MAX = float(torch.finfo(torch.float8_e4m3fn).max)  # 448
+DEFAULT_SCOPES = ("blocks", "face_adapter")
+
+
+class Fp8UnsupportedError(NewsmotionError, RuntimeError):
+    """FP8 compute was asked for on hardware without FP8 tensor cores."""
+
+
+def fp8_compute_supported(device: torch.device | str | None = None) -> tuple[bool, str]:
+    """``(supported, why)``: rowwise FP8 ``_scaled_mm`` needs CUDA compute capability >= 9.0."""
+    if not torch.cuda.is_available():
+        return False, "no CUDA GPU on this machine"
+    dev = torch.device(device) if device is not None else torch.device("cuda")
+    if dev.type != "cuda":
+        return False, f"the model runs on {dev.type}, FP8 matmuls need a CUDA GPU"
+    cap = torch.cuda.get_device_capability(dev)
+    if cap < (9, 0):
+        return False, f"{torch.cuda.get_device_name(dev)} has compute capability {cap[0]}.{cap[1]}; rowwise FP8 needs 9.0 (H100/H200)"
+    if not hasattr(torch, "_scaled_mm"):
+        return False, f"torch {torch.__version__} has no _scaled_mm"
+    return True, f"{torch.cuda.get_device_name(dev)} (sm_{cap[0]}{cap[1]})"
+
+
+def _rowwise_quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """e4m3 values and float32 per-row scales (``x ~= q * scale``) of a 2-D tensor."""
+    amax = x.abs().amax(dim=-1, keepdim=True).float().clamp_min(1e-12)
+    scale = amax / E4M3_MAX
+    q = (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return q, scale
+
+
+class Float8Linear(nn.Module):
+    """A linear layer with an e4m3 weight and per-output-row float32 scales."""
+
+    def __init__(self, linear: nn.Linear, *, compute: bool, out_dtype: torch.dtype) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.compute = compute
+        self.out_dtype = out_dtype
+        with torch.no_grad():
+            q, scale = _rowwise_quantize(linear.weight.data)
+        self.register_buffer("weight_fp8", q)
+        self.register_buffer("weight_scale", scale.view(1, -1).contiguous())  # [1, N] for _scaled_mm
+        bias = linear.bias.data.to(out_dtype) if linear.bias is not None else None
+        self.register_buffer("bias", bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, compute={'fp8' if self.compute else 'dequant'}"
+
+    def dequantized_weight(self) -> torch.Tensor:
+        return (self.weight_fp8.float() * self.weight_scale.view(-1, 1)).to(self.out_dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.compute:
+            return F.linear(x.to(self.out_dtype), self.dequantized_weight(), self.bias)
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        xq, xs = _rowwise_quantize(x2)
+        out = torch._scaled_mm(
+            xq, self.weight_fp8.t(), scale_a=xs, scale_b=self.weight_scale, bias=self.bias, out_dtype=self.out_dtype
+        )
+        return out.view(*shape[:-1], self.out_features)
+
+
+def module_weight_gib(module: nn.Module) -> float:
+    """Bytes of parameters and buffers, in GiB."""
+    total = sum(p.numel() * p.element_size() for p in module.parameters())
+    total += sum(b.numel() * b.element_size() for b in module.buffers())
+    return total / 2**30
+
+
+def quantize_fp8(
+    model: nn.Module,
+    *,
+    mode: str = "auto",
+    scopes: tuple[str, ...] = DEFAULT_SCOPES,
+    out_dtype: torch.dtype | None = None,
+) -> dict[str, Any]:
+    """Swap the linears under ``scopes`` for :class:`Float8Linear` in place.
+
+    Returns a report: ``mode`` ("compute" or "storage"), ``fallback`` reason (or None), ``layers``
+    swapped, ``skipped`` (misaligned), ``weight_gib`` after.
+
+    Raises:
+        Fp8UnsupportedError: ``mode="compute"`` on hardware without FP8 tensor cores.
+    """
+    if mode not in ("auto", "compute", "storage"):
+        raise ValueError(f"fp8 mode {mode!r}: use auto, compute or storage")
+    device = next(model.parameters()).device
+    ok, why = fp8_compute_supported(device)
+    if mode == "compute" and not ok:
+        raise Fp8UnsupportedError(
+            f"fp8='compute' needs FP8 tensor cores: {why}. Use fp8='auto' (labelled FP8-storage fallback) or fp8='off'"
+        )
+    compute = ok and mode != "storage"
+    fallback = None if (compute or mode == "storage") else f"FP8 storage with dequantized matmuls ({why})"
+    layers = skipped = 0
+    for scope in scopes:
+        root = getattr(model, scope, None)
+        if root is None:
+            continue
+        for parent in list(root.modules()):
+            for name, child in list(parent.named_children()):
+                if not isinstance(child, nn.Linear):
+                    continue
+                if compute and (child.in_features % 16 or child.out_features % 16):
+                    skipped += 1
+                    continue
+                dtype = out_dtype or child.weight.dtype
+                if dtype == torch.float32 and compute:
+                    dtype = torch.bfloat16  # _scaled_mm rowwise outputs bf16
+                setattr(parent, name, Float8Linear(child, compute=compute, out_dtype=dtype))
+                del child
+                layers += 1
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return {
+        "mode": "compute" if compute else "storage",
+        "fallback": fallback,
+        "layers": layers,
+        "skipped": skipped,
+        "weight_gib": round(module_weight_gib(model), 3),
+    }

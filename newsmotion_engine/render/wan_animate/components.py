@@ -1,0 +1,299 @@
+"""Loading the Wan-Animate components: from a diffusers-format folder, or a preset's architecture
+with random weights.
+
+The transformer, VAE and scheduler are the render-time components (:func:`load_render_components`).
+The image encoder and text encoder are needed only while building caches
+(:func:`load_image_encoder`, :func:`load_text_encoder`), so a render process never holds them.
+
+Model identity (:func:`model_identity`) is what the backend caches are keyed on: for a folder the
+component configs and weight-file names + sizes; for a preset its name, "random weights", the seed
+and the device the weights were drawn on (random draws differ between CPU and CUDA generators).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from newsmotion_engine.cachedir import sha256_json
+from newsmotion_engine.errors import BadInputError
+from newsmotion_engine.render.wan_animate.config import RANDOM_WEIGHTS_LABEL, WanAnimateOptions
+
+__all__ = [
+    "RenderComponents",
+    "ByteTokenizer",
+    "check_model_folder",
+    "load_image_encoder",
+    "load_render_components",
+    "load_text_encoder",
+    "model_identity",
+    "resolve_device",
+    "torch_dtype",
+]
+
+RANDOM_SEED = 0
+PIPELINE_CLASS = "WanAnimatePipeline"
+TRANSFORMER_CLASS = "WanAnimateTransformer3DModel"
+# Sub-folder -> files that must be there (a weight file is checked separately).
+_REQUIRED = {
+    ".": ("model_index.json",),
+    "transformer": ("config.json",),
+    "vae": ("config.json",),
+    "scheduler": ("scheduler_config.json",),
+    "image_encoder": ("config.json",),
+    "image_processor": ("preprocessor_config.json",),
+    "text_encoder": ("config.json",),
+    "tokenizer": ("tokenizer_config.json",),
+}
+_WEIGHTED = ("transformer", "vae", "image_encoder", "text_encoder")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]
+
+
+def resolve_device(name: str):
+    """``"auto"`` -> cuda when available, else cpu; anything else as given (checked)."""
+    import torch
+
+    from newsmotion_engine.render.wan_animate.config import WanAnimateConfigError
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise WanAnimateConfigError(f"wan-animate option device={name!r}: not a torch device (use cpu, cuda, cuda:0)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise WanAnimateConfigError(f"wan-animate option device={name!r}: this machine has no CUDA GPU; use device='cpu'")
+    return dev
+
+
+def check_model_folder(path: Path) -> None:
+    """Raise :class:`BadInputError` naming the first missing file, or a wrong architecture."""
+    if not path.is_dir():
+        raise BadInputError(path, "model folder does not exist (set model_path or NEWSMOTION_MODEL_DIR, or use a preset)")
+    for sub, names in _REQUIRED.items():
+        for name in names:
+            f = path / sub / name
+            if not f.is_file():
+                raise BadInputError(f, "missing from the Wan-Animate model folder (incomplete download?)")
+    for sub in _WEIGHTED:
+        if not any(p.suffix in _WEIGHT_SUFFIXES for p in (path / sub).iterdir()):
+            raise BadInputError(path / sub, "has no weight file (*.safetensors); the download is incomplete")
+    index = _read_json(path / "model_index.json")
+    if index.get("_class_name") != PIPELINE_CLASS:
+        raise BadInputError(
+            path / "model_index.json",
+            f"is a {index.get('_class_name')!r} model, not {PIPELINE_CLASS} (wrong architecture for wan-animate)",
+        )
+    tcfg = _read_json(path / "transformer" / "config.json")
+    if tcfg.get("_class_name") != TRANSFORMER_CLASS:
+        raise BadInputError(
+            path / "transformer" / "config.json",
+            f"describes {tcfg.get('_class_name')!r}, not {TRANSFORMER_CLASS} (wrong architecture for wan-animate)",
+        )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise BadInputError(path, f"is not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise BadInputError(path, "is not a JSON object")
+    return data
+
+
+def model_identity(opts: WanAnimateOptions, device: Any) -> dict[str, Any]:
+    """What caches built with these weights are keyed on (JSON-able, with a ``digest``)."""
+    if opts.model_path:
+        root = Path(opts.model_path)
+        configs = {}
+        files = {}
+        for sub in (*_WEIGHTED, "scheduler"):
+            for p in sorted((root / sub).iterdir()):
+                if p.suffix == ".json":
+                    configs[f"{sub}/{p.name}"] = _read_json(p)
+                elif p.suffix in _WEIGHT_SUFFIXES:
+                    files[f"{sub}/{p.name}"] = p.stat().st_size
+        ident: dict[str, Any] = {"weights": "folder", "path": str(root.resolve()), "configs": sha256_json(configs), "files": files}
+    else:
+        ident = {
+            "weights": RANDOM_WEIGHTS_LABEL,
+            "preset": opts.preset,
+            "seed": RANDOM_SEED,
+            "init_device": getattr(device, "type", str(device)),
+        }
+    return {**ident, "digest": sha256_json(ident)[:16]}
+
+
+@contextlib.contextmanager
+def _seeded(seed: int, device: Any) -> Iterator[None]:
+    import torch
+
+    devices = [device] if getattr(device, "type", "cpu") == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: Any) -> Iterator[None]:
+    import torch
+
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def keep_fp32_modules(model: Any) -> None:
+    """Cast the modules a diffusers model keeps in fp32 (``_keep_in_fp32_modules``), as
+    ``from_pretrained`` does, after building it in a lower precision."""
+    import torch
+
+    keep = set(getattr(model, "_keep_in_fp32_modules", None) or ())
+    for name, param in model.named_parameters():
+        if keep & set(name.split(".")):
+            param.data = param.data.to(torch.float32)
+
+
+@dataclass
+class RenderComponents:
+    """What a render uses: transformer, VAE (decoder at render time), scheduler config."""
+
+    transformer: Any
+    vae: Any
+    scheduler_config: dict[str, Any]
+    identity: dict[str, Any]
+    device: Any
+    dtype: Any
+    vae_dtype: Any
+
+    @property
+    def weights_label(self) -> str:
+        return RANDOM_WEIGHTS_LABEL if self.identity["weights"] == RANDOM_WEIGHTS_LABEL else f"folder {self.identity['path']}"
+
+    def new_scheduler(self):
+        """A fresh UniPC scheduler (its multistep state must never leak between renders)."""
+        from diffusers import UniPCMultistepScheduler
+
+        return UniPCMultistepScheduler.from_config(self.scheduler_config)
+
+
+def build_transformer(opts: WanAnimateOptions, device: Any, dtype: Any):
+    """The Animate transformer: from the folder, or the preset with seeded random weights."""
+    from diffusers import WanAnimateTransformer3DModel
+
+    if opts.model_path:
+        model = WanAnimateTransformer3DModel.from_pretrained(Path(opts.model_path) / "transformer", torch_dtype=dtype)
+        return model.to(device).eval()
+    with _seeded(RANDOM_SEED, device), _default_dtype(dtype), device:
+        model = WanAnimateTransformer3DModel(**opts.preset_spec.transformer)
+    keep_fp32_modules(model)
+    return model.eval().requires_grad_(False)
+
+
+def build_vae(opts: WanAnimateOptions, device: Any, dtype: Any):
+    from diffusers import AutoencoderKLWan
+
+    if opts.model_path:
+        return AutoencoderKLWan.from_pretrained(Path(opts.model_path) / "vae", torch_dtype=dtype).to(device).eval()
+    with _seeded(RANDOM_SEED + 1, device), device:
+        vae = AutoencoderKLWan(**opts.preset_spec.vae)
+    return vae.to(dtype).eval().requires_grad_(False)
+
+
+def load_render_components(opts: WanAnimateOptions) -> RenderComponents:
+    """Transformer + VAE + scheduler config on the configured device (no encoders)."""
+    if opts.model_path:
+        check_model_folder(Path(opts.model_path))
+    device = resolve_device(opts.device)
+    dtype = torch_dtype(opts.dtype)
+    # The Wan VAE is numerically touchy in fp16; bf16 on a GPU, fp32 on the CPU (no bf16 conv speed there).
+    import torch
+
+    vae_dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+    identity = model_identity(opts, device)
+    if opts.model_path:
+        sched = _read_json(Path(opts.model_path) / "scheduler" / "scheduler_config.json")
+    else:
+        sched = dict(opts.preset_spec.scheduler)
+    transformer = build_transformer(opts, device, dtype)
+    vae = build_vae(opts, device, vae_dtype)
+    return RenderComponents(transformer, vae, sched, identity, device, dtype, vae_dtype)
+
+
+def load_image_encoder(opts: WanAnimateOptions, device: Any):
+    """``(image_processor, clip_vision_model)``; for cache building only."""
+    import torch
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+
+    if opts.model_path:
+        root = Path(opts.model_path)
+        proc = CLIPImageProcessor.from_pretrained(root / "image_processor")
+        enc = CLIPVisionModel.from_pretrained(root / "image_encoder", torch_dtype=torch.float32)
+        return proc, enc.to(device).eval()
+    cfg = CLIPVisionConfig(**opts.preset_spec.image_encoder)
+    size = cfg.image_size
+    proc = CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+    with _seeded(RANDOM_SEED + 2, device), device:
+        enc = CLIPVisionModel(cfg)
+    return proc, enc.eval().requires_grad_(False)
+
+
+class ByteTokenizer:
+    """A stand-in tokenizer for random-weight presets (no tokenizer files offline): UTF-8 bytes
+    shifted past the special ids, then ``</s>``; called like a Hugging Face tokenizer."""
+
+    pad_token_id = 0
+    eos_token_id = 1
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+
+    def __call__(self, texts, padding="max_length", max_length=512, truncation=True, add_special_tokens=True,
+                 return_attention_mask=True, return_tensors="pt"):  # fmt: skip
+        import torch
+
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        ids = torch.zeros(len(texts), max_length, dtype=torch.long)
+        mask = torch.zeros(len(texts), max_length, dtype=torch.long)
+        for i, t in enumerate(texts):
+            toks = [2 + (b % (self.vocab_size - 2)) for b in t.encode("utf-8")][: max_length - 1] + [self.eos_token_id]
+            ids[i, : len(toks)] = torch.tensor(toks)
+            mask[i, : len(toks)] = 1
+
+        class _Out(dict):
+            __getattr__ = dict.__getitem__
+
+        return _Out(input_ids=ids, attention_mask=mask)
+
+
+def load_text_encoder(opts: WanAnimateOptions, device: Any):
+    """``(tokenizer, umt5_encoder)``; for cache building only."""
+    import torch
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    if opts.model_path:
+        from transformers import AutoTokenizer
+
+        root = Path(opts.model_path)
+        tok = AutoTokenizer.from_pretrained(root / "tokenizer")
+        enc = UMT5EncoderModel.from_pretrained(root / "text_encoder", torch_dtype=torch.bfloat16 if device.type == "cuda" else torch.float32)
+        return tok, enc.to(device).eval()
+    cfg = UMT5Config(**opts.preset_spec.text_encoder)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    with _seeded(RANDOM_SEED + 3, device), _default_dtype(dtype), device:
+        enc = UMT5EncoderModel(cfg)
+    return ByteTokenizer(cfg.vocab_size), enc.eval().requires_grad_(False)

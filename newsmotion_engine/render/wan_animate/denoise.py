@@ -1,0 +1,105 @@
+"""Our denoising loop over the stock Wan-Animate components, fed from the caches.
+
+It follows ``WanAnimatePipeline.__call__``'s per-segment loop (same inputs, same order of
+operations, same CFG formula and unconditional inputs: negative prompt and a blanked face), but
+takes precomputed latents and embeddings, and routes guidance through :class:`CFGStrategy` and
+the denoiser calls through cache contexts that carry the step index (for TeaCache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from newsmotion_engine.accel.cfg import CFGStrategy
+
+__all__ = ["SegmentInputs", "decode_latents", "denoise_segment", "latent_continuation"]
+
+
+@dataclass
+class SegmentInputs:
+    """Everything one segment's denoiser calls read (on the compute device, compute dtype)."""
+
+    reference_latents: torch.Tensor  # [1, 20, 1 + T_lat, h, w]: reference image + segment conditioning
+    pose_latents: torch.Tensor  # [1, 16, T_lat, h, w]
+    face_pixels: torch.Tensor  # [1, 3, T_seg, S, S] in [-1, 1]
+    prompt_embeds: torch.Tensor  # [1, 512, D_text]
+    negative_embeds: torch.Tensor | None  # [1, 512, D_text] (CFG only)
+    image_embeds: torch.Tensor  # [1, N, D_img]
+
+
+def _call(transformer: Any, context: str, step: int, steps: int, x: torch.Tensor, t: torch.Tensor,
+          text: torch.Tensor, inputs: SegmentInputs, face: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    with transformer.cache_context(context, step_index=step, num_inference_steps=steps):
+        return transformer(
+            hidden_states=x,
+            timestep=t,
+            encoder_hidden_states=text,
+            encoder_hidden_states_image=inputs.image_embeds,
+            pose_hidden_states=inputs.pose_latents,
+            face_pixel_values=face,
+            return_dict=False,
+        )[0]
+
+
+def denoise_segment(
+    transformer: Any,
+    scheduler: Any,
+    latents: torch.Tensor,
+    inputs: SegmentInputs,
+    *,
+    steps: int,
+    cfg: CFGStrategy,
+    dtype: torch.dtype,
+    on_step: Callable[[int], None] | None = None,
+) -> torch.Tensor:
+    """Run ``steps`` denoising steps on float32 ``latents`` ``[1, 16, 1 + T_lat, h, w]``."""
+    scheduler.set_timesteps(steps, device=latents.device)
+    face_uncond = None
+    for i, t in enumerate(scheduler.timesteps):
+        x = torch.cat([latents, inputs.reference_latents], dim=1).to(dtype)
+        ts = t.expand(latents.shape[0])
+        cond = _call(transformer, "cond", i, steps, x, ts, inputs.prompt_embeds, inputs, inputs.face_pixels)
+        uncond = None
+        if cfg.needs_uncond(i):
+            if inputs.negative_embeds is None:
+                raise ValueError("CFG needs negative prompt embeddings in the guidance cache")
+            if face_uncond is None:
+                face_uncond = inputs.face_pixels * 0 - 1  # the stock pipeline's blanked face
+            uncond = _call(transformer, "uncond", i, steps, x, ts, inputs.negative_embeds, inputs, face_uncond)
+        pred = cfg.combine(i, cond, uncond)
+        latents = scheduler.step(pred, t, latents, return_dict=False)[0]
+        if on_step is not None:
+            on_step(i)
+    return latents
+
+
+def latent_continuation(cond0: torch.Tensor, previous: torch.Tensor, prev_frames: int, mask: torch.Tensor) -> torch.Tensor:
+    """Conditioning of a continuation segment without re-encoding pixels: the first-segment
+    conditioning (all-zero video) whose first ``ceil(prev_frames / 4)`` latent frames are replaced
+    by the previous segment's last denoised latent frames, with the mask marking them known.
+
+    The stock pipeline instead VAE-encodes the decoded last frame(s); this keeps the VAE encoder
+    out of render time at the cost of conditioning on a 4-frame latent rather than a 1-frame one.
+    """
+    n = (prev_frames - 1) // 4 + 1
+    lat = cond0[:, 4:].clone()
+    lat[:, :, :n] = previous[:, :, -n:].to(lat.dtype)
+    return torch.cat([mask.to(lat), lat], dim=1)
+
+
+def decode_latents(vae: Any, latents: torch.Tensor) -> np.ndarray:
+    """Denormalize and decode (skipping the reference latent frame) -> uint8 ``[T, H, W, 3]``."""
+    z = vae.config.z_dim
+    lat = latents.to(vae.dtype)
+    mean = torch.tensor(vae.config.latents_mean).view(1, z, 1, 1, 1).to(lat.device, lat.dtype)
+    recip_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z, 1, 1, 1).to(lat.device, lat.dtype)
+    lat = lat / recip_std + mean
+    with torch.no_grad():
+        video = vae.decode(lat[:, :, 1:], return_dict=False)[0]  # [1, 3, T, H, W] in [-1, 1]
+    video = (video.float() / 2 + 0.5).clamp(0, 1)
+    return (video[0].permute(1, 2, 3, 0) * 255).round().to(torch.uint8).cpu().numpy()

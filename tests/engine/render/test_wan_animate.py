@@ -1,0 +1,202 @@
+"""wan-animate backend on the tiny preset (CPU, random weights): end to end through render_clip,
+the two-tier caches (no encoder at render time), and bad input."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+
+from newsmotion_engine.errors import BadInputError  # noqa: E402
+from newsmotion_engine.render import RenderSpec, get_backend, render_clip  # noqa: E402
+from newsmotion_engine.render.base import InvalidSpecError  # noqa: E402
+from newsmotion_engine.render import wan_animate  # noqa: E402
+from newsmotion_engine.render.wan_animate.config import WanAnimateConfigError  # noqa: E402
+
+wan_animate.register()
+
+
+def _fixtures():
+    spec = importlib.util.spec_from_file_location("render_fixtures_wa", Path(__file__).with_name("conftest.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+FX = _fixtures()
+
+
+@dataclass
+class Loop:
+    loop_id: str
+    keypoints: np.ndarray
+    path: Path
+    metadata: dict
+    fps: int = 30
+
+    @property
+    def frames(self) -> int:
+        return int(self.keypoints.shape[0])
+
+
+@dataclass
+class Persona:
+    persona_id: str
+    portrait: np.ndarray
+    person_mask: np.ndarray
+    face_mask: np.ndarray
+    landmarks: np.ndarray
+    path: Path
+    metadata: dict
+
+
+@pytest.fixture
+def pair(tmp_path):
+    p = FX.make_persona(144, 256)
+    g = FX.make_loop(13)
+    (tmp_path / "loop").mkdir()
+    (tmp_path / "persona").mkdir()
+    loop = Loop("nod", g.keypoints, tmp_path / "loop", {"source": {"kind": "authored", "sha256": "a" * 64}})
+    persona = Persona("anna", p.portrait, p.person_mask, p.face_mask, p.landmarks, tmp_path / "persona",
+                      {"source": {"kind": "image", "sha256": "b" * 64}})  # fmt: skip
+    return loop, persona
+
+
+SPEC = RenderSpec(width=64, height=64)
+
+
+def _backend(**kw):
+    return get_backend("wan-animate", **{"preset": "tiny", "steps": 2, "device": "cpu", "dtype": "float32", **kw})
+
+
+class _Counter:
+    def __init__(self, monkeypatch):
+        from diffusers import AutoencoderKLWan
+        from transformers import CLIPVisionModel, UMT5EncoderModel
+
+        self.calls = {"vae.encode": 0, "image_encoder": 0, "text_encoder": 0}
+        for key, cls, attr in (("vae.encode", AutoencoderKLWan, "encode"), ("image_encoder", CLIPVisionModel, "forward"),
+                               ("text_encoder", UMT5EncoderModel, "forward")):  # fmt: skip
+            orig = getattr(cls, attr)
+
+            def wrapped(self_, *a, _orig=orig, _key=key, **k):
+                self.calls[_key] += 1
+                return _orig(self_, *a, **k)
+
+            monkeypatch.setattr(cls, attr, wrapped)
+
+
+def test_tiny_render_end_to_end_through_render_clip(pair, tmp_path):
+    loop, persona = pair
+    backend = _backend()
+    tele = render_clip(loop, persona, backend, SPEC, tmp_path / "out.mp4")
+    assert tele["frames"] == 13 and (tmp_path / "out.mp4").stat().st_size > 0
+    info = tele["backend_info"]
+    assert info["weights"] == "random weights" and "random weights" in info["note"]
+    assert info["last_render"]["segments"] == 2  # 13 frames in 9-frame segments overlapping by 1
+    assert info["last_render"]["caches"] == {"guidance": "built", "persona": "built"}
+    meta = json.loads((loop.path / "wan-animate" / "64x64" / "metadata.json").read_text())
+    assert meta["weights"] == "random weights" and meta["params"]["size"] == [64, 64]
+    assert meta["source"]["sha256"] == "a" * 64
+    backend.close()
+
+
+def test_no_encoder_runs_at_render_time(pair, monkeypatch):
+    loop, persona = pair
+    backend = _backend()
+    backend.load()
+    counter = _Counter(monkeypatch)
+    assert backend.prepare(loop, persona, SPEC) == {"guidance": "built", "persona": "built"}
+    built = dict(counter.calls)
+    assert built["vae.encode"] > 0 and built["image_encoder"] == 1 and built["text_encoder"] == 1
+    counter.calls.update({k: 0 for k in counter.calls})
+    frames = list(backend.frames(loop, persona, loop.keypoints, SPEC))
+    assert len(frames) == 13 and frames[0].shape == (64, 64, 3) and frames[0].dtype == np.uint8
+    assert counter.calls == {"vae.encode": 0, "image_encoder": 0, "text_encoder": 0}
+    assert backend.describe()["last_render"]["caches"] == {"guidance": "reused", "persona": "reused"}
+    # Another resolution is another cache: built (encoders run), never the 64x64 one reused.
+    assert backend.prepare(loop, persona, RenderSpec(width=96, height=64)) == {"guidance": "built", "persona": "built"}
+    assert counter.calls["vae.encode"] > 0
+
+
+def test_stale_cache_is_rebuilt(pair):
+    loop, persona = pair
+    backend = _backend()
+    backend.prepare(loop, persona, SPEC)
+    loop.metadata = {"source": {"kind": "authored", "sha256": "c" * 64}}  # the loop changed
+    assert backend.prepare(loop, persona, SPEC) == {"guidance": "built", "persona": "reused"}
+    other = _backend(prompt="a different prompt")
+    assert other.prepare(loop, persona, SPEC)["guidance"] == "built"
+
+
+def test_same_seed_same_frames_and_teacache_cfg_options(pair):
+    loop, persona = pair
+    a = list(_backend().frames(loop, persona, loop.keypoints, SPEC))
+    b = list(_backend().frames(loop, persona, loop.keypoints, SPEC))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    accel = _backend(teacache=10.0, teacache_warmup=1, guidance_scale=3.0, cfg_every=2, steps=4)
+    frames = list(accel.frames(loop, persona, loop.keypoints, SPEC))
+    assert len(frames) == 13
+    stats = accel.describe()["last_render"]
+    assert stats["teacache_skipped"] > 0
+    assert stats["uncond_passes"] < stats["cond_passes"] and stats["cfg_flops_saved"] > 0
+
+
+def test_bad_options_and_sizes(pair):
+    with pytest.raises(WanAnimateConfigError, match="unknown wan-animate option.*stepz"):
+        get_backend("wan-animate", stepz=3)
+    with pytest.raises(WanAnimateConfigError, match="segment_frames"):
+        get_backend("wan-animate", segment_frames=10)
+    loop, persona = pair
+    with pytest.raises(InvalidSpecError, match="divisible by 16"):
+        list(_backend().frames(loop, persona, loop.keypoints, RenderSpec(width=72, height=64)))
+
+
+def _model_folder(root: Path, pipeline: str = "WanAnimatePipeline", transformer: str = "WanAnimateTransformer3DModel") -> Path:
+    root.mkdir(parents=True)
+    (root / "model_index.json").write_text(json.dumps({"_class_name": pipeline}))
+    for sub, name in (("transformer", "config.json"), ("vae", "config.json"), ("scheduler", "scheduler_config.json"),
+                      ("image_encoder", "config.json"), ("image_processor", "preprocessor_config.json"),
+                      ("text_encoder", "config.json"), ("tokenizer", "tokenizer_config.json")):  # fmt: skip
+        (root / sub).mkdir(parents=True, exist_ok=True)
+        (root / sub / name).write_text(json.dumps({"_class_name": transformer if sub == "transformer" else "x"}))
+        if sub in ("transformer", "vae", "image_encoder", "text_encoder"):
+            (root / sub / "model.safetensors").write_bytes(b"\0" * 8)
+    return root
+
+
+def test_model_folder_errors_name_the_problem(tmp_path):
+    with pytest.raises(BadInputError, match="does not exist"):
+        _backend(model_path=str(tmp_path / "nope")).load()
+    folder = _model_folder(tmp_path / "m")
+    (folder / "vae" / "config.json").unlink()
+    with pytest.raises(BadInputError, match=r"vae/config.json.*missing"):
+        _backend(model_path=str(folder)).load()
+    wrong = _model_folder(tmp_path / "w", pipeline="WanPipeline")
+    with pytest.raises(BadInputError, match="wrong architecture"):
+        _backend(model_path=str(wrong)).load()
+    wrong_t = _model_folder(tmp_path / "t", transformer="WanTransformer3DModel")
+    with pytest.raises(BadInputError, match="WanTransformer3DModel.*wrong architecture"):
+        _backend(model_path=str(wrong_t)).load()
+
+
+def test_cuda_oom_names_the_memory_settings(pair, monkeypatch):
+    from newsmotion_engine.render.wan_animate import backend as backend_mod
+    from newsmotion_engine.render.wan_animate import denoise
+
+    def oom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20 GiB")
+
+    monkeypatch.setattr(denoise, "denoise_segment", oom)
+    loop, persona = pair
+    with pytest.raises(backend_mod.WanAnimateOOMError, match="fp8='auto'.*vae_tiling=True.*ffn_chunks=8"):
+        list(_backend().frames(loop, persona, loop.keypoints, SPEC))
