@@ -84,7 +84,7 @@ def run_demo() -> None:
     _materialize([persona_cache, persona_cache_valid], SAMPLE_PERSONA, instance, label=f"persona_cache[{SAMPLE_PERSONA}]")
 
     console.print("[bold]3/4 renders[/] (warp backend, 720x1280 @ 30 fps; backend loaded once)")
-    resources = {"renderer": RendererResource()}
+    resources = {"renderer": RendererResource(keep_warm=True)}
     for loop_id in loops:
         key = dg.MultiPartitionKey({"persona": SAMPLE_PERSONA, "loop": loop_id})
         _materialize([render], key, instance, resources, label=f"render[{SAMPLE_PERSONA} x {loop_id}]")

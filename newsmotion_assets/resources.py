@@ -36,8 +36,10 @@ class RendererResource(dg.ConfigurableResource):
     """Which backend renders, with what settings, at what output size.
 
     ``options`` is the backend's own configuration as data (e.g. ``{"threads": 2}`` for warp);
-    unknown keys are rejected by the backend with a clear error. ``keep_warm`` keeps the loaded
-    backend for the next run in this process; set it false to free memory at teardown.
+    unknown keys are rejected by the backend with a clear error. The backend is loaded (and, for
+    diffusion backends, compiled) once in ``setup_for_execution``; a single-run backfill renders
+    all its partitions with it. At teardown it is closed, freeing memory/VRAM, unless
+    ``keep_warm`` keeps it for the next run in the same process (the in-process demo does).
     """
 
     backend: str = "warp"
@@ -46,7 +48,7 @@ class RendererResource(dg.ConfigurableResource):
     height: int = 1280
     fps: int = 30
     background: str = "#00B140"
-    keep_warm: bool = True
+    keep_warm: bool = False
 
     _backend: Backend | None = PrivateAttr(default=None)
 

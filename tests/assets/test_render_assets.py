@@ -68,3 +68,22 @@ def test_bad_renderer_config_fails_before_rendering():
         assert not result.success
         failures = [e for e in result.all_events if "FAILURE" in e.event_type_value]
         assert any("render width 721 is odd" in str(e.event_specific_data) for e in failures)
+
+
+def test_wan_animate_tiny_through_the_resource(astronaut_png):
+    """The diffusion backend plugs into the same resource and asset (tiny preset, random weights)."""
+    install_source(astronaut_png, "anchor")
+    key = dg.MultiPartitionKey({"persona": "anchor", "loop": "nod"})
+    renderer = RendererResource(
+        backend="wan-animate", options={"preset": "tiny", "steps": 1, "device": "cpu", "dtype": "float32"}, width=64, height=128
+    )
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(loop_partitions.name, ["nod"])
+        instance.add_dynamic_partitions(persona_partitions.name, ["anchor"])
+        result = dg.materialize([render], partition_key=key, instance=instance, resources={"renderer": renderer})
+        assert result.success
+        (mat,) = result.asset_materializations_for_node("render")
+        assert "random weights" in mat.metadata["weights"].value
+    mp4 = storage.render_path("anchor", "nod", "wan-animate")
+    assert probe_video(mp4)["frames"] == 120
+    assert "random weights" in json.loads(mp4.with_suffix(".json").read_text())["backend_info"]["weights"]
