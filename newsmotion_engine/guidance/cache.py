@@ -55,6 +55,15 @@ class GuidanceCache:
     def source_kind(self) -> str:
         return str(self.metadata["source"]["kind"])
 
+    @property
+    def width(self) -> int:
+        """Width of the frame the keypoints are normalized to (the driving video's, or 720)."""
+        return int(self.metadata.get("frame", {}).get("width", 720))
+
+    @property
+    def height(self) -> int:
+        return int(self.metadata.get("frame", {}).get("height", 1280))
+
 
 @dataclass(frozen=True)
 class LoopSource:
@@ -65,6 +74,8 @@ class LoopSource:
     source: dict[str, Any]  # {"kind", "sha256", ...} as recorded in metadata.json
     extractor: dict[str, Any]  # {"name", "version", "params"}
     produce: Callable[[Progress | None], np.ndarray]
+    # The frame x/y are normalized to: keypoints only mean something with its aspect ratio.
+    frame_size: tuple[int, int] = (720, 1280)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -121,6 +132,7 @@ def loop_source(loop_id: str, *, video: Path | None = None, fps: int = DEFAULT_F
             source={"kind": "procedural", "sha256": cachedir.sha256_json(params)},
             extractor={"name": "newsmotion-palette", "version": palette.PALETTE_VERSION, "params": params},
             produce=lambda progress: palette.author_loop(loop_id, fps=fps, frames=frames),
+            frame_size=(palette.FRAME_WIDTH, palette.FRAME_HEIGHT),
         )
     raise NewsmotionError(
         f"unknown loop {loop_id!r}: not a canonical loop ({', '.join(palette.LOOP_IDS)}) and no driving "
@@ -131,16 +143,19 @@ def loop_source(loop_id: str, *, video: Path | None = None, fps: int = DEFAULT_F
 def _video_source(loop_id: str, video: Path, fps: int) -> LoopSource:
     from newsmotion_engine.errors import BadInputError
     from newsmotion_engine.guidance import extract
+    from newsmotion_engine.videoio import open_video
 
     if not video.is_file():
         raise BadInputError(video, "driving video not found")
     params = extract.extractor_params(fps)
+    info = open_video(video)
     return LoopSource(
         loop_id=loop_id,
         kind="video",
         source={"kind": "video", "sha256": cachedir.sha256_file(video)},
         extractor={"name": extract.EXTRACTOR_NAME, "version": extract.EXTRACTOR_VERSION, "params": params},
         produce=lambda progress: extract.extract_keypoints(video, fps=fps, progress=progress),
+        frame_size=(info.width, info.height),
     )
 
 
@@ -207,6 +222,7 @@ def build_guidance(
                 "fps": fps,
                 "frames": None,  # filled below from the written array
                 "skeleton": skeleton.SKELETON_NAME,
+                "frame": {"width": source.frame_size[0], "height": source.frame_size[1]},
                 "extractor": {"name": source.extractor["name"], "version": source.extractor["version"]},
             },
             finalize=_fill_frames,

@@ -115,3 +115,17 @@ def test_persona_add_not_an_image(capsys, tmp_path):
     code, _, err = run(capsys, "persona", "add", str(fake), "--id", "fake")
     assert code == 1 and "fake.png" in err and err.count("\n") == 1
     assert not storage.persona_dir("fake").exists() and storage.find_persona_source("fake") is None
+
+
+def test_extract_custom_loop_records_its_frame(capsys, tmp_path):
+    from newsmotion_engine.guidance.cache import guidance_status, load_guidance
+    from newsmotion_engine.samples import write_moving_photo_video
+
+    video = tmp_path / "take.mp4"
+    write_moving_photo_video(video, frames=12, width=640, height=360)
+    code, out, _ = run(capsys, "guidance", "extract", str(video), "--loop-id", "weather_point")
+    assert code == 0
+    cache = load_guidance("weather_point")
+    assert (cache.width, cache.height, cache.frames, cache.source_kind) == (640, 360, 12, "video")
+    assert (storage.driving_dir() / "weather_point.mp4").read_bytes() == video.read_bytes()
+    assert guidance_status("weather_point")[0] == "valid"
