@@ -1,4 +1,4 @@
-"""Attention choice for the Wan transformers, and an FP8 self-attention kernel in Triton.
+"""Attention choice for the Wan transformers, and low-precision self-attention kernels in Triton.
 
 At 720x1280 one Wan-Animate segment is 75.6k tokens and self-attention is ~72 % of the forward's
 FLOPs, so the attention kernel decides the speed. :func:`set_attention` picks, per model:
@@ -8,34 +8,82 @@ FLOPs, so the attention kernel decides the speed. :func:`set_attention` picks, p
 - ``"fp8-triton"``: the self-attention layers (``attn1``) use :func:`fp8_attention`, the kernel
   below; the small cross-attentions stay on SDPA.
 
-The FP8 kernel (a FlashAttention-2 style forward, Dao 2023 https://arxiv.org/abs/2307.08691, with
-SageAttention's quantization ideas, Zhang et al. https://arxiv.org/abs/2410.02367):
+The kernel is a FlashAttention-2 style forward (Dao 2023, https://arxiv.org/abs/2307.08691) with
+SageAttention's quantization ideas (Zhang et al. https://arxiv.org/abs/2410.02367 and
+https://arxiv.org/abs/2411.10958). Every variant (:data:`FP8_VARIANTS`):
 
-- K is smoothed by subtracting its mean over tokens (softmax is invariant to a per-query
-  constant, and it removes the channel outliers that FP8 would clip); Q, K are quantized to e4m3
-  with one scale per (batch, head); ``Q K^T`` runs on the FP8 tensor cores with fp32 accumulation.
-- V is quantized per (batch, head, channel); the probabilities are scaled by 448 into e4m3's
-  range and ``P V`` runs in FP8 too; the fp32 accumulator is rescaled online as usual.
-- Softmax in base 2 with the scales folded into one multiplier.
+- smooths K by subtracting its per-channel mean over tokens (softmax is invariant to a per-query
+  constant; it removes the channel offsets that 8-bit formats would spend their range on). V is
+  *not* smoothed: measured at 75.6k tokens, subtracting V's (tiny) mean before rounding made the
+  rounding error systematic (``Q(v - m) == v`` whenever ``m`` is under half a grid step, so the
+  mean added back afterwards is counted twice) and raised the error from 0.010 to 0.104 (bf16 P V)
+  and from 0.039 to 0.073 (FP8 P V);
+- quantizes Q and K with one scale per token (``QK_INT8``: int8, else e4m3) and runs ``Q K^T``
+  on the 8-bit tensor cores (int32 or fp32 accumulation), softmax scale and ``log2 e`` folded in;
+- quantizes V per (head, channel) to e4m3 and P (scaled by 448 into e4m3's range) per element,
+  and runs ``P V`` in FP8 (``PV_FP8``; else P and V in bf16); ``TWO_LEVEL`` accumulates each
+  tile's ``P V`` apart and adds it to the running output in fp32 (Hopper's FP8 MMA accumulates
+  with reduced precision, which a 75.6k-token chained sum would otherwise compound).
 
-Its error against bf16 SDPA is measured (and reported) by the GPU bench, not assumed; the kernel
-is a registered ``torch.library`` custom op so compiled blocks treat it as one opaque call.
+Quantization (:func:`quantize_attention_inputs`) is plain torch code, so a compiled block fuses it
+with the RoPE and norms before it; only the kernel launch is an opaque ``torch.library`` op.
+Accuracy is measured, not assumed: :func:`reference_attention` computes the same quantized
+arithmetic in torch (CPU tests hold it against SDPA), and the GPU bench measures each variant's
+error against bf16 SDPA and keeps the fastest one under its threshold.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 
 from newsmotion_engine.errors import NewsmotionError
 
-__all__ = ["ATTENTION_KINDS", "AttentionUnavailableError", "Fp8SelfAttnProcessor", "fp8_attention", "set_attention"]
+__all__ = [
+    "ATTENTION_KINDS",
+    "DEFAULT_FP8_VARIANT",
+    "FP8_VARIANTS",
+    "AttentionUnavailableError",
+    "Fp8SelfAttnProcessor",
+    "Fp8Variant",
+    "fp8_attention",
+    "quantize_attention_inputs",
+    "reference_attention",
+    "set_attention",
+]
 
 ATTENTION_KINDS = ("sdpa", "cudnn", "flash", "fp8-triton")
 _DIFFUSERS_BACKEND = {"sdpa": "native", "cudnn": "_native_cudnn", "flash": "_native_flash"}
 E4M3_MAX = 448.0
+INT8_MAX = 127.0
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class Fp8Variant:
+    """One kernel variant: Q/K format, P/V format, and whether P V tiles accumulate in fp32."""
+
+    qk_int8: bool
+    pv_fp8: bool
+    two_level: bool
+
+
+FP8_VARIANTS: dict[str, Fp8Variant] = {
+    "fp8": Fp8Variant(qk_int8=False, pv_fp8=True, two_level=False),
+    "fp8-acc32": Fp8Variant(qk_int8=False, pv_fp8=True, two_level=True),
+    "int8qk-fp8pv": Fp8Variant(qk_int8=True, pv_fp8=True, two_level=False),
+    "int8qk-fp8pv-acc32": Fp8Variant(qk_int8=True, pv_fp8=True, two_level=True),
+    "int8qk-bf16pv": Fp8Variant(qk_int8=True, pv_fp8=False, two_level=False),
+}
+# The variant "fp8-triton" uses unless told otherwise: the fastest one under the bench's 0.05
+# error threshold on the H200 (BENCHMARKS.md, 2026-11-30: kernel 197 ms vs cuDNN 205 ms at
+# [1, 75600, 40, 128], error 0.039 / 0.035 on flat / sharp softmax). Plain FP8 (188 ms) fails the
+# threshold (0.053 / 0.091); "-acc32" measured no more accurate; bf16 P V is accurate (0.010) but
+# slower than cuDNN (233 ms).
+DEFAULT_FP8_VARIANT = "int8qk-fp8pv"
 
 
 class AttentionUnavailableError(NewsmotionError, RuntimeError):
@@ -55,19 +103,28 @@ def fp8_attention_supported() -> tuple[bool, str]:
     return True, "ok"
 
 
-def set_attention(model: Any, kind: str) -> dict[str, Any]:
-    """Select the attention kernel of ``model`` (a Wan / Wan-Animate transformer) in place."""
+def _variant(name: str | None) -> tuple[str, Fp8Variant]:
+    name = name or DEFAULT_FP8_VARIANT
+    if name not in FP8_VARIANTS:
+        raise ValueError(f"fp8 attention variant {name!r}: use one of {', '.join(FP8_VARIANTS)}")
+    return name, FP8_VARIANTS[name]
+
+
+def set_attention(model: Any, kind: str, *, variant: str | None = None) -> dict[str, Any]:
+    """Select the attention kernel of ``model`` (a Wan / Wan-Animate transformer) in place;
+    ``variant`` names the :data:`FP8_VARIANTS` entry for ``"fp8-triton"``."""
     if kind not in ATTENTION_KINDS:
         raise ValueError(f"attention {kind!r}: use one of {', '.join(ATTENTION_KINDS)}")
     if kind == "fp8-triton":
+        name, _ = _variant(variant)
         ok, why = fp8_attention_supported()
         if not ok:
             raise AttentionUnavailableError(f"attention='fp8-triton' cannot run: {why}; use attention='sdpa' or 'cudnn'")
         n = 0
         for block in model.blocks:
-            block.attn1.set_processor(Fp8SelfAttnProcessor())
+            block.attn1.set_processor(Fp8SelfAttnProcessor(name))
             n += 1
-        return {"attention": kind, "self_attention_layers": n}
+        return {"attention": kind, "variant": name, "self_attention_layers": n}
     model.set_attention_backend(_DIFFUSERS_BACKEND[kind])
     return {"attention": kind, "diffusers_backend": _DIFFUSERS_BACKEND[kind]}
 
@@ -86,6 +143,9 @@ class Fp8SelfAttnProcessor:
     _attention_backend = None
     _parallel_config = None
 
+    def __init__(self, variant: str | None = None) -> None:
+        self.variant, _ = _variant(variant)
+
     def __call__(self, attn: Any, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor | None = None,
                  attention_mask: torch.Tensor | None = None, rotary_emb: Any = None) -> torch.Tensor:  # fmt: skip
         if encoder_hidden_states is not None or attention_mask is not None:
@@ -98,124 +158,137 @@ class Fp8SelfAttnProcessor:
         q, k, v = (t.unflatten(2, (attn.heads, -1)) for t in (q, k, v))
         if rotary_emb is not None:
             q, k = _rotary(q, *rotary_emb), _rotary(k, *rotary_emb)
-        out = fp8_attention(q, k, v).flatten(2, 3).type_as(q)
+        out = fp8_attention(q, k, v, variant=self.variant).flatten(2, 3).type_as(q)
         out = attn.to_out[0](out)
         return attn.to_out[1](out)
+
+
+# --------------------------------------------------------------------------------------------
+# Quantization (torch; traceable, so compiled blocks fuse it) and its torch reference
+# --------------------------------------------------------------------------------------------
+class QuantizedQKV(NamedTuple):
+    """The kernel's inputs; every tensor contiguous in exactly this shape. The kernel indexes raw
+    memory, so a strided view would silently read other heads' rows, and strided views arise
+    easily: an elementwise op on a transposed tensor (``q.transpose(1, 2).float()``) keeps its
+    BSHD strides, and a later ``reshape`` can stay a view."""
+
+    q: torch.Tensor  # [B, H, S, D] int8 or e4m3
+    k: torch.Tensor  # [B, H, S, D] int8 or e4m3, K minus its per-channel mean
+    vt: torch.Tensor  # [B, H, D, S] e4m3 (or bf16), V transposed (K-major for P V)
+    q_scale: torch.Tensor  # [B, H, S] float32, includes softmax scale * log2(e)
+    k_scale: torch.Tensor  # [B, H, S] float32
+    v_scale: torch.Tensor  # [B, H, D] float32
+
+
+def quantize_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str | None = None) -> QuantizedQKV:
+    """BSHD ``q, k, v`` -> :class:`QuantizedQKV` for ``variant`` (see the module docstring)."""
+    _, var = _variant(variant)
+    D = q.shape[-1]
+    qf, kf, vf = q.float(), k.float(), v.float()
+    kf = kf - kf.mean(dim=1, keepdim=True)  # smoothing: softmax(q.(k - m)) == softmax(q.k)
+    qmax = INT8_MAX if var.qk_int8 else E4M3_MAX
+    q_amax = qf.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12)  # per token [B, S, H, 1]
+    k_amax = kf.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12)
+    qs, ks = q_amax / qmax, k_amax / qmax
+    if var.qk_int8:
+        q8 = (qf / qs).round().clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
+        k8 = (kf / ks).round().clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
+    else:
+        q8 = (qf / qs).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+        k8 = (kf / ks).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    if var.pv_fp8:
+        vs = vf.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / E4M3_MAX  # per (head, channel)
+        v8 = (vf / vs).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    else:
+        vs = torch.ones_like(vf[:, :1])
+        v8 = vf.to(torch.bfloat16)
+    sm = LOG2E / math.sqrt(D)
+    return QuantizedQKV(
+        q=q8.permute(0, 2, 1, 3).contiguous(),
+        k=k8.permute(0, 2, 1, 3).contiguous(),
+        vt=v8.permute(0, 2, 3, 1).contiguous(),
+        q_scale=(qs * sm).squeeze(-1).transpose(1, 2).contiguous(),
+        k_scale=ks.squeeze(-1).transpose(1, 2).contiguous(),
+        v_scale=vs.squeeze(1).contiguous(),
+    )
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str | None = None) -> torch.Tensor:
+    """The kernel's arithmetic in torch (float32; P quantized against the global row max, where
+    the kernel uses the running max: the same rounding model, not the same bits). BSHD in/out."""
+    _, var = _variant(variant)
+    x = quantize_attention_inputs(q, k, v, variant)
+    s = (x.q.float() @ x.k.float().transpose(-1, -2)) * x.q_scale[..., :, None] * x.k_scale[..., None, :]
+    p = torch.exp2(s - s.amax(dim=-1, keepdim=True))
+    l = p.sum(dim=-1, keepdim=True)  # noqa: E741
+    if var.pv_fp8:
+        p = (p * E4M3_MAX).to(torch.float8_e4m3fn).float() / E4M3_MAX
+    else:
+        p = p.to(torch.bfloat16).float()
+    out = (p @ x.vt.float().transpose(-1, -2)) * x.v_scale[..., None, :] / l
+    return out.transpose(1, 2).to(q.dtype)
 
 
 # --------------------------------------------------------------------------------------------
 # The Triton kernel (defined lazily: triton is only imported where the kernel is used).
 # --------------------------------------------------------------------------------------------
 _KERNEL: Any = None
+# (BLOCK_M, BLOCK_N, num_warps, num_stages). Compiled for sm_90 with Triton 3.6 (ptxas), every
+# config holds 255 registers; these spill least (stack 8-56 B; 128x128 spills ~640 B, kept as the
+# Triton tutorial's choice for comparison). The autotuner picks per (S, D, variant).
+AUTOTUNE_CONFIGS = ((128, 64, 8, 2), (128, 64, 8, 3), (128, 64, 8, 4), (128, 32, 8, 4), (128, 128, 8, 3))
 
 
-def _build_kernel():
-    import triton
-    import triton.language as tl
+def _build_kernel(autotune: bool = True):
+    """The kernel, autotuned over :data:`AUTOTUNE_CONFIGS`; ``autotune=False`` returns the bare
+    ``triton.jit`` function (Triton's interpreter, ``TRITON_INTERPRET=1``, runs it on CPU with
+    explicit ``BLOCK_M`` / ``BLOCK_N``: tests and debugging)."""
+    from newsmotion_engine.accel import attention_triton as T
 
-    configs = [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm, bn, w, s in ((128, 128, 8, 3), (128, 64, 4, 3), (128, 128, 8, 4), (64, 128, 4, 3), (128, 64, 8, 4))
-    ]
-
-    @triton.autotune(configs=configs, key=["S", "D"])
-    @triton.jit
-    def _fwd(Q, K, VT, O, QK_SCALE, V_SCALE, S, H,
-             stride_ob, stride_os, stride_oh,
-             D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
-        pid_m = tl.program_id(0)
-        bh = tl.program_id(1)
-        b = bh // H
-        h = bh % H
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_d = tl.arange(0, D)
-        offs_n = tl.arange(0, BLOCK_N)
-        q_ptrs = Q + bh * S * D + offs_m[:, None] * D + offs_d[None, :]
-        q = tl.load(q_ptrs, mask=offs_m[:, None] < S, other=0.0)
-        qk_scale = tl.load(QK_SCALE + bh)
-        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_M], tl.float32)
-        acc = tl.zeros([BLOCK_M, D], tl.float32)
-        k_base = K + bh * S * D
-        v_base = VT + bh * D * S
-        n_full = (S // BLOCK_N) * BLOCK_N
-        for start_n in range(0, n_full, BLOCK_N):
-            cols = start_n + offs_n
-            k = tl.load(k_base + offs_d[:, None] + cols[None, :] * D)  # [D, BLOCK_N]
-            s = tl.dot(q, k) * qk_scale
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            p = tl.math.exp2(s - m_new[:, None])
-            alpha = tl.math.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None]
-            v = tl.load(v_base + cols[:, None] + offs_d[None, :] * S)  # [BLOCK_N, D], K-major in memory
-            acc = tl.dot((p * 448.0).to(tl.float8e4nv), v, acc)
-            m_i = m_new
-        if n_full < S:  # the ragged tail, masked
-            cols = n_full + offs_n
-            valid = cols < S
-            k = tl.load(k_base + offs_d[:, None] + cols[None, :] * D, mask=valid[None, :], other=0.0)
-            s = tl.dot(q, k) * qk_scale
-            s = tl.where(valid[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            p = tl.math.exp2(s - m_new[:, None])
-            alpha = tl.math.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None]
-            v = tl.load(v_base + cols[:, None] + offs_d[None, :] * S, mask=valid[:, None], other=0.0)
-            acc = tl.dot((p * 448.0).to(tl.float8e4nv), v, acc)
-            m_i = m_new
-        v_scale = tl.load(V_SCALE + bh * D + offs_d)
-        out = acc * (v_scale[None, :] / (448.0 * l_i[:, None]))
-        o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :]
-        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=offs_m[:, None] < S)
-
-    return _fwd
+    return T.autotuned(AUTOTUNE_CONFIGS) if autotune else T.attention_fwd
 
 
-def _quantize_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-    """BSHD bf16 -> fp8 Q, K ``[B*H, S, D]``, fp8 V^T ``[B*H, D, S]`` and the scales."""
-    B, S, H, D = q.shape
-    qh = q.transpose(1, 2).float()  # [B, H, S, D]
-    kh = k.transpose(1, 2).float()
-    kh = kh - kh.mean(dim=2, keepdim=True)  # smoothing: softmax(q.(k - m)) == softmax(q.k)
-    vh = v.transpose(1, 2).float()
-    q_scale = qh.abs().amax(dim=(2, 3)).clamp_min(1e-12) / E4M3_MAX  # [B, H]
-    k_scale = kh.abs().amax(dim=(2, 3)).clamp_min(1e-12) / E4M3_MAX
-    v_scale = vh.abs().amax(dim=2).clamp_min(1e-12) / E4M3_MAX  # [B, H, D]
-    q8 = (qh / q_scale[..., None, None]).to(torch.float8_e4m3fn).reshape(B * H, S, D)
-    k8 = (kh / k_scale[..., None, None]).to(torch.float8_e4m3fn).reshape(B * H, S, D)
-    vt8 = (vh / v_scale[:, :, None, :]).transpose(2, 3).contiguous().to(torch.float8_e4m3fn).reshape(B * H, D, S)
-    qk_scale = (q_scale * k_scale * (1.0 / math.sqrt(D)) * 1.4426950408889634).reshape(-1).contiguous()
-    return q8, k8, vt8, qk_scale, v_scale.reshape(B * H, D).contiguous()
+def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None, **meta: Any) -> torch.Tensor:
+    """Run ``kernel`` (from :func:`_build_kernel`) on quantized inputs -> bf16 BSHD output."""
+    _, var = _variant(variant)
+    B, H, S, D = x.q.shape
+    for name in QuantizedQKV._fields:
+        if not getattr(x, name).is_contiguous():
+            raise ValueError(f"fp8 attention: quantized {name} must be contiguous (the kernel indexes raw memory)")
+    out = torch.empty((B, S, H, D), device=x.q.device, dtype=torch.bfloat16)
 
+    def grid(m: dict[str, Any]) -> tuple[int, int]:
+        return (math.ceil(S / m["BLOCK_M"]), B * H)
 
-@torch.library.custom_op("newsmotion::fp8_attention", mutates_args=())
-def _fp8_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    global _KERNEL
-    if _KERNEL is None:
-        _KERNEL = _build_kernel()
-    B, S, H, D = q.shape
-    q8, k8, vt8, qk_scale, v_scale = _quantize_inputs(q, k, v)
-    out = torch.empty_like(q)
-
-    def grid(meta: dict[str, Any]) -> tuple[int, int]:
-        return (math.ceil(S / meta["BLOCK_M"]), B * H)
-
-    _KERNEL[grid](q8, k8, vt8, out, qk_scale, v_scale, S, H, out.stride(0), out.stride(1), out.stride(2), D=D)
+    kernel[grid](x.q, x.k, x.vt, out, x.q_scale, x.k_scale, x.v_scale, S, H,
+                 out.stride(0), out.stride(1), out.stride(2), D=D,
+                 QK_INT8=var.qk_int8, PV_FP8=var.pv_fp8, TWO_LEVEL=var.two_level, **meta)  # fmt: skip
     return out
 
 
-@_fp8_attention_op.register_fake
-def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(q)
+@torch.library.custom_op("newsmotion::fp8_attention_kernel", mutates_args=())
+def _kernel_op(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_scale: torch.Tensor, k_scale: torch.Tensor,
+               v_scale: torch.Tensor, variant: str) -> torch.Tensor:  # fmt: skip
+    global _KERNEL
+    if _KERNEL is None:
+        _KERNEL = _build_kernel()
+    return launch_kernel(_KERNEL, QuantizedQKV(q, k, vt, q_scale, k_scale, v_scale), variant)
 
 
-def fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Non-causal softmax attention of BSHD tensors ``[B, S, H, D]`` (D = 64 or 128) with FP8
-    tensor-core matmuls; returns BSHD in ``q``'s dtype. CUDA sm_90 only."""
+@_kernel_op.register_fake
+def _(q, k, vt, q_scale, k_scale, v_scale, variant):  # noqa: ANN001, ANN202
+    B, H, S, D = q.shape
+    return q.new_empty((B, S, H, D), dtype=torch.bfloat16)
+
+
+def fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str | None = None) -> torch.Tensor:
+    """Non-causal softmax attention of BSHD tensors ``[B, S, H, D]`` (D = 64 or 128) on the 8-bit
+    tensor cores (``variant`` from :data:`FP8_VARIANTS`); returns BSHD in ``q``'s dtype. CUDA sm_90."""
     if q.device.type != "cuda":
         raise AttentionUnavailableError("fp8_attention needs CUDA tensors (Hopper GPU)")
     if q.shape != k.shape or q.shape != v.shape or q.shape[-1] not in (64, 128):
         raise ValueError(f"fp8_attention: q, k, v must be equal BSHD shapes with D 64 or 128, got {tuple(q.shape)}")
-    return _fp8_attention_op(q.contiguous(), k.contiguous(), v.contiguous())
+    name, _ = _variant(variant)
+    x = quantize_attention_inputs(q, k, v, name)
+    out = _kernel_op(*x, name)
+    return out.to(q.dtype)

@@ -24,14 +24,32 @@ import torch
 __all__ = ["compile_blocks", "compiled_block_count"]
 
 
+_STEP_HOOK = "_newsmotion_cudagraph_step_hook"
+
+
+def _mark_step(*_: Any) -> None:
+    torch.compiler.cudagraph_mark_step_begin()
+
+
 def compile_blocks(model: torch.nn.Module, *, cudagraphs: bool = False, fullgraph: bool = True) -> dict[str, Any]:
     """Compile each repeated block of ``model`` in place (lazily; the first call compiles).
 
     Returns ``{"blocks": n, "mode": ..., "fullgraph": ...}``. ``fullgraph=True`` turns any graph
     break inside a block into an error instead of a silent slowdown.
+
+    With ``cudagraphs`` every model call first marks a new CUDA-graph step: the 40 blocks share
+    one compiled function, so the graph trees cannot tell where one forward ends and the next
+    begins, and without the mark the second forward replays over outputs the first still holds
+    (measured: "accessing tensor output of CUDAGraphs that has been overwritten").
     """
     mode = "reduce-overhead" if cudagraphs else None
     model.compile_repeated_blocks(fullgraph=fullgraph, dynamic=False, mode=mode)
+    old = getattr(model, _STEP_HOOK, None)
+    if old is not None:
+        old.remove()
+        setattr(model, _STEP_HOOK, None)
+    if cudagraphs:
+        setattr(model, _STEP_HOOK, model.register_forward_pre_hook(_mark_step))
     return {"blocks": compiled_block_count(model), "mode": mode or "default", "fullgraph": fullgraph}
 
 

@@ -429,7 +429,7 @@ def apply_accelerations(comps: Any, o: WanAnimateOptions) -> dict[str, Any]:
     if o.attention != "sdpa":
         from newsmotion_engine.accel.attention import set_attention
 
-        report["attention"] = set_attention(tr, o.attention)
+        report["attention"] = set_attention(tr, o.attention, variant=o.fp8_attention_variant)
     if o.teacache > 0:
         from newsmotion_engine.accel.teacache import TeaCacheConfig, apply_teacache
 

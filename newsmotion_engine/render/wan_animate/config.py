@@ -170,6 +170,8 @@ _DTYPES = ("bfloat16", "float16", "float32")
 _FP8_MODES = ("off", "auto", "compute", "storage")
 _ATTENTION = ("sdpa", "cudnn", "flash", "fp8-triton")
 _COMPILE = ("off", "blocks", "blocks-cudagraphs")
+# Mirrors newsmotion_engine.accel.attention.FP8_VARIANTS (kept here so config imports no torch).
+_FP8_ATTENTION_VARIANTS = ("fp8", "fp8-acc32", "int8qk-fp8pv", "int8qk-fp8pv-acc32", "int8qk-bf16pv")
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,9 @@ class WanAnimateOptions:
             FP8-storage fallback) | ``"compute"`` (error without FP8 hardware) | ``"storage"``.
         compile: ``"off"`` | ``"blocks"`` (regional torch.compile of the repeated blocks) |
             ``"blocks-cudagraphs"``.
-        attention: ``"sdpa"`` (PyTorch picks) | ``"cudnn"`` | ``"flash"`` | ``"fp8-triton"``.
+        attention: ``"sdpa"`` (PyTorch picks) | ``"cudnn"`` | ``"flash"`` | ``"fp8-triton"``;
+            fp8_attention_variant: the FP8 kernel's variant (``accel.attention.FP8_VARIANTS``;
+            default ``DEFAULT_FP8_VARIANT``, the one the GPU bench measured accurate and fastest).
         teacache: threshold (0 = off; 0.15 is the usual value); teacache_warmup: first steps
             always computed; teacache_coefficients: rescale polynomial (highest power first).
         cfg_start, cfg_stop: CFG window as fractions of the steps; cfg_every: one-pass momentum
@@ -213,6 +217,7 @@ class WanAnimateOptions:
     fp8: str = "off"
     compile: str = "off"
     attention: str = "sdpa"
+    fp8_attention_variant: str | None = None
     teacache: float = 0.0
     teacache_warmup: int = 1
     teacache_coefficients: tuple[float, ...] = (1.0, 0.0)
@@ -239,6 +244,8 @@ class WanAnimateOptions:
             raise bad("compile", f"use one of {', '.join(_COMPILE)}")
         if self.attention not in _ATTENTION:
             raise bad("attention", f"use one of {', '.join(_ATTENTION)}")
+        if self.fp8_attention_variant is not None and self.fp8_attention_variant not in _FP8_ATTENTION_VARIANTS:
+            raise bad("fp8_attention_variant", f"use one of {', '.join(_FP8_ATTENTION_VARIANTS)}")
         if not isinstance(self.steps, int) or not 1 <= self.steps <= 1000:
             raise bad("steps", "use an integer 1..1000")
         if not 1.0 <= float(self.guidance_scale) <= 30.0:
@@ -293,6 +300,7 @@ class WanAnimateOptions:
             "fp8": self.fp8,
             "compile": self.compile,
             "attention": self.attention,
+            "fp8_attention_variant": self.fp8_attention_variant,
             "teacache": self.teacache,
             "cfg_window": [self.cfg_start, self.cfg_stop],
             "cfg_every": self.cfg_every,
