@@ -35,6 +35,8 @@ bench_app = typer.Typer(help="Benchmarks (results as JSON).", no_args_is_help=Tr
 app.add_typer(loops_app, name="loops")
 app.add_typer(guidance_app, name="guidance")
 persona_app = typer.Typer(help="Tier-2 persona appearance caches.", no_args_is_help=True)
+calibrate_app = typer.Typer(help="Fit acceleration parameters to a model's weights.", no_args_is_help=True)
+app.add_typer(calibrate_app, name="calibrate")
 app.add_typer(bench_app, name="bench")
 app.add_typer(persona_app, name="persona")
 
@@ -407,6 +409,37 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
         except ValueError:
             options[key] = value
     return options
+
+
+@calibrate_app.command("teacache")
+def calibrate_teacache_cmd(
+    persona: Annotated[str, typer.Option("--persona", help="Persona id.")],
+    loop: Annotated[str, typer.Option("--loop", help="Loop id.")],
+    option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="wan-animate option KEY=VALUE (e.g. model_path=..., steps=20).")] = None,
+    width: Annotated[int, typer.Option(help="Render width (even).")] = 720,
+    height: Annotated[int, typer.Option(help="Render height (even).")] = 1280,
+    degree: Annotated[int, typer.Option(help="Polynomial degree.")] = 4,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the fit here.")] = None,
+) -> None:
+    """Record a full wan-animate render (no skipping) and fit TeaCache's rescale polynomial."""
+    from newsmotion_engine.render import RenderSpec
+    from newsmotion_engine.render.job import preflight
+    from newsmotion_engine.render.wan_animate.calibrate import calibrate_teacache
+
+    spec = RenderSpec(width=width, height=height)
+    options = parse_options(option or [])
+    preflight(persona, loop, "wan-animate", Path(tempfile.gettempdir()) / "newsmotion-preflight.mp4")
+    with progress_bar() as bar:
+        task = bar.add_task(f"recording {persona} x {loop}", total=None)
+        result = calibrate_teacache(
+            persona, loop, options, spec, degree=degree, progress=lambda d, t: bar.update(task, completed=d, total=t)
+        )
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
+        console.print(f"wrote {json_path}")
+    console.print(f"{result['pairs']} recorded pairs, relative RMSE of the fit {result['fit_rel_rmse']:.3f}; weights: {result['weights']}")
+    console.print("use: -o teacache=0.15 -o 'teacache_coefficients=" + json.dumps([round(c, 6) for c in result["coefficients"]]) + "'")
 
 
 @app.command("backends")

@@ -114,7 +114,8 @@ class TeaCacheHook(ModelHook):
 
     def reset_state(self, module: torch.nn.Module) -> torch.nn.Module:
         self.state_manager.reset()
-        self.totals = _Totals()
+        # Calibration records span every trajectory of a recorded run; counters are per reset.
+        self.totals = _Totals(records=self.totals.records)
         return module
 
     @torch.compiler.disable

@@ -430,11 +430,19 @@ def apply_accelerations(comps: Any, o: WanAnimateOptions) -> dict[str, Any]:
         from newsmotion_engine.accel.attention import set_attention
 
         report["attention"] = set_attention(tr, o.attention, variant=o.fp8_attention_variant)
-    if o.teacache > 0:
+    if o.teacache > 0 or o.teacache_record:
         from newsmotion_engine.accel.teacache import TeaCacheConfig, apply_teacache
 
-        apply_teacache(tr, TeaCacheConfig(threshold=o.teacache, warmup_steps=o.teacache_warmup, coefficients=o.teacache_coefficients))
-        report["teacache"] = {"threshold": o.teacache, "coefficients": list(o.teacache_coefficients)}
+        apply_teacache(
+            tr,
+            TeaCacheConfig(
+                threshold=o.teacache,
+                warmup_steps=o.teacache_warmup,
+                coefficients=o.teacache_coefficients,
+                record=o.teacache_record,
+            ),
+        )
+        report["teacache"] = {"threshold": o.teacache, "coefficients": list(o.teacache_coefficients), "record": o.teacache_record}
     if o.vae_tiling:
         report["vae"] = memory.enable_vae_tiling(comps.vae)
     if o.compile != "off":

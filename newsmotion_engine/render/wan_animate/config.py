@@ -198,7 +198,9 @@ class WanAnimateOptions:
             fp8_attention_variant: the FP8 kernel's variant (``accel.attention.FP8_VARIANTS``;
             default ``DEFAULT_FP8_VARIANT``, the one the GPU bench measured accurate and fastest).
         teacache: threshold (0 = off; 0.15 is the usual value); teacache_warmup: first steps
-            always computed; teacache_coefficients: rescale polynomial (highest power first).
+            always computed; teacache_coefficients: rescale polynomial (highest power first);
+            teacache_record: with teacache 0, compute every step but record (embedding change,
+            output change) pairs for calibration (``newsmotion calibrate teacache``).
         cfg_start, cfg_stop: CFG window as fractions of the steps; cfg_every: one-pass momentum
             CFG (two passes every k steps; 1 = plain CFG); cfg_momentum: momentum of the cached delta.
         vae_tiling: tiled VAE decode; ffn_chunks: feed-forward over N sequence chunks (0 = off).
@@ -221,6 +223,7 @@ class WanAnimateOptions:
     teacache: float = 0.0
     teacache_warmup: int = 1
     teacache_coefficients: tuple[float, ...] = (1.0, 0.0)
+    teacache_record: bool = False
     cfg_start: float = 0.0
     cfg_stop: float = 1.0
     cfg_every: int = 1
@@ -260,6 +263,8 @@ class WanAnimateOptions:
             raise bad("teacache_warmup", "use 0 or more steps")
         if len(self.teacache_coefficients) < 1:
             raise bad("teacache_coefficients", "give at least one polynomial coefficient")
+        if self.teacache_record and self.teacache > 0:
+            raise bad("teacache_record", "record a full run: set teacache=0 (every step computed)")
         if not 0.0 <= self.cfg_start < self.cfg_stop <= 1.0:
             raise bad("cfg_start", "need 0 <= cfg_start < cfg_stop <= 1")
         if not isinstance(self.cfg_every, int) or self.cfg_every < 1:

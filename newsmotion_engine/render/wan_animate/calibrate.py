@@ -1,0 +1,71 @@
+"""TeaCache calibration: fit the rescale polynomial from a recorded full run.
+
+TeaCache decides to skip a transformer call from the relative change of the modulated timestep
+embedding, mapped through a polynomial onto the expected relative change of the model output.
+That mapping depends on the weights, so the identity default is only a placeholder: this records a
+full render (every step computed, pairs of (embedding change, output change) kept by the hook)
+and fits the polynomial with least squares (TeaCache, Liu et al. 2024, arXiv:2411.19108).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from newsmotion_engine.errors import NewsmotionError
+from newsmotion_engine.render.base import RenderSpec
+
+
+def calibrate_teacache(
+    persona_id: str,
+    loop_id: str,
+    options: dict[str, Any],
+    spec: RenderSpec,
+    *,
+    degree: int = 4,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Render ``loop_id`` on ``persona_id`` with every step computed while recording, then fit.
+
+    Returns ``{"coefficients", "degree", "pairs", "fit_rel_rmse", "weights", "options", ...}``; use
+    the coefficients as the backend option ``teacache_coefficients`` with ``teacache > 0``.
+    """
+    from newsmotion_engine.accel.teacache import fit_rescale, recorded_pairs
+    from newsmotion_engine.render import get_backend
+    from newsmotion_engine.render.job import render_persona_loop
+
+    if options.get("teacache"):
+        raise NewsmotionError("calibration records a full run: leave the teacache option out (or 0)")
+    backend = get_backend("wan-animate", **{**options, "teacache": 0.0, "teacache_record": True})
+    backend.load()
+    try:
+        with tempfile.TemporaryDirectory(prefix="newsmotion-calibrate-") as tmp:
+            tele = render_persona_loop(persona_id, loop_id, backend, spec, out_path=Path(tmp) / "recorded.mp4", progress=progress)
+        pairs = recorded_pairs(backend.components.transformer)
+        info = backend.describe()
+    finally:
+        backend.close()
+    try:
+        coefficients = fit_rescale(pairs, degree)
+    except ValueError as exc:
+        raise NewsmotionError(f"TeaCache calibration: {exc} (more steps or a lower --degree)") from None
+    x, y = np.asarray(pairs, dtype=np.float64).T
+    residual = np.polyval(coefficients, x) - y
+    return {
+        "calibration": "teacache",
+        "coefficients": list(coefficients),
+        "degree": degree,
+        "pairs": len(pairs),
+        "embedding_change_range": [float(x.min()), float(x.max())],
+        "fit_rel_rmse": float(np.sqrt(np.mean(residual**2)) / max(float(np.abs(y).mean()), 1e-12)),
+        "weights": info.get("weights"),
+        "options": {k: v for k, v in options.items() if k != "teacache_record"},
+        "persona_id": persona_id,
+        "loop_id": loop_id,
+        "size": [spec.width, spec.height],
+        "render_wall_s": tele.get("wall_s"),
+    }

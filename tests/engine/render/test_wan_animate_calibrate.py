@@ -1,0 +1,35 @@
+"""TeaCache calibration on the tiny preset (CPU, random weights): records every step, fits."""
+
+import json
+
+import numpy as np
+import pytest
+
+from newsmotion_engine.cli import main
+from newsmotion_engine.errors import NewsmotionError
+from newsmotion_engine.persona.sources import install_source
+from newsmotion_engine.render import RenderSpec
+from newsmotion_engine.render.wan_animate.calibrate import calibrate_teacache
+
+TINY = {"preset": "tiny", "steps": 4, "device": "cpu", "dtype": "float32"}
+
+
+def test_calibration_records_a_full_run_and_fits(astronaut_png, tmp_path, capsys):
+    install_source(astronaut_png, "anchor")
+    out = tmp_path / "fit.json"
+    argv = ["calibrate", "teacache", "--persona", "anchor", "--loop", "nod", "--width", "64", "--height", "128",
+            "--degree", "2", "--json", str(out)] + [f"-o{k}={json.dumps(v)}" for k, v in TINY.items()]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 0
+    result = json.loads(out.read_text())
+    assert result["degree"] == 2 and len(result["coefficients"]) == 3
+    assert result["pairs"] > 2 and "random weights" in result["weights"]
+    assert all(np.isfinite(result["coefficients"]))
+    assert "teacache_coefficients=" in capsys.readouterr().out
+
+
+def test_calibration_refuses_a_skipping_run(astronaut_png):
+    install_source(astronaut_png, "anchor")
+    with pytest.raises(NewsmotionError, match="records a full run"):
+        calibrate_teacache("anchor", "nod", {**TINY, "teacache": 0.15}, RenderSpec(width=64, height=128))
