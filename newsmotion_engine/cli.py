@@ -220,50 +220,30 @@ def cache_rows() -> list[dict[str, Any]]:
     """One row per cache (guidance, then persona): id, kind, frames, bytes, created, status."""
     from newsmotion_engine import cachedir, storage
     from newsmotion_engine.guidance.cache import all_loop_ids, guidance_status
+    from newsmotion_engine.ids import SLUG_RE
+    from newsmotion_engine.persona.cache import list_persona_ids, persona_status
 
-    rows = []
+    def row(cache_id: str, kind: str, path: Path, status: str, cache: Any, detail: str) -> dict[str, Any]:
+        return {
+            "id": cache_id,
+            "kind": kind,
+            "frames": getattr(cache, "frames", None),
+            "bytes": cachedir.cache_bytes(path) if path.is_dir() else 0,
+            "created": cache.metadata.get("created_at") if cache else None,
+            "status": status,
+            "detail": detail,
+        }
+
     root = storage.guidance_root()
-    ids = sorted(set(all_loop_ids()) | ({p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")} if root.is_dir() else set()))
-    for loop_id in ids:
-        status, cache, detail = guidance_status(loop_id)
-        path = storage.guidance_dir(loop_id)
-        rows.append(
-            {
-                "id": loop_id,
-                "kind": "guidance",
-                "frames": cache.frames if cache else None,
-                "bytes": cachedir.cache_bytes(path) if path.is_dir() else 0,
-                "created": cache.metadata.get("created_at") if cache else None,
-                "status": status,
-                "detail": detail,
-            }
-        )
-    rows.extend(_persona_rows())
-    return rows
-
-
-def _persona_rows() -> list[dict[str, Any]]:
-    try:
-        from newsmotion_engine.persona.cache import list_persona_ids, persona_status
-    except ImportError:
-        return []
-    from newsmotion_engine import cachedir, storage
-
-    rows = []
-    for persona_id in list_persona_ids():
-        status, cache, detail = persona_status(persona_id)
-        path = storage.persona_dir(persona_id)
-        rows.append(
-            {
-                "id": persona_id,
-                "kind": "persona",
-                "frames": None,
-                "bytes": cachedir.cache_bytes(path) if path.is_dir() else 0,
-                "created": cache.metadata.get("created_at") if cache else None,
-                "status": status,
-                "detail": detail,
-            }
-        )
+    on_disk = {p.name for p in root.iterdir() if p.is_dir() and SLUG_RE.match(p.name)} if root.is_dir() else set()
+    rows = [
+        row(loop_id, "guidance", storage.guidance_dir(loop_id), *guidance_status(loop_id))
+        for loop_id in sorted(set(all_loop_ids()) | on_disk)
+    ]
+    rows += [
+        row(persona_id, "persona", storage.persona_dir(persona_id), *persona_status(persona_id))
+        for persona_id in list_persona_ids()
+    ]
     return rows
 
 

@@ -38,7 +38,7 @@ def render(context: dg.AssetExecutionContext, renderer: RendererResource) -> dg.
     keys = context.partition_keys  # one key, or many in a single-run backfill (backend stays warm)
     rows = []
     for key in keys:
-        dims = key.keys_by_dimension if hasattr(key, "keys_by_dimension") else dg.MultiPartitionKey.from_str(key).keys_by_dimension  # noqa: E501
+        dims = render_partitions.get_partition_key_from_str(key).keys_by_dimension
         persona_id, loop_id = dims["persona"], dims["loop"]
         tele = render_persona_loop(persona_id, loop_id, backend, spec)
         context.log.info(

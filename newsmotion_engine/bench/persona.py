@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from newsmotion_engine import cachedir
+from newsmotion_engine.bench.common import drop_from_page_cache, machine_info
 from newsmotion_engine.ids import slugify
 from newsmotion_engine.persona.cache import PersonaCache, build_persona, load_persona
 
@@ -50,20 +50,6 @@ def _touch(cache: PersonaCache) -> int:
         total += int(np.asarray(array).sum(dtype=np.uint64))
     total += int(np.isfinite(np.asarray(cache.landmarks)).sum())
     return total
-
-
-def drop_from_page_cache(directory: Path) -> None:
-    """Ask the kernel to evict every file under ``directory`` from the page cache (no root
-    needed; a no-op on tmpfs)."""
-    for path in directory.rglob("*"):
-        if not path.is_file():
-            continue
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)  # dirty pages are never evicted
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def _on_tmpfs(path: Path) -> bool:
@@ -176,7 +162,7 @@ def bench_persona(
         "target_load_ms_p50": 2.0,
         "cache_bytes": cachedir.cache_bytes(cache.path),
         "matte_method": cache.matte_method,
-        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": machine_info(),
     }
     return result
 

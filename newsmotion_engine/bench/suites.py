@@ -49,17 +49,15 @@ def _guidance(log: Log) -> dict[str, Any]:
 
 
 def _persona(log: Log) -> dict[str, Any]:
-    from newsmotion_engine.bench.guidance import machine_info
     from newsmotion_engine.bench.persona import bench_persona
 
     with private_storage() as root:
         log("building and loading the sample persona (astronaut)")
         result = bench_persona(sample_portrait(root / "samples"), persona_id="astronaut")
-    return {"benchmark": "persona", "machine": machine_info(), **result}
+    return {"benchmark": "persona", **result}
 
 
 def _warp(log: Log) -> dict[str, Any]:
-    from newsmotion_engine.bench.guidance import machine_info
     from newsmotion_engine.bench.warp import bench_warp
     from newsmotion_engine.guidance.cache import build_guidance
     from newsmotion_engine.persona.cache import build_persona
@@ -69,7 +67,7 @@ def _warp(log: Log) -> dict[str, Any]:
         guidance, _ = build_guidance("welcome")
         persona, _ = build_persona(sample_portrait(root / "samples"), "astronaut")
         result = bench_warp(guidance, persona, frames=120, width=720, height=1280, threads=2, repeats=5, log=log)
-    return {"benchmark": "warp", "loop": "welcome", "persona": "astronaut", "machine": machine_info(), **result}
+    return {"benchmark": "warp", "loop": "welcome", "persona": "astronaut", **result}
 
 
 SUITES: dict[str, Callable[[Log], dict[str, Any]]] = {"guidance": _guidance, "persona": _persona, "warp": _warp}

@@ -129,3 +129,9 @@ def test_extract_custom_loop_records_its_frame(capsys, tmp_path):
     assert (cache.width, cache.height, cache.frames, cache.source_kind) == (640, 360, 12, "video")
     assert (storage.driving_dir() / "weather_point.mp4").read_bytes() == video.read_bytes()
     assert guidance_status("weather_point")[0] == "valid"
+
+
+def test_caches_ignores_stray_folders(capsys):
+    (storage.guidance_root() / "Not A Slug").mkdir(parents=True)
+    code, out, _ = run(capsys, "caches", "--json")
+    assert code == 0 and "Not A Slug" not in out
