@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one script the GPU device runs: the wan-animate GPU benchmark, results under $OUT.
 # Usage (device, repo root, with .whl carried; see ../shared/tools/device-wheels.sh):
-#   bash bench/device_gpu.sh forward|render|all|smoke [preset] [JSON of extra bench_gpu kwargs]
+#   bash bench/device_gpu.sh forward|render|all|smoke|sweep [preset] [JSON of extra bench_gpu kwargs] [part after sweep]
 # e.g. bash bench/device_gpu.sh render 14b '{"width": 480, "height": 832, "steps": 20, "guidance_scale": 5.0}'
 # Writes $OUT/gpu_<part>.json (rewritten after every variant) and $OUT/gpu_<part>.log. Copy the
 # JSON into bench/results/ only from a real run.
@@ -29,6 +29,18 @@ for name in FP8_VARIANTS:
     print(name, "rel err (4096 tokens):", float((out.float() - ref.float()).norm() / ref.float().norm()))
 PY
   exit "${PIPESTATUS[0]}"
+fi
+if [ "$part" = sweep ]; then
+  # Every kernel config of every FP8 attention variant at the 14B shape, next to cuDNN.
+  python3 - <<PY 2>&1 | tee "$out/gpu_sweep.log"
+import json
+from newsmotion_engine.bench.gpu import attention_config_sweep
+res = attention_config_sweep()
+open("$out/gpu_sweep.json", "w").write(json.dumps(res, indent=2) + "\n")
+PY
+  [ "${PIPESTATUS[0]}" = 0 ] || exit 1
+  part="${4:-}"  # optionally go on with another part in the same call
+  [ -n "$part" ] || exit 0
 fi
 python3 - "$kwargs" <<PY 2>&1 | tee "$out/gpu_$part.log"
 import json, sys

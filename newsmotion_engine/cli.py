@@ -337,6 +337,30 @@ def bench_gpu_cmd(
     write_result(result, None)
 
 
+@bench_app.command("kernel-sass")
+def bench_kernel_sass_cmd(
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here.")] = None,
+) -> None:
+    """The FP8 attention kernel compiled for Hopper (sm_90) on this machine: registers, spills,
+    tensor-core ops and main-loop instructions per score, per variant and autotune config."""
+    try:
+        import triton  # noqa: F401
+    except ImportError as exc:
+        raise NewsmotionError("bench kernel-sass needs triton (it ships the sm_90 compiler and cuobjdump)") from exc
+    from newsmotion_engine.bench.kernel_sass import kernel_report
+
+    result = kernel_report()
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
+        console.print(f"wrote {json_path}")
+    table = Table("kernel", "registers", "stack B", "shared KiB", "tensor-core ops", "loop instr / score")
+    for key, row in result["kernels"].items():
+        table.add_row(key, str(row["registers"]), str(row["stack_bytes"]), f"{row['shared_bytes'] / 1024:.0f}",
+                      " ".join(row["tensor_core_ops"]), str(row["instructions_per_score"]))  # fmt: skip
+    console.print(table)
+
+
 # ---------------------------------------------------------------- render + scorecard
 @app.command("render")
 def render_cmd(

@@ -18,12 +18,21 @@ https://arxiv.org/abs/2411.10958). Every variant (:data:`FP8_VARIANTS`):
   rounding error systematic (``Q(v - m) == v`` whenever ``m`` is under half a grid step, so the
   mean added back afterwards is counted twice) and raised the error from 0.010 to 0.104 (bf16 P V)
   and from 0.039 to 0.073 (FP8 P V);
-- quantizes Q and K with one scale per token (``QK_INT8``: int8, else e4m3) and runs ``Q K^T``
-  on the 8-bit tensor cores (int32 or fp32 accumulation), softmax scale and ``log2 e`` folded in;
-- quantizes V per (head, channel) to e4m3 and P (scaled by 448 into e4m3's range) per element,
-  and runs ``P V`` in FP8 (``PV_FP8``; else P and V in bf16); ``TWO_LEVEL`` accumulates each
-  tile's ``P V`` apart and adds it to the running output in fp32 (Hopper's FP8 MMA accumulates
-  with reduced precision, which a 75.6k-token chained sum would otherwise compound).
+- quantizes K with one scale per (head, channel) and folds those scales into Q
+  (``q . k == (q * s) . (k / s)``), then Q with one scale per token (``QK_INT8``: int8, else
+  e4m3), and runs ``Q K^T`` on the 8-bit tensor cores. What is left is one factor per query row
+  (its token scale times the softmax scale times ``log2 e``), so the kernel turns a score into
+  the softmax exponent with a single FFMA. Per-channel K scales give every key the same absolute
+  logit error, which is what softmax feels (an earlier per-token K scale cost a second multiply
+  per score);
+- quantizes V per (head, channel) to e4m3 and P (produced directly in ``[0, 448]``) per element,
+  and runs ``P V`` in FP8 (``PV_FP8``; else P and V in bf16).
+
+The kernel (``attention_triton.py``) reads its tiles through TMA descriptors. The first version
+loaded K with per-byte loads (Triton did not vectorize the transposed pointer tile) and spent ~23
+instructions per score: 197 ms on the H200 at 75.6k tokens, barely ahead of cuDNN's 203 ms. This
+one spends ~9 (counted in its SASS, compiled on CPU for sm_90 with Triton's bundled ptxas) and
+runs in 148-154 ms (770-790 TFLOP/s), 1.35x cuDNN, at the same error (0.040).
 
 Quantization (:func:`quantize_attention_inputs`) is plain torch code, so a compiled block fuses it
 with the RoPE and norms before it; only the kernel launch is an opaque ``torch.library`` op.
@@ -64,25 +73,22 @@ LOG2E = 1.4426950408889634
 
 @dataclass(frozen=True)
 class Fp8Variant:
-    """One kernel variant: Q/K format, P/V format, and whether P V tiles accumulate in fp32."""
+    """One kernel variant: the Q/K format (int8 or e4m3) and the P/V format (e4m3 or bf16)."""
 
     qk_int8: bool
     pv_fp8: bool
-    two_level: bool
 
 
 FP8_VARIANTS: dict[str, Fp8Variant] = {
-    "fp8": Fp8Variant(qk_int8=False, pv_fp8=True, two_level=False),
-    "fp8-acc32": Fp8Variant(qk_int8=False, pv_fp8=True, two_level=True),
-    "int8qk-fp8pv": Fp8Variant(qk_int8=True, pv_fp8=True, two_level=False),
-    "int8qk-fp8pv-acc32": Fp8Variant(qk_int8=True, pv_fp8=True, two_level=True),
-    "int8qk-bf16pv": Fp8Variant(qk_int8=True, pv_fp8=False, two_level=False),
+    "fp8": Fp8Variant(qk_int8=False, pv_fp8=True),
+    "int8qk-fp8pv": Fp8Variant(qk_int8=True, pv_fp8=True),
+    "int8qk-bf16pv": Fp8Variant(qk_int8=True, pv_fp8=False),
 }
 # The variant "fp8-triton" uses unless told otherwise: the fastest one under the bench's 0.05
-# error threshold on the H200 (BENCHMARKS.md, 2026-11-30: kernel 197 ms vs cuDNN 205 ms at
-# [1, 75600, 40, 128], error 0.039 / 0.035 on flat / sharp softmax). Plain FP8 (188 ms) fails the
-# threshold (0.053 / 0.091); "-acc32" measured no more accurate; bf16 P V is accurate (0.010) but
-# slower than cuDNN (233 ms).
+# error threshold on the H200 (BENCHMARKS.md, third session, 2026-11-30: kernel 149-154 ms vs
+# cuDNN 203-208 ms at [1, 75600, 40, 128], error 0.040 / 0.038 on flat / sharp softmax). "fp8"
+# (e4m3 Q K) is no faster and fails the threshold (0.054 / 0.093); "int8qk-bf16pv" is the most
+# accurate (0.013 / 0.025) and still beats cuDNN (178-184 ms).
 DEFAULT_FP8_VARIANT = "int8qk-fp8pv"
 
 
@@ -167,48 +173,51 @@ class Fp8SelfAttnProcessor:
 # Quantization (torch; traceable, so compiled blocks fuse it) and its torch reference
 # --------------------------------------------------------------------------------------------
 class QuantizedQKV(NamedTuple):
-    """The kernel's inputs; every tensor contiguous in exactly this shape. The kernel indexes raw
-    memory, so a strided view would silently read other heads' rows, and strided views arise
-    easily: an elementwise op on a transposed tensor (``q.transpose(1, 2).float()``) keeps its
-    BSHD strides, and a later ``reshape`` can stay a view."""
+    """The kernel's inputs; every tensor contiguous in exactly this shape (the kernel builds its
+    TMA descriptors over the raw buffers: a strided view would silently read other heads' rows)."""
 
-    q: torch.Tensor  # [B, H, S, D] int8 or e4m3
-    k: torch.Tensor  # [B, H, S, D] int8 or e4m3, K minus its per-channel mean
-    vt: torch.Tensor  # [B, H, D, S] e4m3 (or bf16), V transposed (K-major for P V)
-    q_scale: torch.Tensor  # [B, H, S] float32, includes softmax scale * log2(e)
-    k_scale: torch.Tensor  # [B, H, S] float32
+    q: torch.Tensor  # [B, H, S, D] int8 or e4m3: Q times K's channel scales, per-token quantized
+    k: torch.Tensor  # [B, H, S, D] int8 or e4m3: K minus its per-channel mean, over its channel scales
+    vt: torch.Tensor  # [B, H, D, S16] e4m3 (or bf16): V transposed (K-major for P V), S padded to 16
+    q_scale: torch.Tensor  # [B, H, S] float32: Q's token scale * softmax scale * log2(e)
     v_scale: torch.Tensor  # [B, H, D] float32
+
+
+def _pad16(n: int) -> int:
+    return -(-n // 16) * 16  # TMA wants 16-byte row strides
 
 
 def quantize_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str | None = None) -> QuantizedQKV:
     """BSHD ``q, k, v`` -> :class:`QuantizedQKV` for ``variant`` (see the module docstring)."""
     _, var = _variant(variant)
-    D = q.shape[-1]
+    B, S, H, D = q.shape
     qf, kf, vf = q.float(), k.float(), v.float()
     kf = kf - kf.mean(dim=1, keepdim=True)  # smoothing: softmax(q.(k - m)) == softmax(q.k)
     qmax = INT8_MAX if var.qk_int8 else E4M3_MAX
-    q_amax = qf.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12)  # per token [B, S, H, 1]
-    k_amax = kf.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12)
-    qs, ks = q_amax / qmax, k_amax / qmax
+    kc = kf.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / qmax  # per (head, channel) [B, 1, H, D]
+    qf = qf * kc  # K's channel scales move into Q
+    qs = qf.abs().amax(dim=-1, keepdim=True).clamp_min(1e-30) / qmax  # per token [B, S, H, 1]
     if var.qk_int8:
         q8 = (qf / qs).round().clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
-        k8 = (kf / ks).round().clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
+        k8 = (kf / kc).round().clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
     else:
         q8 = (qf / qs).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
-        k8 = (kf / ks).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+        k8 = (kf / kc).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     if var.pv_fp8:
         vs = vf.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / E4M3_MAX  # per (head, channel)
         v8 = (vf / vs).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     else:
         vs = torch.ones_like(vf[:, :1])
         v8 = vf.to(torch.bfloat16)
+    vt = v8.permute(0, 2, 3, 1)
+    if _pad16(S) != S:
+        vt = torch.nn.functional.pad(vt.to(torch.float32) if vt.dtype == torch.float8_e4m3fn else vt, (0, _pad16(S) - S)).to(v8.dtype)
     sm = LOG2E / math.sqrt(D)
     return QuantizedQKV(
         q=q8.permute(0, 2, 1, 3).contiguous(),
         k=k8.permute(0, 2, 1, 3).contiguous(),
-        vt=v8.permute(0, 2, 3, 1).contiguous(),
+        vt=vt.contiguous(),
         q_scale=(qs * sm).squeeze(-1).transpose(1, 2).contiguous(),
-        k_scale=ks.squeeze(-1).transpose(1, 2).contiguous(),
         v_scale=vs.squeeze(1).contiguous(),
     )
 
@@ -217,15 +226,16 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, varia
     """The kernel's arithmetic in torch (float32; P quantized against the global row max, where
     the kernel uses the running max: the same rounding model, not the same bits). BSHD in/out."""
     _, var = _variant(variant)
+    S = q.shape[1]
     x = quantize_attention_inputs(q, k, v, variant)
-    s = (x.q.float() @ x.k.float().transpose(-1, -2)) * x.q_scale[..., :, None] * x.k_scale[..., None, :]
+    s = (x.q.float() @ x.k.float().transpose(-1, -2)) * x.q_scale[..., :, None]
     p = torch.exp2(s - s.amax(dim=-1, keepdim=True))
     l = p.sum(dim=-1, keepdim=True)  # noqa: E741
     if var.pv_fp8:
         p = (p * E4M3_MAX).to(torch.float8_e4m3fn).float() / E4M3_MAX
     else:
         p = p.to(torch.bfloat16).float()
-    out = (p @ x.vt.float().transpose(-1, -2)) * x.v_scale[..., None, :] / l
+    out = (p @ x.vt[..., :S].float().transpose(-1, -2)) * x.v_scale[..., None, :] / l
     return out.transpose(1, 2).to(q.dtype)
 
 
@@ -233,10 +243,16 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, varia
 # The Triton kernel (defined lazily: triton is only imported where the kernel is used).
 # --------------------------------------------------------------------------------------------
 _KERNEL: Any = None
-# (BLOCK_M, BLOCK_N, num_warps, num_stages). Compiled for sm_90 with Triton 3.6 (ptxas), every
-# config holds 255 registers; these spill least (stack 8-56 B; 128x128 spills ~640 B, kept as the
-# Triton tutorial's choice for comparison). The autotuner picks per (S, D, variant).
-AUTOTUNE_CONFIGS = ((128, 64, 8, 2), (128, 64, 8, 3), (128, 64, 8, 4), (128, 32, 8, 4), (128, 128, 8, 3))
+# (BLOCK_M, BLOCK_N, num_warps, num_stages, PIPELINE_QK). Compiled here for sm_90 with Triton 3.6,
+# none spills. Measured on the H200 at [1, 75600, 40, 128] (bench/results/gpu_attention_sweep_*):
+# 64-row tiles with 4 warps (182 registers) fit two CTAs per SM that run out of phase, one's
+# softmax over the other's tensor-core work: 148-152 ms at 3 stages (64x64: 162); 128x128 with
+# 8 warps (207 registers) is one CTA per SM whose two warpgroups move in lock-step: 163 ms;
+# 128x64 with 4 warps (254 registers; two CTAs of 128 rows, half the L2 traffic): 151-153 ms;
+# PIPELINE_QK (the next tile's Q K^T issued before this tile's softmax; 240 registers, so 2
+# stages): 155 ms. A block-wide skip of the output rescale when no row max moved was bit-exact
+# but no faster (150 / 166 ms) and was dropped. The autotuner picks per (S, D, variant).
+AUTOTUNE_CONFIGS = ((64, 128, 4, 3, False), (64, 128, 4, 2, True), (128, 64, 4, 3, False), (128, 128, 8, 3, False))
 
 
 def _build_kernel(autotune: bool = True):
@@ -249,34 +265,47 @@ def _build_kernel(autotune: bool = True):
 
 
 def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None, **meta: Any) -> torch.Tensor:
-    """Run ``kernel`` (from :func:`_build_kernel`) on quantized inputs -> bf16 BSHD output."""
+    """Run ``kernel`` (from :func:`_build_kernel`) on quantized inputs -> bf16 BSHD output.
+    ``meta`` (``BLOCK_M``, ``BLOCK_N``) is for the bare kernel; the autotuned one picks its own."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
     _, var = _variant(variant)
     B, H, S, D = x.q.shape
     for name in QuantizedQKV._fields:
         if not getattr(x, name).is_contiguous():
             raise ValueError(f"fp8 attention: quantized {name} must be contiguous (the kernel indexes raw memory)")
+    if x.vt.shape[-1] != _pad16(S):
+        raise ValueError(f"fp8 attention: vt must be [B, H, D, {_pad16(S)}] (S padded to 16), got {tuple(x.vt.shape)}")
     out = torch.empty((B, S, H, D), device=x.q.device, dtype=torch.bfloat16)
+    bm, bn = meta.get("BLOCK_M", 64), meta.get("BLOCK_N", 64)  # the autotuner's pre-hook resets these
+
+    def desc(t: torch.Tensor, rows: int, cols: int, block: list[int]) -> Any:
+        return TensorDescriptor(t, [B * H, rows, cols], [t.shape[-2] * t.shape[-1], t.shape[-1], 1], block)
+
+    q_desc = desc(x.q, S, D, [1, bm, D])
+    k_desc = desc(x.k, S, D, [1, bn, D])
+    vt_desc = TensorDescriptor(x.vt, [B * H, D, S], [D * x.vt.shape[-1], x.vt.shape[-1], 1], [1, D, bn])
 
     def grid(m: dict[str, Any]) -> tuple[int, int]:
         return (math.ceil(S / m["BLOCK_M"]), B * H)
 
-    kernel[grid](x.q, x.k, x.vt, out, x.q_scale, x.k_scale, x.v_scale, S, H,
+    kernel[grid](q_desc, k_desc, vt_desc, out, x.q_scale, x.v_scale, S, H,
                  out.stride(0), out.stride(1), out.stride(2), D=D,
-                 QK_INT8=var.qk_int8, PV_FP8=var.pv_fp8, TWO_LEVEL=var.two_level, **meta)  # fmt: skip
+                 QK_INT8=var.qk_int8, PV_FP8=var.pv_fp8, **meta)  # fmt: skip
     return out
 
 
 @torch.library.custom_op("newsmotion::fp8_attention_kernel", mutates_args=())
-def _kernel_op(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_scale: torch.Tensor, k_scale: torch.Tensor,
-               v_scale: torch.Tensor, variant: str) -> torch.Tensor:  # fmt: skip
+def _kernel_op(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_scale: torch.Tensor, v_scale: torch.Tensor,
+               variant: str) -> torch.Tensor:  # fmt: skip
     global _KERNEL
     if _KERNEL is None:
         _KERNEL = _build_kernel()
-    return launch_kernel(_KERNEL, QuantizedQKV(q, k, vt, q_scale, k_scale, v_scale), variant)
+    return launch_kernel(_KERNEL, QuantizedQKV(q, k, vt, q_scale, v_scale), variant)
 
 
 @_kernel_op.register_fake
-def _(q, k, vt, q_scale, k_scale, v_scale, variant):  # noqa: ANN001, ANN202
+def _(q, k, vt, q_scale, v_scale, variant):  # noqa: ANN001, ANN202
     B, H, S, D = q.shape
     return q.new_empty((B, S, H, D), dtype=torch.bfloat16)
 

@@ -1,7 +1,15 @@
-"""The Triton kernels behind :func:`newsmotion_engine.accel.attention.fp8_attention` (imported only
-where they run: this module imports triton). See that module's docstring for the method; the
-inputs come from ``quantize_attention_inputs`` (contiguous ``[B, H, S, D]`` Q/K, ``[B, H, D, S]``
-V^T, per-token Q/K scales with the softmax scale and log2(e) folded into Q's)."""
+"""The Triton kernel behind :func:`newsmotion_engine.accel.attention.fp8_attention` (imported only
+where it runs: this module imports triton). See that module's docstring for the method; the
+inputs come from ``quantize_attention_inputs`` and reach the kernel as TMA tensor descriptors
+(Q, K ``[B*H, S, D]``, V^T ``[B*H, D, S]``), so the copy engine moves the tiles and no thread
+spends instructions on addresses.
+
+Per score the loop body is one FFMA (scale, and subtract the running max), one EX2, one FADD
+(row sum), one max, half an FP8 pack, and ``D / BLOCK_N`` FMULs of output rescaling: the int32
+``Q K^T`` is turned into float by adding the bits of 1.5 * 2**23 (exact while |s| < 2**22,
+true for int8 x int8 over D <= 128), and that constant comes back out through the FFMA's bias;
+the softmax scale, log2(e), every K channel scale and Q's token scale are one per-row factor
+``c``; P is produced already scaled into e4m3's range (``exp2(... + log2 448)``)."""
 
 from __future__ import annotations
 
@@ -10,82 +18,113 @@ import triton.language as tl
 
 __all__ = ["attention_fwd", "autotuned"]
 
+MAGIC_BITS = tl.constexpr(0x4B400000)  # float32 bits of 1.5 * 2**23: (s + MAGIC_BITS) as float == 1.5 * 2**23 + s
+MAGIC = tl.constexpr(12582912.0)
+LOG2_E4M3_MAX = tl.constexpr(8.807354922057604)  # log2(448)
+
 
 @triton.jit
-def _tile(acc, l_i, m_i, q, q_scale, k_base, v_base, ks_base, S, start_n, offs_n, offs_d,
-          D: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-          PV_FP8: tl.constexpr, TWO_LEVEL: tl.constexpr):  # fmt: skip
-    cols = start_n + offs_n
-    valid = cols < S
-    if MASKED:
-        k = tl.load(k_base + offs_d[:, None] + cols[None, :] * D, mask=valid[None, :], other=0.0)  # [D, BLOCK_N]
-        k_scale = tl.load(ks_base + cols, mask=valid, other=0.0)
+def _scores(q, k_desc, bh, start_n, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    k = k_desc.load([bh, start_n, 0]).reshape(BLOCK_N, D)
+    return tl.dot(q, k.T)  # int32 (int8 Q K) or fp32 (e4m3 Q K)
+
+
+@triton.jit
+def _softmax_pv(acc, l_i, m_i, s, c, vt_desc, bh, start_n, S,
+                D: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+                QK_INT8: tl.constexpr, PV_FP8: tl.constexpr):  # fmt: skip
+    """One key tile's online-softmax update and ``P V``, from its scores ``s``."""
+    if QK_INT8:
+        x = (s + MAGIC_BITS).to(tl.float32, bitcast=True)
+        offset = MAGIC
     else:
-        k = tl.load(k_base + offs_d[:, None] + cols[None, :] * D)
-        k_scale = tl.load(ks_base + cols)
-    s = tl.dot(q, k).to(tl.float32) * q_scale[:, None] * k_scale[None, :]  # log2-domain logits
-    if MASKED:
-        s = tl.where(valid[None, :], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    p = tl.math.exp2(s - m_new[:, None])
+        x = s
+        offset = 0.0
+    if MASKED:  # the ragged last tile: the copy engine zero-filled keys past S
+        cols = start_n + tl.arange(0, BLOCK_N)
+        x = tl.where(cols[None, :] < S, x, float("-inf"))
+        m_tile = (tl.max(x, 1) - offset) * c
+    elif QK_INT8:
+        m_tile = tl.max(s, 1).to(tl.float32) * c  # integer max: off the FP32 pipe
+    else:
+        m_tile = tl.max(x, 1) * c
+    m_new = tl.maximum(m_i, m_tile)
+    if PV_FP8:
+        bias = offset * c + (m_new - LOG2_E4M3_MAX)  # P comes out in [0, 448]
+    else:
+        bias = offset * c + m_new
+    p = tl.math.exp2(x * c[:, None] - bias[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
-    if MASKED:
-        v = tl.load(v_base + cols[:, None] + offs_d[None, :] * S, mask=valid[:, None], other=0.0)  # [BLOCK_N, D]
-    else:
-        v = tl.load(v_base + cols[:, None] + offs_d[None, :] * S)
+    vt = vt_desc.load([bh, 0, start_n]).reshape(D, BLOCK_N)
     if PV_FP8:
-        p8 = (p * 448.0).to(tl.float8e4nv)
-        if TWO_LEVEL:
-            # Promote the FP8 MMA's partial sum into the fp32 accumulator once per tile.
-            acc = tl.dot(p8, v, acc, max_num_imprecise_acc=BLOCK_N)
-        else:
-            acc = tl.dot(p8, v, acc)
+        acc = tl.dot(p.to(tl.float8e4nv), vt.T, acc)
     else:
-        acc = tl.dot(p.to(tl.bfloat16), v, acc)
+        acc = tl.dot(p.to(tl.bfloat16), vt.T, acc)
     return acc, l_i, m_new
 
+
 @triton.jit
-def attention_fwd(Q, K, VT, O, QS, KS, VS, S, H,
-         stride_ob, stride_os, stride_oh,
-         D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-         QK_INT8: tl.constexpr, PV_FP8: tl.constexpr, TWO_LEVEL: tl.constexpr):  # fmt: skip
+def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
+                  stride_ob, stride_os, stride_oh,
+                  D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  QK_INT8: tl.constexpr, PV_FP8: tl.constexpr, PIPELINE_QK: tl.constexpr = False):  # fmt: skip
     pid_m = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)  # 64-bit offsets: B*H*S*D can pass 2**31
-    b = bh // H
-    h = bh % H
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, D)
-    offs_n = tl.arange(0, BLOCK_N)
+    bh = tl.program_id(1)
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
     row_ok = offs_m < S
-    q = tl.load(Q + bh * S * D + offs_m[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-    q_scale = tl.load(QS + bh * S + offs_m, mask=row_ok, other=0.0)
+    bh64 = bh.to(tl.int64)  # B*H*S can pass 2**31 in the pointer math below
+    q = q_desc.load([bh, start_m, 0]).reshape(BLOCK_M, D)
+    c = tl.load(QS + bh64 * S + offs_m, mask=row_ok, other=1.0)  # padded rows: finite, never stored
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
-    k_base = K + bh * S * D
-    v_base = VT + bh * D * S
-    ks_base = KS + bh * S
     n_full = (S // BLOCK_N) * BLOCK_N
-    for start_n in range(0, n_full, BLOCK_N):
-        acc, l_i, m_i = _tile(acc, l_i, m_i, q, q_scale, k_base, v_base, ks_base, S, start_n, offs_n, offs_d,
-                              D, BLOCK_N, False, PV_FP8, TWO_LEVEL)  # fmt: skip
-    if n_full < S:  # the ragged tail, masked
-        acc, l_i, m_i = _tile(acc, l_i, m_i, q, q_scale, k_base, v_base, ks_base, S, n_full, offs_n, offs_d,
-                              D, BLOCK_N, True, PV_FP8, TWO_LEVEL)  # fmt: skip
-    v_scale = tl.load(VS + bh * D + offs_d)
-    if PV_FP8:
-        out = acc * (v_scale[None, :] / (448.0 * l_i[:, None]))
+    if PIPELINE_QK:
+        # The next tile's Q K^T is issued before this tile's softmax, so the tensor cores work
+        # while the exponentials run (FlashAttention-3's intra-warpgroup overlap; the SASS shows
+        # the IGMMAs interleaved with MUFU.EX2). Costs one more score tile of registers.
+        if n_full > 0:
+            s_cur = _scores(q, k_desc, bh, 0, BLOCK_N, D)
+            for start_n in range(BLOCK_N, n_full, BLOCK_N):
+                s_next = _scores(q, k_desc, bh, start_n, BLOCK_N, D)
+                acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s_cur, c, vt_desc, bh, start_n - BLOCK_N, S,
+                                            D, BLOCK_N, False, QK_INT8, PV_FP8)  # fmt: skip
+                s_cur = s_next
+            acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s_cur, c, vt_desc, bh, n_full - BLOCK_N, S,
+                                        D, BLOCK_N, False, QK_INT8, PV_FP8)  # fmt: skip
     else:
-        out = acc * (v_scale[None, :] / l_i[:, None])
-    o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :]
+        for start_n in range(0, n_full, BLOCK_N):
+            s = _scores(q, k_desc, bh, start_n, BLOCK_N, D)
+            acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, vt_desc, bh, start_n, S,
+                                        D, BLOCK_N, False, QK_INT8, PV_FP8)  # fmt: skip
+    if n_full < S:
+        s = _scores(q, k_desc, bh, n_full, BLOCK_N, D)
+        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, vt_desc, bh, n_full, S,
+                                    D, BLOCK_N, True, QK_INT8, PV_FP8)  # fmt: skip
+    offs_d = tl.arange(0, D)
+    v_scale = tl.load(VS + bh64 * D + offs_d)
+    out = acc * v_scale[None, :] * (1.0 / l_i)[:, None]
+    b = bh64 // H
+    h = bh64 % H
+    o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None].to(tl.int64) * stride_os + offs_d[None, :]
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
 
 
+def _set_block_shapes(nargs: dict) -> None:
+    bm, bn, d = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["D"]
+    nargs["q_desc"].block_shape = [1, bm, d]
+    nargs["k_desc"].block_shape = [1, bn, d]
+    nargs["vt_desc"].block_shape = [1, d, bn]
 
-def autotuned(configs: tuple[tuple[int, int, int, int], ...]):
-    """``attention_fwd`` autotuned over ``(BLOCK_M, BLOCK_N, num_warps, num_stages)`` configs,
-    keyed on the sequence length, head size and variant flags."""
-    cfgs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st) for bm, bn, w, st in configs]
-    return triton.autotune(configs=cfgs, key=["S", "D", "QK_INT8", "PV_FP8", "TWO_LEVEL"])(attention_fwd)
+
+def autotuned(configs: tuple[tuple[int, int, int, int, bool], ...]):
+    """``attention_fwd`` autotuned over ``(BLOCK_M, BLOCK_N, num_warps, num_stages, PIPELINE_QK)``
+    configs, keyed on the sequence length, head size and variant flags; each config sets the
+    descriptors' block shapes before it runs."""
+    cfgs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "PIPELINE_QK": pipe}, num_warps=w, num_stages=st,
+                          pre_hook=_set_block_shapes)
+            for bm, bn, w, st, pipe in configs]  # fmt: skip
+    return triton.autotune(configs=cfgs, key=["S", "D", "QK_INT8", "PV_FP8"])(attention_fwd)

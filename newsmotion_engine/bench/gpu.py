@@ -182,6 +182,7 @@ def _attention_bench(tokens: int, heads: int, dim: int, device: Any, log: Log, r
             kms = statistics.median(kt)
             row = {"ms": round(ms, 2), "tflops": round(flops / ms / 1e9, 1), "first_call_ms": round(first, 1),
                    "kernel_ms": round(kms, 2), "kernel_tflops": round(flops / kms / 1e9, 1),
+                   "autotuned_config": _autotuned_config(),
                    "rel_err_vs_flash": round(_rel_err(out, ref), 5) if ref is not None else None,
                    "rel_err_sharp_vs_flash": round(_rel_err(sharp, ref_sharp), 5),
                    "finite": bool(torch.isfinite(out).all())}  # fmt: skip
@@ -200,6 +201,50 @@ def _attention_bench(tokens: int, heads: int, dim: int, device: Any, log: Log, r
     res["selected_beats_cudnn"] = bool(good) and good[res["selected"]] < cudnn_ms
     log(f"attention selected: {res['selected']} (beats cuDNN: {res['selected_beats_cudnn']})")
     del q, k, v, ref, qs_, ks_, vs_, ref_sharp
+    return res
+
+
+def _autotuned_config() -> str | None:
+    from newsmotion_engine.accel import attention
+
+    best = getattr(attention._KERNEL, "best_config", None)
+    return None if best is None else f"{best.kwargs} warps={best.num_warps} stages={best.num_stages}"
+
+
+def attention_config_sweep(tokens: int = 75600, heads: int = 40, dim: int = 128, reps: int = 5,
+                           variants: tuple[str, ...] | None = None, configs: Any = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
+    """Every :data:`~newsmotion_engine.accel.attention.AUTOTUNE_CONFIGS` entry (or ``configs``) of
+    every kernel variant, timed alone on pre-quantized ``[1, tokens, heads, dim]`` inputs (kernel ms, TFLOP/s,
+    error vs bf16 SDPA), next to cuDNN's SDPA: what the autotuner chooses between."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from newsmotion_engine.accel import attention as A
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(1)
+    q, k, v = (torch.randn(1, tokens, heads, dim, generator=g, device=dev, dtype=torch.bfloat16) for _ in range(3))
+    flops = 4 * tokens * tokens * heads * dim
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)  # noqa: E731
+        times, _, ref = _time_calls(sdpa, dev, 1, reps)
+    res: dict[str, Any] = {"shape": [1, tokens, heads, dim], "cudnn_ms": round(statistics.median(times), 2), "configs": {}}
+    log(f"cudnn: {res['cudnn_ms']} ms")
+    kernel = A._build_kernel(autotune=False)
+    for name in variants or tuple(A.FP8_VARIANTS):
+        x = A.quantize_attention_inputs(q, k, v, name)
+        for bm, bn, w, st, pipe in configs or A.AUTOTUNE_CONFIGS:
+            key = f"{name} {bm}x{bn} w{w} s{st}" + (" pipelined" if pipe else "")
+            try:
+                times, first, out = _time_calls(lambda: A.launch_kernel(kernel, x, name, BLOCK_M=bm, BLOCK_N=bn, PIPELINE_QK=pipe,
+                                                                        num_warps=w, num_stages=st), dev, 1, reps)  # fmt: skip
+                ms = statistics.median(times)
+                res["configs"][key] = {"kernel_ms": round(ms, 2), "tflops": round(flops / ms / 1e9, 1),
+                                       "compile_ms": round(first, 1), "rel_err_vs_cudnn": round(_rel_err(out, ref), 5)}  # fmt: skip
+            except Exception as exc:
+                res["configs"][key] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            log(f"{key}: {res['configs'][key]}")
+        del x
     return res
 
 

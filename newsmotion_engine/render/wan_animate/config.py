@@ -171,7 +171,7 @@ _FP8_MODES = ("off", "auto", "compute", "storage")
 _ATTENTION = ("sdpa", "cudnn", "flash", "fp8-triton")
 _COMPILE = ("off", "blocks", "blocks-cudagraphs")
 # Mirrors newsmotion_engine.accel.attention.FP8_VARIANTS (kept here so config imports no torch).
-_FP8_ATTENTION_VARIANTS = ("fp8", "fp8-acc32", "int8qk-fp8pv", "int8qk-fp8pv-acc32", "int8qk-bf16pv")
+_FP8_ATTENTION_VARIANTS = ("fp8", "int8qk-fp8pv", "int8qk-bf16pv")
 
 
 @dataclass(frozen=True)
