@@ -32,7 +32,7 @@ The kernel (``attention_triton.py``) reads its tiles through TMA descriptors. Th
 loaded K with per-byte loads (Triton did not vectorize the transposed pointer tile) and spent ~23
 instructions per score: 197 ms on the H200 at 75.6k tokens, barely ahead of cuDNN's 203 ms. This
 one spends ~9 (counted in its SASS, compiled on CPU for sm_90 with Triton's bundled ptxas) and
-runs in 148-154 ms (770-790 TFLOP/s), 1.35x cuDNN, at the same error (0.040).
+runs in 148-154 ms (759-789 TFLOP/s), 1.35x cuDNN, at the same error (0.040).
 
 Quantization (:func:`quantize_attention_inputs`) is plain torch code, so a compiled block fuses it
 with the RoPE and norms before it; only the kernel launch is an opaque ``torch.library`` op.
