@@ -117,7 +117,9 @@ def _print_scorecard() -> None:
         table = Table("benchmark (committed results)", "key figures")
         for row in bench.to_dict("records"):
             figures = [
-                f"{k}={row[k]:.4g}" for k in ("load_ms_p50", "ratio", "build_s", "fps", "forward_speedup_vs_stock")
+                f"{k}={row[k]:.4g}"
+                for k in ("load_ms_p50", "ratio", "build_s", "fps", "forward_speedup_vs_stock", "render.render_speedup_vs_stock",
+                          "render.ours.end_to_end_s")
                 if k in row and isinstance(row[k], (int, float)) and row[k] == row[k]
             ]
             table.add_row(Path(str(row["bench_file"])).name, ", ".join(figures))
