@@ -190,7 +190,7 @@ def _pad16(n: int) -> int:
 def quantize_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str | None = None) -> QuantizedQKV:
     """BSHD ``q, k, v`` -> :class:`QuantizedQKV` for ``variant`` (see the module docstring)."""
     _, var = _variant(variant)
-    B, S, H, D = q.shape
+    S, D = q.shape[1], q.shape[-1]
     qf, kf, vf = q.float(), k.float(), v.float()
     kf = kf - kf.mean(dim=1, keepdim=True)  # smoothing: softmax(q.(k - m)) == softmax(q.k)
     qmax = INT8_MAX if var.qk_int8 else E4M3_MAX
