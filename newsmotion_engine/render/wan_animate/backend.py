@@ -170,15 +170,8 @@ class WanAnimateBackend:
     def _guidance_cache(self, guidance: Any, spec: RenderSpec, plan: C.SegmentPlan):
         path = C.guidance_artifacts_dir(Path(guidance.path), spec.width, spec.height, self._cache_root())
         source, params = self.guidance_params(guidance, spec, plan)
-        loaded = C.read_or_none(path, C.GUIDANCE_SCHEMA, source, params)
-        state = "reused"
-        if loaded is None:
-            with cachedir.cache_lock(path):
-                loaded = C.read_or_none(path, C.GUIDANCE_SCHEMA, source, params)
-                if loaded is None:
-                    self._build_guidance(path, guidance, spec, plan, source, params)
-                    loaded = cachedir.read_cache(path, C.GUIDANCE_SCHEMA, expected_source=source, expected_params=params)
-                    state = "built"
+        state = C.ensure_cache(path, C.GUIDANCE_SCHEMA, source, params,
+                               lambda: self._build_guidance(path, guidance, spec, plan, source, params))  # fmt: skip
         h, w, t = spec.height // 8, spec.width // 8, plan.latent_frames
         tensors = {
             **C.load_tensors(path / "pose_latents.safetensors", {"pose_latents": (plan.segments, 16, t, h, w)}),
@@ -225,14 +218,8 @@ class WanAnimateBackend:
     def _persona_cache(self, persona: Any, spec: RenderSpec):
         path = C.persona_artifacts_dir(Path(persona.path), spec.width, spec.height, self._cache_root())
         source, params = self.persona_params(persona, spec)
-        loaded = C.read_or_none(path, C.PERSONA_SCHEMA, source, params)
-        state = "reused"
-        if loaded is None:
-            with cachedir.cache_lock(path):
-                loaded = C.read_or_none(path, C.PERSONA_SCHEMA, source, params)
-                if loaded is None:
-                    self._build_persona(path, persona, spec, source, params)
-                    state = "built"
+        state = C.ensure_cache(path, C.PERSONA_SCHEMA, source, params,
+                               lambda: self._build_persona(path, persona, spec, source, params))  # fmt: skip
         h, w = spec.height // 8, spec.width // 8
         tensors = {
             **C.load_tensors(path / "ref_latents.safetensors", {"ref_latents": (1, 20, 1, h, w)}),

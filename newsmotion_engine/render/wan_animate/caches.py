@@ -24,6 +24,7 @@ parent cache's source sha256 (and the prompt / background that went in). Any dif
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ __all__ = [
     "GUIDANCE_SCHEMA",
     "PERSONA_SCHEMA",
     "SegmentPlan",
+    "ensure_cache",
     "guidance_artifacts_dir",
     "i2v_mask",
     "persona_artifacts_dir",
@@ -213,6 +215,19 @@ def load_tensors(path: Path, expected: dict[str, tuple[int | None, ...]]) -> dic
         if len(got) != len(shape) or any(s is not None and s != g for s, g in zip(shape, got)):
             raise CacheCorruptError(path, f"tensor {name} has shape {list(got)}, expected {list(shape)}")
     return tensors
+
+
+def ensure_cache(cache_dir: Path, schema: cachedir.CacheSchema, source: dict[str, Any], params: dict[str, Any],
+                 build: Callable[[], None]) -> str:  # fmt: skip
+    """``"reused"`` when a valid, fresh cache is there, else ``build()`` (which writes it) under the
+    cache's lock and ``"built"``; a second process waiting on the lock reuses what the first built."""
+    if read_or_none(cache_dir, schema, source, params) is not None:
+        return "reused"
+    with cachedir.cache_lock(cache_dir):
+        if read_or_none(cache_dir, schema, source, params) is not None:
+            return "reused"
+        build()
+        return "built"
 
 
 def read_or_none(cache_dir: Path, schema: cachedir.CacheSchema, source: dict[str, Any], params: dict[str, Any]):
