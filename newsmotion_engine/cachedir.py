@@ -147,6 +147,9 @@ def write_cache(
     """
     cache_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{cache_dir.name}.tmp-", dir=cache_dir.parent))
+    # mkdtemp makes 0700 folders; a cache must be readable by a Dagster webserver or daemon running
+    # as another user, so the published folder gets what the umask allows (0755 under umask 022).
+    os.chmod(tmp, 0o777 & ~current_umask())
     try:
         build(tmp)
         _check_schema_files(tmp, schema)
@@ -191,6 +194,51 @@ def _swap_into_place(tmp: Path, cache_dir: Path) -> None:
     os.rename(tmp, cache_dir)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def current_umask() -> int:
+    """The process umask. Linux reports it in /proc (thread-safe); elsewhere it is read by setting
+    and restoring it, since POSIX offers no getter."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def ensure(
+    cache_dir: Path,
+    read: Callable[[], T],
+    build: Callable[[], object],
+    *,
+    force: bool = False,
+) -> tuple[T, bool]:
+    """Read-or-build, the one way every cache is made current: ``(cache, built)``.
+
+    ``read()`` loads and validates the cache and raises :class:`CacheError` when it is missing,
+    corrupt or stale; ``build()`` writes it (with :func:`write_cache`). Double-checked under the
+    cache's lock: a fast unlocked read first, then, holding the lock, a second read (another
+    process may have finished the same build while we waited) before building. ``force`` always
+    builds. The value returned is read back after the build, so callers get exactly what readers
+    will see.
+    """
+    if not force:
+        try:
+            return read(), False
+        except CacheError:
+            pass  # missing, corrupt or stale: build below
+    with cache_lock(cache_dir):
+        if not force:
+            try:
+                return read(), False
+            except CacheError:
+                pass
+        build()
+    return read(), True
 
 
 def remove_cache(cache_dir: Path) -> None:

@@ -1,81 +1,173 @@
-"""Where things live on disk. The root is ``storage/`` in the working directory, or
-``$NEWSMOTION_STORAGE``. Every path the engine reads or writes is built here."""
+"""Where things live on disk: a :class:`Storage` rooted at one folder builds every path the
+engine reads or writes. The engine receives a ``Storage`` explicitly; only the edges (the CLI,
+the Dagster resources, the demo) decide the root, with :meth:`Storage.from_env` reading
+``$NEWSMOTION_STORAGE`` (default ``./storage``).
+
+Example::
+
+    store = Storage.from_env()          # at an edge
+    store.guidance_dir("nod")           # storage/motion/preprocessed/nod
+    store.render_path("anna", "nod", "warp")
+"""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from newsmotion_engine.ids import validate_id
 
+__all__ = ["STORAGE_ENV", "Storage"]
 
+STORAGE_ENV = "NEWSMOTION_STORAGE"
+
+
+@dataclass(frozen=True)
+class Storage:
+    """The storage layout under ``root`` (see docs/ARCHITECTURE.md for the tree)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root).resolve())
+
+    @classmethod
+    def from_env(cls, default: str | Path = "storage") -> Storage:
+        """The root named by ``$NEWSMOTION_STORAGE``, else ``default`` (relative to the working
+        directory). Call this only at an edge of the program."""
+        return cls(Path(os.environ.get(STORAGE_ENV) or default))
+
+    # ---------------------------------------------------------------- motion (Tier 1)
+    @property
+    def motion_dir(self) -> Path:
+        return self.root / "motion"
+
+    @property
+    def driving_dir(self) -> Path:
+        """Drop ``{loop_id}.mp4`` (or .mov/.webm/.mkv/.avi) here to add a custom loop."""
+        return self.motion_dir / "driving"
+
+    @property
+    def guidance_root(self) -> Path:
+        return self.motion_dir / "preprocessed"
+
+    def guidance_dir(self, loop_id: str) -> Path:
+        return self.guidance_root / validate_id(loop_id, "loop id")
+
+    # ---------------------------------------------------------------- appearance (Tier 2)
+    @property
+    def persona_root(self) -> Path:
+        return self.motion_dir / "persona_caches"
+
+    def persona_dir(self, persona_id: str) -> Path:
+        return self.persona_root / validate_id(persona_id, "persona id")
+
+    @property
+    def persona_inbox(self) -> Path:
+        """Drop a portrait here; the Dagster sensor ingests it."""
+        return self.root / "personas" / "inbox"
+
+    @property
+    def persona_samples(self) -> Path:
+        return self.root / "personas" / "samples"
+
+    @property
+    def persona_sources(self) -> Path:
+        """Each persona's source portrait, ``{persona_id}{suffix}``: what its cache is built from
+        (kept so a persona can be rebuilt when newsmotion's normalization changes)."""
+        return self.root / "personas" / "sources"
+
+    @property
+    def persona_rejected(self) -> Path:
+        """Portraits that failed processing, each with a ``{name}.reason.txt`` beside it."""
+        return self.root / "personas" / "rejected"
+
+    def find_persona_source(self, persona_id: str) -> Path | None:
+        folder = self.persona_sources
+        validate_id(persona_id, "persona id")
+        if not folder.is_dir():
+            return None
+        for path in sorted(folder.glob(f"{persona_id}.*")):
+            if path.is_file() and path.stem == persona_id:
+                return path
+        return None
+
+    # ---------------------------------------------------------------- outputs
+    @property
+    def renders_root(self) -> Path:
+        return self.motion_dir / "renders"
+
+    def render_path(self, persona_id: str, loop_id: str, backend: str) -> Path:
+        return (
+            self.renders_root
+            / validate_id(persona_id, "persona id")
+            / validate_id(loop_id, "loop id")
+            / f"{validate_id(backend, 'backend')}.mp4"
+        )
+
+    @property
+    def scorecards_dir(self) -> Path:
+        return self.motion_dir / "scorecards"
+
+    @property
+    def studio_dir(self) -> Path:
+        return self.motion_dir / "studio"
+
+
+# Transitional module-level shims over ``Storage.from_env()``: being replaced by an explicit
+# ``Storage`` threaded through the engine (architecture issue, section 6). New code must not use them.
 def storage_root() -> Path:
-    return Path(os.environ.get("NEWSMOTION_STORAGE", "storage")).resolve()
+    return Storage.from_env().root
 
 
 def motion_dir() -> Path:
-    return storage_root() / "motion"
+    return Storage.from_env().motion_dir
 
 
 def driving_dir() -> Path:
-    """Drop ``{loop_id}.mp4`` (or .mov/.webm/.mkv/.avi) here to add a custom loop."""
-    return motion_dir() / "driving"
+    return Storage.from_env().driving_dir
 
 
 def guidance_root() -> Path:
-    return motion_dir() / "preprocessed"
+    return Storage.from_env().guidance_root
 
 
 def guidance_dir(loop_id: str) -> Path:
-    return guidance_root() / validate_id(loop_id, "loop id")
+    return Storage.from_env().guidance_dir(loop_id)
 
 
 def persona_root() -> Path:
-    return motion_dir() / "persona_caches"
+    return Storage.from_env().persona_root
 
 
 def persona_dir(persona_id: str) -> Path:
-    return persona_root() / validate_id(persona_id, "persona id")
+    return Storage.from_env().persona_dir(persona_id)
 
 
 def renders_root() -> Path:
-    return motion_dir() / "renders"
+    return Storage.from_env().renders_root
 
 
 def render_path(persona_id: str, loop_id: str, backend: str) -> Path:
-    return (
-        renders_root()
-        / validate_id(persona_id, "persona id")
-        / validate_id(loop_id, "loop id")
-        / f"{validate_id(backend, 'backend')}.mp4"
-    )
+    return Storage.from_env().render_path(persona_id, loop_id, backend)
 
 
 def scorecards_dir() -> Path:
-    return motion_dir() / "scorecards"
+    return Storage.from_env().scorecards_dir
 
 
 def persona_inbox() -> Path:
-    """Drop a portrait here; the Dagster sensor ingests it."""
-    return storage_root() / "personas" / "inbox"
+    return Storage.from_env().persona_inbox
 
 
 def persona_samples() -> Path:
-    return storage_root() / "personas" / "samples"
+    return Storage.from_env().persona_samples
 
 
 def persona_sources() -> Path:
-    """Each persona's source portrait, ``{persona_id}{suffix}``: what its cache is built from (kept
-    so a persona can be rebuilt when newsmotion's normalization changes)."""
-    return storage_root() / "personas" / "sources"
+    return Storage.from_env().persona_sources
 
 
 def find_persona_source(persona_id: str) -> Path | None:
-    folder = persona_sources()
-    validate_id(persona_id, "persona id")
-    if not folder.is_dir():
-        return None
-    for path in sorted(folder.glob(f"{persona_id}.*")):
-        if path.is_file() and path.stem == persona_id:
-            return path
-    return None
+    return Storage.from_env().find_persona_source(persona_id)
