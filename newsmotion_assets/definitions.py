@@ -7,7 +7,7 @@ from newsmotion_assets.assets.guidance import guidance_cache, guidance_cache_val
 from newsmotion_assets.assets.persona import persona_cache, persona_cache_valid
 from newsmotion_assets.assets.render import render
 from newsmotion_assets.assets.reports import benchmarks, scorecard
-from newsmotion_assets.resources import RendererResource
+from newsmotion_assets.resources import RendererResource, StorageResource
 from newsmotion_assets.schedules import benchmark_job, nightly_benchmark
 from newsmotion_assets.sensors import loop_sensor, persona_inbox_sensor, render_automation_sensor
 
@@ -17,5 +17,5 @@ defs = dg.Definitions(
     jobs=[benchmark_job],
     schedules=[nightly_benchmark],
     sensors=[loop_sensor, persona_inbox_sensor, render_automation_sensor],
-    resources={"renderer": RendererResource()},
+    resources={"renderer": RendererResource(), "storage": StorageResource()},
 )

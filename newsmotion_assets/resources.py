@@ -11,6 +11,7 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from newsmotion_engine.render import Backend, RenderSpec, get_backend
+from newsmotion_engine.storage import Storage
 
 
 # Loaded backends by configuration, shared by every run in this process: loading (and, for
@@ -30,6 +31,20 @@ def release_warm_backends() -> None:
 
 
 atexit.register(release_warm_backends)
+
+
+class StorageResource(dg.ConfigurableResource):
+    """The storage root every asset, sensor and check reads and writes (resource key ``storage``).
+
+    ``root`` unset: ``$NEWSMOTION_STORAGE``, else ``./storage`` (the Dagster layer is an edge of the
+    program, so this is one of the few places the environment variable is read).
+    """
+
+    root: str | None = None
+
+    @property
+    def store(self) -> Storage:
+        return Storage(self.root) if self.root else Storage.from_env()
 
 
 class RendererResource(dg.ConfigurableResource):
