@@ -4,7 +4,9 @@ Materializes, with the same asset definitions the UI shows: every loop's guidanc
 sample persona (scikit-image's public-domain astronaut), every render persona x loop with the
 ``warp`` backend, then the scorecard; prints the scorecard and where the mp4s are. Runs are
 recorded in ``$DAGSTER_HOME`` (the Makefile points it at ``storage/dagster_home``), so
-``make dev`` shows them afterwards.
+``make dev`` shows them afterwards. The demo is an edge of the program: it decides the storage root
+once (``$NEWSMOTION_STORAGE``, else ``./storage``) and hands it to every asset as the ``storage``
+resource.
 """
 
 import os
@@ -28,12 +30,13 @@ from newsmotion_assets.assets.persona import persona_cache, persona_cache_valid
 from newsmotion_assets.assets.render import render
 from newsmotion_assets.assets.reports import scorecard
 from newsmotion_assets.partitions import loop_partitions, persona_partitions
-from newsmotion_assets.resources import RendererResource, release_warm_backends
-from newsmotion_engine import storage
+from newsmotion_assets.resources import RendererResource, StorageResource, release_warm_backends
 from newsmotion_engine.bench.suites import sample_portrait
 from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.guidance.cache import all_loop_ids
 from newsmotion_engine.persona.sources import install_source
+from newsmotion_engine.render.telemetry import RenderTelemetry, cell_text
+from newsmotion_engine.storage import Storage
 
 SAMPLE_PERSONA = "astronaut"
 # The demo prints its own progress lines; Dagster's per-event debug log would drown them (the
@@ -69,48 +72,52 @@ def _materialize(assets, key, instance, resources=None, label=""):
 def run_demo() -> None:
     started = time.perf_counter()
     instance = _instance()
-    loops = all_loop_ids()
-    console.print(f"[bold]newsmotion demo[/] — storage {storage.storage_root()}")
+    store = Storage.from_env()
+    on_store = {"storage": StorageResource(root=str(store.root))}
+    loops = all_loop_ids(store)
+    console.print(f"[bold]newsmotion demo[/] — storage {store.root}")
 
     console.print("[bold]1/4 guidance caches[/] (Tier 1, per loop)")
     instance.add_dynamic_partitions(loop_partitions.name, loops)
     for loop_id in loops:
-        _materialize([guidance_cache, guidance_cache_valid], loop_id, instance, label=f"guidance_cache[{loop_id}]")
+        _materialize([guidance_cache, guidance_cache_valid], loop_id, instance, on_store, label=f"guidance_cache[{loop_id}]")
 
     console.print("[bold]2/4 persona cache[/] (Tier 2, the sample anchor)")
-    sample = sample_portrait(storage.persona_samples())
-    install_source(sample, SAMPLE_PERSONA)
+    sample = sample_portrait(store.persona_samples)
+    install_source(store, sample, SAMPLE_PERSONA)
     instance.add_dynamic_partitions(persona_partitions.name, [SAMPLE_PERSONA])
-    _materialize([persona_cache, persona_cache_valid], SAMPLE_PERSONA, instance, label=f"persona_cache[{SAMPLE_PERSONA}]")
+    _materialize(
+        [persona_cache, persona_cache_valid], SAMPLE_PERSONA, instance, on_store, label=f"persona_cache[{SAMPLE_PERSONA}]"
+    )
 
-    console.print("[bold]3/4 renders[/] (warp backend, 720x1280 @ 30 fps; backend loaded once)")
-    resources = {"renderer": RendererResource(keep_warm=True)}
+    console.print("[bold]3/4 renders[/] (warp backend, 720x1280 @ 30 fps; backend loaded once; unchanged clips skipped)")
+    resources = {"renderer": RendererResource(keep_warm=True), **on_store}
     for loop_id in loops:
         key = dg.MultiPartitionKey({"persona": SAMPLE_PERSONA, "loop": loop_id})
-        _materialize([render], key, instance, resources, label=f"render[{SAMPLE_PERSONA} x {loop_id}]")
+        result = _materialize([render], key, instance, resources, label=f"render[{SAMPLE_PERSONA} x {loop_id}]")
+        (mat,) = result.asset_materializations_for_node("render")
+        if mat.metadata["skipped"].value:
+            console.print("     current (same inputs as the clip on disk): not rendered again")
     release_warm_backends()
 
     console.print("[bold]4/4 scorecard[/]")
-    result = dg.materialize([scorecard], instance=instance, run_config=QUIET, raise_on_error=True)
+    result = dg.materialize([scorecard], instance=instance, resources=on_store, run_config=QUIET, raise_on_error=True)
     (mat,) = result.asset_materializations_for_node("scorecard")
-    _print_scorecard()
+    _print_scorecard(store)
     console.print(f"scorecard files: {mat.metadata['json'].value}, {mat.metadata['csv'].value}")
-    console.print(f"mp4s: {storage.renders_root() / SAMPLE_PERSONA}/<loop>/warp.mp4")
+    console.print(f"mp4s: {store.renders_root / SAMPLE_PERSONA}/<loop>/warp.mp4")
     console.print(f"[bold]demo wall time: {time.perf_counter() - started:.1f} s[/]")
 
 
-def _print_scorecard() -> None:
+def _print_scorecard(store: Storage) -> None:
     from newsmotion_engine.bench.scorecard import build_scorecard
 
-    frame = build_scorecard()
+    frame = build_scorecard(store, on_skip=lambda message: console.print(f"[yellow]warning:[/] {escape(message)}"))
     renders = frame[frame["kind"] == "render"]
-    table = Table("persona", "loop", "backend", "weights", "encoder", "frames", "fps achieved", "wall s", "guidance/persona cache")
+    columns = RenderTelemetry.SUMMARY
+    table = Table(*(c.replace("_", " ") for c in columns))
     for row in renders.to_dict("records"):
-        table.add_row(
-            str(row["persona_id"]), str(row["loop_id"]), str(row["backend"]), str(row["weights"]), str(row["encoder"]),
-            str(row["frames"]), f"{row['fps_achieved']:.1f}", f"{row['wall_s']:.2f}",
-            f"{row['guidance_cache']}/{row['persona_cache']}",
-        )
+        table.add_row(*(escape(cell_text(row.get(c))) for c in columns))
     console.print(table)
     bench = frame[frame["kind"] == "bench"]
     if not bench.empty:

@@ -15,7 +15,7 @@ from newsmotion_assets.assets.guidance import guidance_cache
 from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.folder_watch import scan_folder
 from newsmotion_assets.partitions import loop_partitions, persona_partitions
-from newsmotion_engine import storage
+from newsmotion_assets.resources import StorageResource
 from newsmotion_engine.errors import BadInputError, InvalidIdError
 from newsmotion_engine.guidance import palette
 from newsmotion_engine.guidance.cache import VIDEO_SUFFIXES
@@ -43,9 +43,9 @@ def _loop_name_problem(path) -> str | None:
     description="Adds the canonical loops and one loop per driving video in storage/motion/driving/, "
     "and requests their guidance caches.",
 )
-def loop_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+def loop_sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -> dg.SensorResult:
     scan = scan_folder(
-        storage.driving_dir(),
+        storage.store.driving_dir,
         context.cursor,
         suffixes=VIDEO_SUFFIXES,
         max_bytes=MAX_DRIVING_VIDEO_BYTES,
@@ -107,14 +107,15 @@ def _claim_id(stem: str, taken: set[str]) -> str:
     description="Turns each portrait dropped into storage/personas/inbox/ into a persona partition "
     "(id from the file name) and requests its cache.",
 )
-def persona_inbox_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+def persona_inbox_sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -> dg.SensorResult:
+    store = storage.store
     try:
         state = json.loads(context.cursor) if context.cursor else {}
     except ValueError:
         state = {}
     owners: dict[str, str] = state.get("ids", {})  # inbox file name -> persona id it became
     scan = scan_folder(
-        storage.persona_inbox(),
+        store.persona_inbox,
         state.get("scan"),
         suffixes=PORTRAIT_SUFFIXES,
         max_bytes=MAX_PORTRAIT_BYTES,
@@ -132,7 +133,7 @@ def persona_inbox_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult
             taken.add(persona_id)
             owners[entry.path.name] = persona_id
         try:
-            install_source(entry.path, persona_id)
+            install_source(store, entry.path, persona_id)
         except OSError as exc:  # e.g. the file vanished mid-copy: report it; dropping it again retries
             context.log.warning(f"could not copy {entry.path}: {exc}")
             continue

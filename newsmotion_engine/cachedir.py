@@ -213,9 +213,10 @@ def current_umask() -> int:
 def ensure(
     cache_dir: Path,
     read: Callable[[], T],
-    build: Callable[[], object],
+    build: Callable[..., object],
     *,
     force: bool = False,
+    prepare: Callable[[], Any] | None = None,
 ) -> tuple[T, bool]:
     """Read-or-build, the one way every cache is made current: ``(cache, built)``.
 
@@ -225,20 +226,49 @@ def ensure(
     process may have finished the same build while we waited) before building. ``force`` always
     builds. The value returned is read back after the build, so callers get exactly what readers
     will see.
+
+    ``prepare()``, when given, is the expensive part of a build that can fail on bad input: it runs
+    after the unlocked read missed and before the lock is taken, and ``build(prepared)`` receives
+    its result. Bad input then leaves nothing behind, not even the lock file.
     """
     if not force:
         try:
             return read(), False
         except CacheError:
             pass  # missing, corrupt or stale: build below
+    if prepare is not None:
+        prepared = prepare()
+        write = lambda: build(prepared)  # noqa: E731
+    else:
+        write = build
     with cache_lock(cache_dir):
         if not force:
             try:
                 return read(), False
             except CacheError:
                 pass
-        build()
+        write()
     return read(), True
+
+
+def cache_digest(metadata: Mapping[str, Any]) -> str:
+    """A stable digest of what a cache holds: kind, schema version, source, params and every
+    file's sha256 from its ``files`` table (not ``created_at``: a rebuild that writes the same bytes
+    has the same digest). Cheap: it reads only the parsed ``metadata.json``.
+
+    Renders fold the digests of their caches into their own input digest, and the Dagster cache
+    assets report it as their data version.
+    """
+    files = metadata.get("files") or {}
+    return sha256_json(
+        {
+            "kind": metadata.get("kind"),
+            "schema_version": metadata.get("schema_version"),
+            "source": metadata.get("source"),
+            "params": metadata.get("params"),
+            "files": {name: entry.get("sha256") for name, entry in sorted(files.items())},
+        }
+    )
 
 
 def remove_cache(cache_dir: Path) -> None:

@@ -9,6 +9,8 @@ Examples::
     newsmotion bench guidance --json bench/results/guidance.json
 
 Errors the user can fix (bad input, bad cache) print as one ``error:`` line and exit 1.
+The CLI is an edge of the program: each command decides the storage root once
+(``Storage.from_env()``: ``$NEWSMOTION_STORAGE``, else ``./storage``) and passes it down.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -27,6 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from newsmotion_engine.errors import BadInputError, NewsmotionError
+from newsmotion_engine.storage import Storage
 
 app = typer.Typer(help="newsmotion: gesture-loop presenter clips from an anchor's portrait.", no_args_is_help=True)
 loops_app = typer.Typer(help="The motion loop palette.", no_args_is_help=True)
@@ -55,6 +59,16 @@ def progress_bar() -> Progress:
     )
 
 
+def step_tasks(bar: Progress) -> Callable[[str], Callable[[int, int], None]]:
+    """An ``on_step(label)`` for the engine's visible steps: each starts its own progress line."""
+
+    def on_step(label: str) -> Callable[[int, int], None]:
+        task = bar.add_task(label, total=None)
+        return lambda done, total: bar.update(task, completed=done, total=total)
+
+    return on_step
+
+
 def human_bytes(n: int | float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -70,12 +84,13 @@ def loops_list() -> None:
     from newsmotion_engine.guidance import palette
     from newsmotion_engine.guidance.cache import driving_loop_ids, find_driving_video
 
+    store = Storage.from_env()
     table = Table("loop", "source", "description")
     for loop_id, spec in palette.canonical_loops().items():
         table.add_row(loop_id, "canonical", spec.description)
-    for loop_id in driving_loop_ids():
+    for loop_id in driving_loop_ids(store):
         if not palette.is_canonical(loop_id):
-            table.add_row(loop_id, "driving video", str(find_driving_video(loop_id)))
+            table.add_row(loop_id, "driving video", str(find_driving_video(store, loop_id)))
     console.print(table)
 
 
@@ -87,13 +102,14 @@ def guidance_build(
     force: Annotated[bool, typer.Option("--force", help="Rebuild even when the cache is current.")] = False,
 ) -> None:
     """Build (or reuse when current) guidance caches."""
-    from newsmotion_engine.guidance.cache import all_loop_ids, build_guidance, loop_source
+    from newsmotion_engine.guidance.cache import all_loop_ids, check_loop_exists, ensure_guidance
 
     if all_loops == bool(loops):
         raise click.UsageError("give loop ids or --all (not both)")
-    ids = all_loop_ids() if all_loops else list(loops or [])
+    store = Storage.from_env()
+    ids = all_loop_ids(store) if all_loops else list(loops or [])
     for loop_id in ids:
-        loop_source(loop_id)  # unknown or invalid ids fail here, before any work starts
+        check_loop_exists(store, loop_id)  # unknown or invalid ids fail here, before any work starts
     table = Table("loop", "frames", "fps", "source", "action")
     with progress_bar() as bar:
         overall = bar.add_task("guidance caches", total=len(ids))
@@ -103,7 +119,7 @@ def guidance_build(
             def on_progress(done: int, total: int, task=frames_task) -> None:
                 bar.update(task, completed=done, total=total)
 
-            cache, rebuilt = build_guidance(loop_id, force=force, progress=on_progress)
+            cache, rebuilt = ensure_guidance(store, loop_id, force=force, progress=on_progress)
             bar.update(frames_task, completed=cache.frames, total=cache.frames, visible=False)
             bar.advance(overall)
             table.add_row(loop_id, str(cache.frames), str(cache.fps), cache.source_kind, "built" if rebuilt else "current")
@@ -118,11 +134,11 @@ def guidance_extract(
 ) -> None:
     """Add a custom loop: extract whole-body keypoints from VIDEO, cache them, and keep the video in
     motion/driving/ so the loop is rebuilt if the video changes."""
-    from newsmotion_engine import storage
     from newsmotion_engine.guidance import palette
-    from newsmotion_engine.guidance.cache import VIDEO_SUFFIXES, build_guidance, find_driving_video
+    from newsmotion_engine.guidance.cache import VIDEO_SUFFIXES, ensure_guidance, find_driving_video
     from newsmotion_engine.ids import validate_id
 
+    store = Storage.from_env()
     validate_id(loop_id, "loop id")
     if palette.is_canonical(loop_id):
         raise NewsmotionError(f"loop id {loop_id!r} is a canonical loop; choose another id")
@@ -131,17 +147,17 @@ def guidance_extract(
     suffix = video.suffix.lower()
     if suffix not in VIDEO_SUFFIXES:
         raise BadInputError(video, f"unsupported video type {suffix or '(none)'}; use one of {', '.join(VIDEO_SUFFIXES)}")
-    existing = find_driving_video(loop_id)
+    existing = find_driving_video(store, loop_id)
     if existing is not None and not force and existing.resolve() != video.resolve():
         raise NewsmotionError(f"loop {loop_id!r} already exists ({existing}); pass --force to replace it")
     with progress_bar() as bar:
         task = bar.add_task(f"extracting {video.name}", total=None)
-        cache, _ = build_guidance(
-            loop_id, video=video, force=True, progress=lambda d, t: bar.update(task, completed=d, total=t)
+        cache, _ = ensure_guidance(
+            store, loop_id, video=video, force=True, progress=lambda d, t: bar.update(task, completed=d, total=t)
         )
     # Keep the source beside the other driving videos only after extraction succeeded, so a bad
     # video leaves nothing behind; copy-then-rename keeps a watching sensor from seeing half a file.
-    target = storage.driving_dir() / f"{loop_id}{suffix}"
+    target = store.driving_dir / f"{loop_id}{suffix}"
     if existing is not None and existing != target:
         existing.unlink()
     if video.resolve() != target.resolve():
@@ -162,10 +178,11 @@ def persona_add(
     """Normalize a portrait once: matte, face mask, landmarks -> a memory-mappable persona cache."""
     from newsmotion_engine.persona.sources import add_persona
 
+    store = Storage.from_env()
     with progress_bar() as bar:
         task = bar.add_task(f"persona {persona_id}", total=None)
         cache, rebuilt = add_persona(
-            image, persona_id, force=force, progress=lambda d, t: bar.update(task, completed=d, total=t)
+            store, image, persona_id, force=force, progress=lambda d, t: bar.update(task, completed=d, total=t)
         )
     console.print(
         f"persona [bold]{persona_id}[/]: {'built' if rebuilt else 'current, reused'}; matte {cache.matte_method}; "
@@ -173,14 +190,43 @@ def persona_add(
     )
 
 
+@persona_app.command("build")
+def persona_build(
+    personas: Annotated[Optional[list[str]], typer.Argument(help="Persona ids (default with --all: every kept portrait).")] = None,
+    all_personas: Annotated[bool, typer.Option("--all", help="Build every persona with a kept source portrait.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even when the cache is current.")] = False,
+) -> None:
+    """Build (or reuse when current) persona caches from their kept portraits in personas/sources/."""
+    from newsmotion_engine.persona.cache import ensure_persona, persona_source_image
+    from newsmotion_engine.persona.sources import source_persona_ids
+
+    if all_personas == bool(personas):
+        raise click.UsageError("give persona ids or --all (not both)")
+    store = Storage.from_env()
+    ids = source_persona_ids(store) if all_personas else list(personas or [])
+    for persona_id in ids:
+        persona_source_image(store, persona_id)  # unknown or invalid ids fail here, before any work starts
+    table = Table("persona", "matte", "visible parts", "action")
+    with progress_bar() as bar:
+        for persona_id in ids:
+            task = bar.add_task(f"persona {persona_id}", total=None)
+            cache, built = ensure_persona(
+                store, persona_id, force=force, progress=lambda d, t, task=task: bar.update(task, completed=d, total=t)
+            )
+            bar.update(task, visible=False)
+            table.add_row(persona_id, cache.matte_method, ", ".join(cache.visible_parts), "built" if built else "current")
+    console.print(table)
+
+
 @persona_app.command("list")
 def persona_list() -> None:
     """List persona caches with their matte method, visible parts and status."""
     from newsmotion_engine.persona.cache import list_persona_ids, persona_status
 
+    store = Storage.from_env()
     table = Table("persona", "matte", "visible parts", "created", "status")
-    for persona_id in list_persona_ids():
-        status, cache, detail = persona_status(persona_id)
+    for persona_id in list_persona_ids(store):
+        status, cache, detail = persona_status(store, persona_id)
         table.add_row(
             persona_id,
             cache.matte_method if cache else "-",
@@ -197,12 +243,12 @@ def persona_show(
     out: Annotated[Optional[Path], typer.Option("--out", help="Preview PNG path (default storage/personas/previews/ID.png).")] = None,
 ) -> None:
     """Write a preview PNG (portrait, matte, face mask, landmarks) and print the persona's facts."""
-    from newsmotion_engine import storage
     from newsmotion_engine.persona.cache import load_persona
     from newsmotion_engine.persona.preview import write_preview
 
-    cache = load_persona(persona_id)
-    out = out or storage.storage_root() / "personas" / "previews" / f"{persona_id}.png"
+    store = Storage.from_env()
+    cache = load_persona(store, persona_id)
+    out = out or store.persona_previews / f"{persona_id}.png"
     write_preview(cache, out)
     meta = cache.metadata
     table = Table("field", "value")
@@ -216,9 +262,9 @@ def persona_show(
 
 
 # ---------------------------------------------------------------- caches
-def cache_rows() -> list[dict[str, Any]]:
+def cache_rows(store: Storage) -> list[dict[str, Any]]:
     """One row per cache (guidance, then persona): id, kind, frames, bytes, created, status."""
-    from newsmotion_engine import cachedir, storage
+    from newsmotion_engine import cachedir
     from newsmotion_engine.guidance.cache import all_loop_ids, guidance_status
     from newsmotion_engine.ids import SLUG_RE
     from newsmotion_engine.persona.cache import list_persona_ids, persona_status
@@ -234,15 +280,15 @@ def cache_rows() -> list[dict[str, Any]]:
             "detail": detail,
         }
 
-    root = storage.guidance_root()
+    root = store.guidance_root
     on_disk = {p.name for p in root.iterdir() if p.is_dir() and SLUG_RE.match(p.name)} if root.is_dir() else set()
     rows = [
-        row(loop_id, "guidance", storage.guidance_dir(loop_id), *guidance_status(loop_id))
-        for loop_id in sorted(set(all_loop_ids()) | on_disk)
+        row(loop_id, "guidance", store.guidance_dir(loop_id), *guidance_status(store, loop_id))
+        for loop_id in sorted(set(all_loop_ids(store)) | on_disk)
     ]
     rows += [
-        row(persona_id, "persona", storage.persona_dir(persona_id), *persona_status(persona_id))
-        for persona_id in list_persona_ids()
+        row(persona_id, "persona", store.persona_dir(persona_id), *persona_status(store, persona_id))
+        for persona_id in list_persona_ids(store)
     ]
     return rows
 
@@ -263,7 +309,7 @@ def print_cache_table(rows: list[dict[str, Any]]) -> None:
 @app.command("caches")
 def caches(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False) -> None:
     """What is cached: id, kind, frames, bytes, created, valid/stale/missing/corrupt."""
-    rows = cache_rows()
+    rows = cache_rows(Storage.from_env())
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     else:
@@ -373,30 +419,42 @@ def render_cmd(
     fps: Annotated[int, typer.Option(help="Output frame rate.")] = 30,
     background: Annotated[str, typer.Option(help="Background colour #RRGGBB (default chroma green).")] = "#00B140",
     option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="Backend option KEY=VALUE (JSON value), repeatable.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Render even when the clip is current (same inputs).")] = False,
 ) -> None:
-    """Render one loop performed by one persona to an mp4 (+ telemetry JSON beside it)."""
-    from newsmotion_engine.render import RenderSpec, get_backend
-    from newsmotion_engine.render.job import preflight, render_persona_loop
+    """Render one loop performed by one persona to an mp4 (+ telemetry JSON beside it).
 
+    Caches that are missing or stale are built first, each as a visible step, through the same
+    functions the Dagster cache assets call; a clip whose inputs did not change is not rendered again.
+    """
+    from newsmotion_engine.render import RenderSpec, get_backend
+    from newsmotion_engine.render.job import check_render_request, ensure_render_inputs, render_persona_loop
+
+    store = Storage.from_env()
     spec = RenderSpec(width=width, height=height, fps=fps, background=background)
     if out is not None and out.suffix.lower() != ".mp4":
         raise BadInputError(out, "output must be an .mp4 file")
     engine = get_backend(backend, **parse_options(option or []))
-    out = preflight(persona, loop, engine.name, out)
+    check_render_request(store, persona, loop, out)
     engine.load()
     try:
         with progress_bar() as bar:
+            inputs = ensure_render_inputs(store, persona, loop, engine, spec, on_step=step_tasks(bar))
             task = bar.add_task(f"{persona} x {loop} ({backend})", total=None)
             tele = render_persona_loop(
-                persona, loop, engine, spec, out_path=out, progress=lambda d, t: bar.update(task, completed=d, total=t)
+                store, persona, loop, engine, spec, inputs=inputs, out_path=out, force=force,
+                progress=lambda d, t: bar.update(task, completed=d, total=t),
             )
+            if tele.outcome == "skipped":
+                bar.update(task, visible=False)
     finally:
         engine.close()
-    weights = (tele.get("backend_info") or {}).get("weights")
+    if tele.outcome == "skipped":
+        console.print(f"{tele.output}: current (same inputs as the render of {tele.created_at}), not rendered again; --force renders it anyway")
+        return
     console.print(
-        f"{tele['output']}: {tele['frames']} frames {tele['width']}x{tele['height']} @ {tele['fps']} fps, "
-        f"{tele['fps_achieved']:.1f} fps achieved, encoder {tele['encoder']}"
-        + (f", weights: {weights}" if weights else "")
+        f"{tele.output}: {tele.frames} frames {tele.width}x{tele.height} @ {tele.fps} fps, "
+        f"{tele.fps_achieved:.1f} fps achieved, encoder {tele.encoder}"
+        + (f", weights: {tele.weights}" if tele.weights else "")
     )
 
 
@@ -427,16 +485,18 @@ def calibrate_teacache_cmd(
 ) -> None:
     """Record a full wan-animate render (no skipping) and fit TeaCache's rescale polynomial."""
     from newsmotion_engine.render import RenderSpec
-    from newsmotion_engine.render.job import preflight
+    from newsmotion_engine.render.job import check_render_request
     from newsmotion_engine.render.wan_animate.calibrate import calibrate_teacache
 
+    store = Storage.from_env()
     spec = RenderSpec(width=width, height=height)
     options = parse_options(option or [])
-    preflight(persona, loop, "wan-animate", Path(tempfile.gettempdir()) / "newsmotion-preflight.mp4")
+    check_render_request(store, persona, loop)
     with progress_bar() as bar:
         task = bar.add_task(f"recording {persona} x {loop}", total=None)
         result = calibrate_teacache(
-            persona, loop, options, spec, degree=degree, progress=lambda d, t: bar.update(task, completed=d, total=t)
+            store, persona, loop, options, spec, degree=degree, on_step=step_tasks(bar),
+            progress=lambda d, t: bar.update(task, completed=d, total=t),
         )
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -461,19 +521,19 @@ def scorecard_cmd(
 ) -> None:
     """Every render's telemetry plus benchmark results; exported to storage/motion/scorecards/{date}.json/.csv."""
     from newsmotion_engine.bench.scorecard import build_scorecard, export_scorecard
+    from newsmotion_engine.render.telemetry import RenderTelemetry, cell_text
 
-    frame = build_scorecard()
-    exported = export_scorecard(frame)
+    store = Storage.from_env()
+    frame = build_scorecard(store, on_skip=lambda message: console.print(f"[yellow]warning:[/] {message}"))
+    exported = export_scorecard(store, frame)
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(frame.to_json(orient="records", indent=2))
     renders = frame[frame["kind"] == "render"]
-    table = Table("persona", "loop", "backend", "weights", "encoder", "frames", "fps achieved", "wall s")
+    columns = RenderTelemetry.SUMMARY
+    table = Table(*(c.replace("_", " ") for c in columns))
     for row in renders.to_dict("records"):
-        table.add_row(
-            str(row["persona_id"]), str(row["loop_id"]), str(row["backend"]), str(row["weights"]),
-            str(row["encoder"]), str(row["frames"]), f"{row['fps_achieved']:.1f}", f"{row['wall_s']:.2f}",
-        )
+        table.add_row(*(cell_text(row.get(c)) for c in columns))
     console.print(table)
     console.print(f"{len(renders)} renders, {len(frame) - len(renders)} benchmark rows -> {exported[0]}, {exported[1]}")
 

@@ -45,3 +45,17 @@ class CacheCorruptError(CacheError):
 class CacheStaleError(CacheError):
     """The cache is intact but was built from a different source or with other parameters;
     it must be rebuilt, never reused."""
+
+
+class CacheNotReadyError(NewsmotionError):
+    """A cache a render needs is missing, stale or corrupt. Renders only load caches, so this says
+    what to build: ``CacheNotReadyError("guidance cache for loop 'nod'", "missing", detail, remedy)``
+    reads "guidance cache for loop 'nod' is missing: materialize guidance_cache[nod] or run
+    `newsmotion guidance build nod`"."""
+
+    def __init__(self, what: str, state: str, detail: str, remedy: str):
+        self.what = what
+        self.state = state
+        self.detail = detail
+        self.remedy = remedy
+        super().__init__(f"{what} is {state}{f' ({detail})' if detail else ''}: {remedy}")

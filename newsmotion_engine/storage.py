@@ -79,6 +79,11 @@ class Storage:
         return self.root / "personas" / "sources"
 
     @property
+    def persona_previews(self) -> Path:
+        """Preview sheets written by ``newsmotion persona show``."""
+        return self.root / "personas" / "previews"
+
+    @property
     def persona_rejected(self) -> Path:
         """Portraits that failed processing, each with a ``{name}.reason.txt`` beside it."""
         return self.root / "personas" / "rejected"
@@ -111,63 +116,11 @@ class Storage:
         return self.motion_dir / "scorecards"
 
     @property
+    def bench_dir(self) -> Path:
+        """Results of the scheduled benchmark runs, one JSON per suite (the committed figures stay
+        in the repository's ``bench/results/``)."""
+        return self.motion_dir / "bench"
+
+    @property
     def studio_dir(self) -> Path:
         return self.motion_dir / "studio"
-
-
-# Transitional module-level shims over ``Storage.from_env()``: being replaced by an explicit
-# ``Storage`` threaded through the engine (architecture issue, section 6). New code must not use them.
-def storage_root() -> Path:
-    return Storage.from_env().root
-
-
-def motion_dir() -> Path:
-    return Storage.from_env().motion_dir
-
-
-def driving_dir() -> Path:
-    return Storage.from_env().driving_dir
-
-
-def guidance_root() -> Path:
-    return Storage.from_env().guidance_root
-
-
-def guidance_dir(loop_id: str) -> Path:
-    return Storage.from_env().guidance_dir(loop_id)
-
-
-def persona_root() -> Path:
-    return Storage.from_env().persona_root
-
-
-def persona_dir(persona_id: str) -> Path:
-    return Storage.from_env().persona_dir(persona_id)
-
-
-def renders_root() -> Path:
-    return Storage.from_env().renders_root
-
-
-def render_path(persona_id: str, loop_id: str, backend: str) -> Path:
-    return Storage.from_env().render_path(persona_id, loop_id, backend)
-
-
-def scorecards_dir() -> Path:
-    return Storage.from_env().scorecards_dir
-
-
-def persona_inbox() -> Path:
-    return Storage.from_env().persona_inbox
-
-
-def persona_samples() -> Path:
-    return Storage.from_env().persona_samples
-
-
-def persona_sources() -> Path:
-    return Storage.from_env().persona_sources
-
-
-def find_persona_source(persona_id: str) -> Path | None:
-    return Storage.from_env().find_persona_source(persona_id)

@@ -1,6 +1,12 @@
-"""Shared fixtures: every test gets its own storage root, so no test touches ./storage."""
+"""Shared fixtures: every test gets its own storage root, so no test touches ./storage.
+
+``NEWSMOTION_STORAGE`` points at it (the CLI and the Dagster ``storage`` resource read it: they are
+the edges that decide the root); engine tests take the ``storage`` fixture, a
+:class:`~newsmotion_engine.storage.Storage` of the same root, and pass it explicitly."""
 
 import pytest
+
+from newsmotion_engine.storage import Storage
 
 
 @pytest.fixture(autouse=True)
@@ -8,6 +14,12 @@ def isolated_storage(tmp_path, monkeypatch):
     root = tmp_path / "storage"
     monkeypatch.setenv("NEWSMOTION_STORAGE", str(root))
     return root
+
+
+@pytest.fixture()
+def storage(isolated_storage) -> Storage:
+    """The test's storage root as the object the engine takes."""
+    return Storage(isolated_storage)
 
 
 @pytest.fixture(scope="session")

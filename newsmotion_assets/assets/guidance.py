@@ -1,14 +1,20 @@
-"""``guidance_cache[loop]``: Tier-1 motion keypoints per loop, built once, memory-mapped later."""
+"""``guidance_cache[loop]``: Tier-1 motion keypoints per loop, built once, memory-mapped later.
+
+The asset builds through :func:`ensure_guidance` (the same function ``newsmotion guidance build``
+and ``newsmotion render`` use) and reports the cache's digest as its data version, so renders
+downstream show stale exactly when the keypoints changed.
+"""
 
 
 import dagster as dg
 
 from newsmotion_assets.metadata import png_markdown, warm_load_ms
 from newsmotion_assets.partitions import loop_partitions
+from newsmotion_assets.resources import StorageResource
 from newsmotion_engine import cachedir, skeleton
 from newsmotion_engine.errors import CacheError
 from newsmotion_engine.guidance import draw
-from newsmotion_engine.guidance.cache import build_guidance, keypoint_problems, load_guidance
+from newsmotion_engine.guidance.cache import ensure_guidance, keypoint_problems, load_guidance
 
 
 @dg.asset(
@@ -18,7 +24,8 @@ from newsmotion_engine.guidance.cache import build_guidance, keypoint_problems, 
     description="Raw whole-body keypoints of one motion loop (COCO-WholeBody 133, normalized), "
     "authored procedurally or extracted from a driving video; storage/motion/preprocessed/{loop}/.",
 )
-def guidance_cache(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+def guidance_cache(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
+    store = storage.store
     loop_id = context.partition_key
     last_logged = [-1]
 
@@ -29,23 +36,25 @@ def guidance_cache(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
             last_logged[0] = done // step
             context.log.info(f"{loop_id}: {done}/{total} frames")
 
-    cache, rebuilt = build_guidance(loop_id, progress=progress)
-    context.log.info(f"{loop_id}: {'built' if rebuilt else 'cache current, reused'} ({cache.path})")
+    cache, built = ensure_guidance(store, loop_id, progress=progress)
+    context.log.info(f"{loop_id}: {'built' if built else 'cache current, reused'} ({cache.path})")
     confidence = skeleton.part_confidence(cache.keypoints)
     sheet = draw.contact_sheet(cache.keypoints)
     return dg.MaterializeResult(
+        data_version=dg.DataVersion(cache.digest),
         metadata={
             "frames": cache.frames,
             "fps": cache.fps,
             "source": cache.source_kind,
             "source_sha256": cache.metadata["source"]["sha256"],
-            "rebuilt": rebuilt,
+            "built": built,
+            "digest": cache.digest,
             "bytes": dg.MetadataValue.int(cachedir.cache_bytes(cache.path)),
             "path": dg.MetadataValue.path(str(cache.path)),
-            "warm_load_ms_p50": warm_load_ms(lambda: load_guidance(loop_id)),
+            "warm_load_ms_p50": warm_load_ms(lambda: load_guidance(store, loop_id)),
             **{f"confidence_{part}": round(value, 3) for part, value in confidence.items()},
             "preview": png_markdown(draw.png_bytes(sheet), f"{loop_id} pose maps"),
-        }
+        },
     )
 
 
@@ -55,10 +64,10 @@ def guidance_cache(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     blocking=True,
     description="Hashes match metadata.json; shapes, dtypes, no NaN, confidences in [0, 1].",
 )
-def guidance_cache_valid(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+def guidance_cache_valid(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
     loop_id = context.partition_key
     try:
-        cache = load_guidance(loop_id, verify=True)
+        cache = load_guidance(storage.store, loop_id, verify=True)
     except CacheError as exc:
         return dg.AssetCheckResult(passed=False, metadata={"problem": str(exc)})
     problems = keypoint_problems(cache.keypoints)

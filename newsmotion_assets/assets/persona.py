@@ -1,4 +1,9 @@
-"""``persona_cache[persona]``: Tier-2 appearance per anchor, built once, memory-mapped later."""
+"""``persona_cache[persona]``: Tier-2 appearance per anchor, built once, memory-mapped later.
+
+The asset builds through :func:`ensure_persona` (the same function ``newsmotion persona add`` and
+``newsmotion render`` use) from the persona's kept portrait, and reports the cache's digest as its
+data version, so renders downstream show stale exactly when the appearance changed.
+"""
 
 
 import cv2
@@ -6,10 +11,11 @@ import dagster as dg
 
 from newsmotion_assets.metadata import png_markdown, warm_load_ms
 from newsmotion_assets.partitions import persona_partitions
-from newsmotion_engine import cachedir, storage
-from newsmotion_engine.errors import CacheError, NewsmotionError
+from newsmotion_assets.resources import StorageResource
+from newsmotion_engine import cachedir
+from newsmotion_engine.errors import CacheError
 from newsmotion_engine.guidance.draw import png_bytes
-from newsmotion_engine.persona.cache import build_persona, load_persona, persona_problems
+from newsmotion_engine.persona.cache import ensure_persona, load_persona, persona_problems, persona_source_image
 from newsmotion_engine.persona.preview import preview_image
 
 
@@ -20,31 +26,29 @@ from newsmotion_engine.persona.preview import preview_image
     description="One anchor's normalized portrait, person matte, face mask and 133 landmarks; "
     "storage/motion/persona_caches/{persona}/. Source portrait: storage/personas/sources/{persona}.*",
 )
-def persona_cache(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+def persona_cache(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
+    store = storage.store
     persona_id = context.partition_key
-    source = storage.find_persona_source(persona_id)
-    if source is None:
-        raise NewsmotionError(
-            f"persona {persona_id!r} has no source portrait in {storage.persona_sources()}; drop the image "
-            f"into {storage.persona_inbox()} or run `newsmotion persona add IMAGE --id {persona_id}`"
-        )
-    cache, rebuilt = build_persona(source, persona_id)
-    context.log.info(f"{persona_id}: {'built' if rebuilt else 'cache current, reused'} ({cache.path})")
+    source = persona_source_image(store, persona_id)
+    cache, built = ensure_persona(store, persona_id, image=source)
+    context.log.info(f"{persona_id}: {'built' if built else 'cache current, reused'} ({cache.path})")
     preview = preview_image(cache)
     preview = cv2.resize(preview, (preview.shape[1] // 2, preview.shape[0] // 2), interpolation=cv2.INTER_AREA)
     coverage = cache.metadata.get("coverage", {})
     return dg.MaterializeResult(
+        data_version=dg.DataVersion(cache.digest),
         metadata={
             "source": dg.MetadataValue.path(str(source)),
-            "rebuilt": rebuilt,
+            "built": built,
+            "digest": cache.digest,
             "matte_method": cache.matte_method,
             "visible_parts": ", ".join(cache.visible_parts),
             **{f"coverage_{k}": round(float(v), 4) for k, v in coverage.items()},
             "bytes": dg.MetadataValue.int(cachedir.cache_bytes(cache.path)),
             "path": dg.MetadataValue.path(str(cache.path)),
-            "warm_load_ms_p50": warm_load_ms(lambda: load_persona(persona_id)),
+            "warm_load_ms_p50": warm_load_ms(lambda: load_persona(store, persona_id)),
             "preview": png_markdown(png_bytes(preview), f"{persona_id} preview"),
-        }
+        },
     )
 
 
@@ -54,9 +58,9 @@ def persona_cache(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     blocking=True,
     description="Hashes match metadata.json; masks hold a person, face inside it, landmarks sane.",
 )
-def persona_cache_valid(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+def persona_cache_valid(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
     try:
-        cache = load_persona(context.partition_key, verify=True)
+        cache = load_persona(storage.store, context.partition_key, verify=True)
     except CacheError as exc:
         return dg.AssetCheckResult(passed=False, metadata={"problem": str(exc)})
     problems = persona_problems(cache)

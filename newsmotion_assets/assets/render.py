@@ -1,4 +1,10 @@
-"""``render[persona x loop]``: an mp4 + telemetry per pair, through the renderer resource."""
+"""``render[persona x loop]``: an mp4 + telemetry per pair, through the renderer resource.
+
+The asset only loads caches (:func:`render_persona_loop`): a missing or stale upstream cache
+fails the run with the name of the asset to materialize. A render whose inputs did not change
+(same input digest as the clip on disk) is skipped, and a one-partition run reports the input
+digest as the data version, so the UI shows a render stale when an upstream cache changed.
+"""
 
 
 import dagster as dg
@@ -8,15 +14,11 @@ from newsmotion_assets.assets.guidance import guidance_cache
 from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.metadata import png_markdown
 from newsmotion_assets.partitions import render_partitions
-from newsmotion_assets.resources import RendererResource
+from newsmotion_assets.resources import RendererResource, StorageResource
 from newsmotion_engine.guidance.draw import png_bytes
 from newsmotion_engine.render.job import render_persona_loop
+from newsmotion_engine.render.telemetry import RenderTelemetry
 from newsmotion_engine.video.frames import contact_sheet_from_video
-
-TELEMETRY_KEYS = (
-    "backend", "encoder", "frames", "fps", "fps_achieved", "render_ms", "mux_ms", "wall_s",
-    "peak_rss_mb", "guidance_cache", "persona_cache",
-)
 
 
 @dg.asset(
@@ -33,39 +35,54 @@ TELEMETRY_KEYS = (
     description="The loop performed by the persona: storage/motion/renders/{persona}/{loop}/{backend}.mp4 "
     "plus a telemetry .json beside it.",
 )
-def render(context: dg.AssetExecutionContext, renderer: RendererResource) -> dg.MaterializeResult:
+def render(context: dg.AssetExecutionContext, renderer: RendererResource, storage: StorageResource) -> dg.MaterializeResult:
+    store = storage.store
     backend, spec = renderer.loaded, renderer.spec()
     keys = context.partition_keys  # one key, or many in a single-run backfill (backend stays warm)
-    rows = []
+    records: list[RenderTelemetry] = []
     for key in keys:
         dims = render_partitions.get_partition_key_from_str(key).keys_by_dimension
         persona_id, loop_id = dims["persona"], dims["loop"]
-        tele = render_persona_loop(persona_id, loop_id, backend, spec)
-        context.log.info(
-            f"{persona_id} x {loop_id}: {tele['frames']} frames at {tele['fps_achieved']:.1f} fps "
-            f"({tele['encoder']}) -> {tele['output']}"
+        tele = render_persona_loop(store, persona_id, loop_id, backend, spec)
+        if tele.outcome == "skipped":
+            context.log.info(f"{persona_id} x {loop_id}: current (same input digest), not rendered again -> {tele.output}")
+        else:
+            context.log.info(
+                f"{persona_id} x {loop_id}: {tele.frames} frames at {tele.fps_achieved:.1f} fps "
+                f"({tele.encoder}) -> {tele.output}"
+            )
+        # Per partition: each materialization event carries its own clip's digest and outcome.
+        context.add_asset_metadata(
+            {"input_digest": tele.input_digest, "outcome": tele.outcome, "path": dg.MetadataValue.path(tele.output)},
+            partition_key=key,
         )
-        rows.append(tele)
+        records.append(tele)
+    kinds = RenderTelemetry.column_kinds()
     metadata: dict = {
-        "renders": len(rows),
+        "renders": len(records),
+        "rendered": sum(t.outcome == "rendered" for t in records),
+        "skipped": sum(t.outcome == "skipped" for t in records),
         "telemetry": dg.MetadataValue.table(
-            records=[dg.TableRecord({k: _scalar(t.get(k)) for k in ("persona_id", "loop_id", *TELEMETRY_KEYS)}) for t in rows],
-            schema=dg.TableSchema(
-                columns=[dg.TableColumn(k, "string" if k in ("persona_id", "loop_id", "backend", "encoder", "guidance_cache", "persona_cache") else "float") for k in ("persona_id", "loop_id", *TELEMETRY_KEYS)]
-            ),
+            records=[dg.TableRecord({k: _cell(v, kinds[k]) for k, v in t.row().items()}) for t in records],
+            schema=dg.TableSchema(columns=[dg.TableColumn(k, kind) for k, kind in kinds.items()]),
         ),
     }
-    if len(rows) == 1:
-        tele = rows[0]
-        metadata["path"] = dg.MetadataValue.path(tele["output"])
-        metadata["weights"] = str((tele.get("backend_info") or {}).get("weights", "unknown"))
-        metadata["contact_sheet"] = png_markdown(png_bytes(contact_sheet_from_video(tele["output"], count=6)), "frames")
-    return dg.MaterializeResult(metadata=metadata)
+    data_version = None
+    if len(records) == 1:
+        tele = records[0]
+        metadata["weights"] = str(tele.weights or "unknown")
+        metadata["contact_sheet"] = png_markdown(png_bytes(contact_sheet_from_video(tele.output, count=6)), "frames")
+        # One MaterializeResult carries one data version for all its partitions, so it is given only
+        # when the run has one; a multi-partition run lets Dagster derive it from the caches' versions.
+        data_version = dg.DataVersion(tele.input_digest)
+    return dg.MaterializeResult(metadata=metadata, data_version=data_version)
 
 
-def _scalar(value):
-    if isinstance(value, (np.floating, float)):
-        return round(float(value), 3)
-    if isinstance(value, (np.integer, int)):
+def _cell(value, kind: str):
+    if value is None:
+        return None
+    if kind == "int":
         return int(value)
-    return None if value is None else str(value)
+    if kind == "float":
+        return round(float(value), 3)
+    return str(value)

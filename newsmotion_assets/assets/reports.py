@@ -5,8 +5,10 @@ import dagster as dg
 import pandas as pd
 
 from newsmotion_assets.assets.render import render
-from newsmotion_engine.bench.scorecard import build_scorecard, export_scorecard, nightly_results_dir
+from newsmotion_assets.resources import StorageResource
+from newsmotion_engine.bench.scorecard import build_scorecard, export_scorecard
 from newsmotion_engine.bench.suites import SUITES, run_suite
+from newsmotion_engine.render.telemetry import RenderTelemetry
 
 
 @dg.asset(
@@ -15,8 +17,8 @@ from newsmotion_engine.bench.suites import SUITES, run_suite
     description="Re-runs the CPU benchmark suites (guidance, persona, warp) and writes their JSON to "
     "storage/motion/bench/; the committed figures stay in bench/results/.",
 )
-def benchmarks(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-    folder = nightly_results_dir()
+def benchmarks(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
+    folder = storage.store.bench_dir
     summary = {}
     for name in SUITES:
         context.log.info(f"running bench suite {name}")
@@ -42,11 +44,12 @@ def _column_type(dtype) -> str:
     description="Every render's telemetry plus benchmark results, exported to "
     "storage/motion/scorecards/{date}.json and .csv.",
 )
-def scorecard(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-    frame = build_scorecard()
-    json_path, csv_path = export_scorecard(frame)
+def scorecard(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
+    store = storage.store
+    frame = build_scorecard(store, on_skip=context.log.warning)
+    json_path, csv_path = export_scorecard(store, frame)
     renders = frame[frame["kind"] == "render"] if not frame.empty else frame
-    shown = [c for c in ("persona_id", "loop_id", "backend", "weights", "encoder", "frames", "fps_achieved", "wall_s") if c in renders.columns]
+    shown = [c for c in RenderTelemetry.SUMMARY if c in renders.columns]
     records = [
         dg.TableRecord({c: (None if pd.isna(v) else (v if isinstance(v, (int, float, str, bool)) else str(v))) for c, v in row.items()})
         for row in renders[shown].to_dict("records")

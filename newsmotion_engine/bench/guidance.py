@@ -26,13 +26,13 @@ def bench_guidance(
     """Run the guidance benchmark in a private storage root; returns the result dict."""
     from newsmotion_engine.guidance import draw
     from newsmotion_engine.bench.suites import private_storage
-    from newsmotion_engine.guidance.cache import build_guidance, load_guidance
+    from newsmotion_engine.guidance.cache import ensure_guidance, load_guidance
     from newsmotion_engine.guidance.palette import author_loop
     from newsmotion_engine.samples import write_moving_photo_video
 
-    with private_storage() as root:
+    with private_storage() as store:
         result: dict[str, Any] = {"benchmark": "guidance", "machine": machine_info()}
-        driving = root / "motion" / "driving"
+        driving = store.driving_dir
         driving.mkdir(parents=True)
         video = driving / "bench_loop.mp4"
         log(f"writing a {frames}-frame 720x1280 driving video")
@@ -40,7 +40,7 @@ def bench_guidance(
 
         log("extracting it with mediapipe holistic (the work a cache saves)")
         t0 = time.perf_counter()
-        cache, _ = build_guidance("bench_loop")
+        cache, _ = ensure_guidance(store, "bench_loop")
         result["extract_s"] = time.perf_counter() - t0
         result["extract_ms_per_frame"] = result["extract_s"] * 1000 / frames
         loop_id = cache.loop_id
@@ -49,18 +49,18 @@ def bench_guidance(
 
         log(f"timing {loads} warm loads")
         for _ in range(20):
-            load_guidance(loop_id)
+            load_guidance(store, loop_id)
         samples = []
         for _ in range(loads):
             t0 = time.perf_counter()
-            load_guidance(loop_id)
+            load_guidance(store, loop_id)
             samples.append(time.perf_counter() - t0)
         result["load_ms_p50"], result["load_ms_p99"] = percentiles_ms(samples)
 
         samples = []
         for _ in range(loads):
             t0 = time.perf_counter()
-            float(np.asarray(load_guidance(loop_id).keypoints).sum())
+            float(np.asarray(load_guidance(store, loop_id).keypoints).sum())
             samples.append(time.perf_counter() - t0)
         result["load_read_ms_p50"], result["load_read_ms_p99"] = percentiles_ms(samples)
 
@@ -68,7 +68,7 @@ def bench_guidance(
         for _ in range(min(loads, 200)):
             drop_from_page_cache(cache.path)
             t0 = time.perf_counter()
-            float(np.asarray(load_guidance(loop_id).keypoints).sum())
+            float(np.asarray(load_guidance(store, loop_id).keypoints).sum())
             cold.append(time.perf_counter() - t0)
         result["cold_load_ms_p50"], result["cold_load_ms_p99"] = percentiles_ms(cold)
 

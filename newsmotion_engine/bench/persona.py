@@ -33,7 +33,8 @@ import numpy as np
 from newsmotion_engine import cachedir
 from newsmotion_engine.bench.common import drop_from_page_cache, machine_info
 from newsmotion_engine.ids import slugify
-from newsmotion_engine.persona.cache import PersonaCache, build_persona, load_persona
+from newsmotion_engine.persona.cache import PersonaCache, ensure_persona, load_persona
+from newsmotion_engine.storage import Storage
 
 __all__ = ["bench_persona", "drop_from_page_cache"]
 
@@ -68,19 +69,23 @@ def _on_tmpfs(path: Path) -> bool:
     return fstype in ("tmpfs", "ramfs")
 
 
-def _fresh_process_first_load_ms(persona_id: str) -> float:
+def _fresh_process_first_load_ms(storage: Storage, persona_id: str) -> float:
     code = (
         "import sys, time\n"
         "from newsmotion_engine.persona.cache import load_persona\n"
-        "t = time.perf_counter(); load_persona(sys.argv[1]); print((time.perf_counter() - t) * 1e3)\n"
+        "from newsmotion_engine.storage import Storage\n"
+        "store = Storage(sys.argv[1])\n"
+        "t = time.perf_counter(); load_persona(store, sys.argv[2]); print((time.perf_counter() - t) * 1e3)\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code, persona_id], capture_output=True, text=True, check=True, env=dict(os.environ)
+        [sys.executable, "-c", code, str(storage.root), persona_id], capture_output=True, text=True, check=True,
+        env=dict(os.environ),
     )
     return float(out.stdout.strip().splitlines()[-1])
 
 
 def bench_persona(
+    storage: Storage,
     target: str | Path,
     loads: int = 200,
     *,
@@ -91,6 +96,7 @@ def bench_persona(
     """Measure warm/cold load latency of a persona cache against its build time.
 
     Args:
+        storage: where the persona cache is (or is built).
         target: a portrait image file (built with ``force=True`` and timed, into ``persona_id`` or
             ``bench-{file stem}``) or the id of an existing persona cache.
         loads: warm loads timed (after one untimed warm-up).
@@ -104,39 +110,39 @@ def bench_persona(
 
     Example::
 
-        bench_persona("storage/personas/samples/astronaut.png", loads=200)["load_ms_p50"]
+        bench_persona(Storage("storage"), "storage/personas/samples/astronaut.png", loads=200)["load_ms_p50"]
     """
     target_path = Path(target)
     if target_path.is_file():
         pid = persona_id or f"bench-{slugify(target_path.stem) or 'persona'}"[:64]
         started = time.perf_counter()
-        cache, _ = build_persona(target_path, pid, force=True)
+        cache, _ = ensure_persona(storage, pid, image=target_path, force=True)
         build_s, build_from = time.perf_counter() - started, "measured"
     else:
         pid = persona_id or str(target)
-        cache = load_persona(pid)
+        cache = load_persona(storage, pid)
         build_s, build_from = float(cache.metadata.get("build_s", float("nan"))), "metadata"
 
-    load_persona(pid)  # warm-up: imports, page cache, dentries
+    load_persona(storage, pid)  # warm-up: imports, page cache, dentries
     warm = []
     for _ in range(max(1, loads)):
         t = time.perf_counter()
-        load_persona(pid)
+        load_persona(storage, pid)
         warm.append((time.perf_counter() - t) * 1e3)
     touch = []
     for _ in range(max(1, min(loads, 50))):
         t = time.perf_counter()
-        _touch(load_persona(pid))
+        _touch(load_persona(storage, pid))
         touch.append((time.perf_counter() - t) * 1e3)
     cold, cold_touch = [], []
     for _ in range(max(1, cold_loads)):
         drop_from_page_cache(cache.path)
         t = time.perf_counter()
-        loaded = load_persona(pid)
+        loaded = load_persona(storage, pid)
         cold.append((time.perf_counter() - t) * 1e3)
         drop_from_page_cache(cache.path)
         t = time.perf_counter()
-        _touch(load_persona(pid))
+        _touch(load_persona(storage, pid))
         cold_touch.append((time.perf_counter() - t) * 1e3)
     del loaded
 
@@ -155,7 +161,7 @@ def bench_persona(
         "cold_load_touch_ms_p99": round(_percentile(cold_touch, 99), 4),
         "cold_method": "fsync + posix_fadvise(POSIX_FADV_DONTNEED) per file",
         "page_cache_evictable": not _on_tmpfs(cache.path),
-        "first_load_fresh_process_ms": round(_fresh_process_first_load_ms(pid), 4) if fresh_process else None,
+        "first_load_fresh_process_ms": round(_fresh_process_first_load_ms(storage, pid), 4) if fresh_process else None,
         "build_s": round(build_s, 4),
         "build_s_from": build_from,
         "ratio": round(build_s * 1e3 / p50, 1) if p50 > 0 else None,
@@ -168,4 +174,5 @@ def bench_persona(
 
 
 if __name__ == "__main__":  # python -m newsmotion_engine.bench.persona IMAGE_OR_ID [LOADS]
-    print(json.dumps(bench_persona(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 200), indent=2))
+    store = Storage.from_env()  # a command-line edge
+    print(json.dumps(bench_persona(store, sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 200), indent=2))

@@ -1,33 +1,26 @@
-"""The bench suites by name, each run in a private storage root (so a benchmark never touches a
-newsroom's caches) and written as JSON. Used by ``newsmotion bench ...`` and the nightly
-``benchmarks`` asset."""
+"""The bench suites by name, each run in a private storage root (a :class:`Storage` of a temporary
+folder, so a benchmark never touches a newsroom's caches nor the process environment) and written
+as JSON. Used by ``newsmotion bench ...`` and the nightly ``benchmarks`` asset."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from newsmotion_engine.storage import Storage
+
 Log = Callable[[str], None]
 
 
 @contextlib.contextmanager
-def private_storage() -> Iterator[Path]:
-    """Point ``NEWSMOTION_STORAGE`` at a fresh temporary folder for the duration."""
-    old = os.environ.get("NEWSMOTION_STORAGE")
+def private_storage() -> Iterator[Storage]:
+    """A :class:`Storage` rooted in a fresh temporary folder, removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="newsmotion-bench-") as root:
-        os.environ["NEWSMOTION_STORAGE"] = root
-        try:
-            yield Path(root)
-        finally:
-            if old is None:
-                os.environ.pop("NEWSMOTION_STORAGE", None)
-            else:
-                os.environ["NEWSMOTION_STORAGE"] = old
+        yield Storage(root)
 
 
 def sample_portrait(folder: Path) -> Path:
@@ -51,21 +44,21 @@ def _guidance(log: Log) -> dict[str, Any]:
 def _persona(log: Log) -> dict[str, Any]:
     from newsmotion_engine.bench.persona import bench_persona
 
-    with private_storage() as root:
+    with private_storage() as store:
         log("building and loading the sample persona (astronaut)")
-        result = bench_persona(sample_portrait(root / "samples"), persona_id="astronaut")
+        result = bench_persona(store, sample_portrait(store.persona_samples), persona_id="astronaut")
     return {"benchmark": "persona", **result}
 
 
 def _warp(log: Log) -> dict[str, Any]:
     from newsmotion_engine.bench.warp import bench_warp
-    from newsmotion_engine.guidance.cache import build_guidance
-    from newsmotion_engine.persona.cache import build_persona
+    from newsmotion_engine.guidance.cache import ensure_guidance
+    from newsmotion_engine.persona.cache import ensure_persona
 
-    with private_storage() as root:
+    with private_storage() as store:
         log("building the welcome loop and the sample persona, then rendering 720x1280 end to end")
-        guidance, _ = build_guidance("welcome")
-        persona, _ = build_persona(sample_portrait(root / "samples"), "astronaut")
+        guidance, _ = ensure_guidance(store, "welcome")
+        persona, _ = ensure_persona(store, "astronaut", image=sample_portrait(store.persona_samples))
         result = bench_warp(guidance, persona, frames=120, width=720, height=1280, threads=2, repeats=5, log=log)
     return {"benchmark": "warp", "loop": "welcome", "persona": "astronaut", **result}
 

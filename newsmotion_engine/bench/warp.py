@@ -97,7 +97,7 @@ def bench_warp(
 
     Example::
 
-        result = bench_warp(load_guidance("welcome"), load_persona("astronaut"))
+        result = bench_warp(load_guidance(store, "welcome"), load_persona(store, "astronaut"))
         result["fps"]  # e.g. 95.0
     """
     say = log or (lambda _msg: None)
@@ -130,19 +130,19 @@ def bench_warp(
             st = dict(backend.stats)
             n = max(1, int(st["frames"]))
             run = {
-                "fps": frames / tele["wall_s"],
-                "wall_s": tele["wall_s"],
-                "retarget_ms": tele["retarget_ms"],
+                "fps": frames / tele.wall_s,
+                "wall_s": tele.wall_s,
+                "retarget_ms": tele.retarget_ms,
                 "field_ms": st["field_ms"] / n,
                 "remap_ms": st["remap_ms"] / n,
                 "composite_ms": st["composite_ms"] / n,
                 "encode_ms": ffmpeg_cpu_ms / n,
-                "encode_wait_ms": tele["encode_wait_ms"] / n,
-                "mux_ms": tele["mux_ms"],
-                "encoder": tele["encoder"],
+                "encode_wait_ms": tele.encode_wait_ms / n,
+                "mux_ms": tele.mux_ms,
+                "encoder": tele.encoder,
             }
             runs.append(run)
-            say(f"run {i + 1}/{repeats}: {run['fps']:.1f} fps end to end ({tele['encoder']})")
+            say(f"run {i + 1}/{repeats}: {run['fps']:.1f} fps end to end ({tele.encoder})")
 
     # Render alone (no encoder), to show what encoding costs on top.
     kp_r = retarget(loop.keypoints, persona.landmarks, loop_size=(loop_w, loop_h),

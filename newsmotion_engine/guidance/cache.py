@@ -8,6 +8,10 @@ the extractor that produced it). Derived per-backend tensors live in sub-caches
 A loop comes from one of two sources: a canonical palette loop (authored procedurally; its source
 digest is the hash of the authoring parameters) or a driving video dropped into
 ``motion/driving/{loop_id}.{ext}`` (its source digest is the file's sha256).
+
+Every function takes the :class:`~newsmotion_engine.storage.Storage` it works in. Builders call
+:func:`ensure_guidance` (the CLI and the ``guidance_cache`` asset); renders only
+:func:`load_guidance`.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from newsmotion_engine import cachedir, skeleton, storage
-from newsmotion_engine.errors import CacheError, NewsmotionError
+from newsmotion_engine import cachedir, skeleton
+from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.ids import validate_id
+from newsmotion_engine.storage import Storage
 
 SCHEMA = cachedir.CacheSchema(
     kind="guidance",
@@ -64,6 +69,11 @@ class GuidanceCache:
     def height(self) -> int:
         return int(self.metadata.get("frame", {}).get("height", 1280))
 
+    @property
+    def digest(self) -> str:
+        """Stable digest of the cache's content and provenance (:func:`cachedir.cache_digest`)."""
+        return cachedir.cache_digest(self.metadata)
+
 
 @dataclass(frozen=True)
 class LoopSource:
@@ -82,9 +92,9 @@ class LoopSource:
         return self.extractor["params"]
 
 
-def find_driving_video(loop_id: str) -> Path | None:
+def find_driving_video(storage: Storage, loop_id: str) -> Path | None:
     """The driving video for a custom loop, if one was dropped into ``motion/driving/``."""
-    folder = storage.driving_dir()
+    folder = storage.driving_dir
     for suffix in VIDEO_SUFFIXES:
         candidate = folder / f"{loop_id}{suffix}"
         if candidate.is_file():
@@ -92,9 +102,9 @@ def find_driving_video(loop_id: str) -> Path | None:
     return None
 
 
-def driving_loop_ids() -> list[str]:
+def driving_loop_ids(storage: Storage) -> list[str]:
     """Loop ids of the driving videos in ``motion/driving/`` whose file names are valid slugs."""
-    folder = storage.driving_dir()
+    folder = storage.driving_dir
     if not folder.is_dir():
         return []
     ids = []
@@ -107,20 +117,40 @@ def driving_loop_ids() -> list[str]:
     return ids
 
 
-def all_loop_ids() -> list[str]:
+def all_loop_ids(storage: Storage) -> list[str]:
     """Canonical loops first, then custom loops from driving videos."""
     from newsmotion_engine.guidance.palette import LOOP_IDS
 
-    return list(LOOP_IDS) + [i for i in driving_loop_ids() if i not in LOOP_IDS]
+    return list(LOOP_IDS) + [i for i in driving_loop_ids(storage) if i not in LOOP_IDS]
 
 
-def loop_source(loop_id: str, *, video: Path | None = None, fps: int = DEFAULT_FPS) -> LoopSource:
-    """Resolve a loop id to its source: an explicit ``video``, a dropped driving video, or the
-    canonical palette. Unknown ids raise :class:`NewsmotionError` listing what exists."""
+def check_loop_exists(storage: Storage, loop_id: str) -> None:
+    """Cheap existence check (no hashing): ``loop_id`` is a valid id and a canonical loop or a
+    dropped driving video; else :class:`NewsmotionError` listing what exists."""
     from newsmotion_engine.guidance import palette
 
     validate_id(loop_id, "loop id")
-    video = video or find_driving_video(loop_id)
+    if not palette.is_canonical(loop_id) and find_driving_video(storage, loop_id) is None:
+        raise _unknown_loop(storage, loop_id)
+
+
+def _unknown_loop(storage: Storage, loop_id: str) -> NewsmotionError:
+    from newsmotion_engine.guidance import palette
+
+    return NewsmotionError(
+        f"unknown loop {loop_id!r}: not a canonical loop ({', '.join(palette.LOOP_IDS)}) and no driving "
+        f"video {storage.driving_dir / (loop_id + '.mp4')}"
+    )
+
+
+def loop_source(storage: Storage, loop_id: str, *, video: Path | None = None, fps: int = DEFAULT_FPS) -> LoopSource:
+    """Resolve a loop id to its source: an explicit ``video``, a dropped driving video, or the
+    canonical palette. A video is hashed here (the source digest), so call this once per use.
+    Unknown ids raise :class:`NewsmotionError` listing what exists."""
+    from newsmotion_engine.guidance import palette
+
+    validate_id(loop_id, "loop id")
+    video = video or find_driving_video(storage, loop_id)
     if video is not None:
         return _video_source(loop_id, Path(video), fps)
     if palette.is_canonical(loop_id):
@@ -131,13 +161,17 @@ def loop_source(loop_id: str, *, video: Path | None = None, fps: int = DEFAULT_F
             kind="procedural",
             source={"kind": "procedural", "sha256": cachedir.sha256_json(params)},
             extractor={"name": "newsmotion-palette", "version": palette.PALETTE_VERSION, "params": params},
-            produce=lambda progress: palette.author_loop(loop_id, fps=fps, frames=frames),
+            produce=lambda progress: _authored(palette.author_loop(loop_id, fps=fps, frames=frames), progress),
             frame_size=(palette.FRAME_WIDTH, palette.FRAME_HEIGHT),
         )
-    raise NewsmotionError(
-        f"unknown loop {loop_id!r}: not a canonical loop ({', '.join(palette.LOOP_IDS)}) and no driving "
-        f"video {storage.driving_dir() / (loop_id + '.mp4')}"
-    )
+    raise _unknown_loop(storage, loop_id)
+
+
+def _authored(keypoints: np.ndarray, progress: Progress | None) -> np.ndarray:
+    # Authoring is one quick step; report it so a caller's "building" line appears and completes.
+    if progress is not None:
+        progress(len(keypoints), len(keypoints))
+    return keypoints
 
 
 def _video_source(loop_id: str, video: Path, fps: int) -> LoopSource:
@@ -159,10 +193,19 @@ def _video_source(loop_id: str, video: Path, fps: int) -> LoopSource:
     )
 
 
-def load_guidance(loop_id: str, *, verify: bool = False, expected: LoopSource | None = None) -> GuidanceCache:
+def load_guidance(
+    storage: Storage, loop_id: str, *, verify: bool = False, expected: LoopSource | None = None
+) -> GuidanceCache:
     """Memory-map a loop's cache after validating it (cheap checks; hashes too with ``verify``).
     With ``expected`` (from :func:`loop_source`) a cache built from another source or with other
-    parameters raises :class:`CacheStaleError`."""
+    parameters raises :class:`CacheStaleError`; missing / damaged ones raise
+    :class:`CacheMissingError` / :class:`CacheCorruptError`. Never builds.
+
+    Example::
+
+        loop = load_guidance(Storage("storage"), "nod")
+        loop.keypoints.shape  # (120, 133, 3), read from disk only when touched
+    """
     path = storage.guidance_dir(loop_id)
     loaded = cachedir.read_cache(
         path,
@@ -182,7 +225,8 @@ def load_guidance(loop_id: str, *, verify: bool = False, expected: LoopSource | 
     return GuidanceCache(loop_id=loop_id, path=path, keypoints=keypoints, metadata=meta)
 
 
-def build_guidance(
+def ensure_guidance(
+    storage: Storage,
     loop_id: str,
     *,
     force: bool = False,
@@ -190,44 +234,48 @@ def build_guidance(
     fps: int = DEFAULT_FPS,
     progress: Progress | None = None,
 ) -> tuple[GuidanceCache, bool]:
-    """Make sure ``loop_id``'s cache exists and is current; returns ``(cache, rebuilt)``.
+    """Make sure ``loop_id``'s cache exists and is current; returns ``(cache, built)``.
 
     A valid, current cache is reused; a missing, corrupt or stale one (source hash or parameters
-    differ) is rebuilt atomically under the loop's lock; ``force`` always rebuilds.
+    differ) is built atomically (:func:`cachedir.ensure`: double-checked under the loop's lock);
+    ``force`` always builds. ``video`` overrides the dropped driving video (``newsmotion guidance
+    extract``). ``progress(done, total)`` is called only while building (per extracted frame), so
+    a caller can show a "building" step exactly when one happens. The source is resolved (a video
+    hashed) once.
+
+    Example::
+
+        cache, built = ensure_guidance(Storage.from_env(), "nod")
     """
-    source = loop_source(loop_id, video=video, fps=fps)
+    source = loop_source(storage, loop_id, video=video, fps=fps)
     path = storage.guidance_dir(loop_id)
-    with cachedir.cache_lock(path):
-        if not force:
-            try:
-                return load_guidance(loop_id, expected=source), False
-            except CacheError:
-                pass  # missing, corrupt or stale: rebuild below
 
-        def build(tmp: Path) -> None:
-            keypoints = np.ascontiguousarray(source.produce(progress), dtype=np.float32)
-            problems = keypoint_problems(keypoints)
-            if problems:
-                raise NewsmotionError(f"loop {loop_id!r}: produced invalid keypoints: {'; '.join(problems)}")
-            np.save(tmp / "keypoints.npy", keypoints)
+    def write(tmp: Path) -> None:
+        keypoints = np.ascontiguousarray(source.produce(progress), dtype=np.float32)
+        problems = keypoint_problems(keypoints)
+        if problems:
+            raise NewsmotionError(f"loop {loop_id!r}: produced invalid keypoints: {'; '.join(problems)}")
+        np.save(tmp / "keypoints.npy", keypoints)
 
+    def build() -> None:
         cachedir.write_cache(
             path,
-            build,
+            write,
             schema=SCHEMA,
             source=source.source,
             params=source.params,
             extra={
                 "loop_id": loop_id,
                 "fps": fps,
-                "frames": None,  # filled below from the written array
+                "frames": None,  # filled by _fill_frames from the written array
                 "skeleton": skeleton.SKELETON_NAME,
                 "frame": {"width": source.frame_size[0], "height": source.frame_size[1]},
                 "extractor": {"name": source.extractor["name"], "version": source.extractor["version"]},
             },
             finalize=_fill_frames,
         )
-    return load_guidance(loop_id), True
+
+    return cachedir.ensure(path, lambda: load_guidance(storage, loop_id, expected=source), build, force=force)
 
 
 def _fill_frames(tmp: Path, metadata: dict[str, Any]) -> None:
@@ -249,16 +297,16 @@ def keypoint_problems(keypoints: np.ndarray) -> list[str]:
     return problems
 
 
-def guidance_status(loop_id: str) -> tuple[str, GuidanceCache | None, str]:
+def guidance_status(storage: Storage, loop_id: str) -> tuple[str, GuidanceCache | None, str]:
     """``(status, cache, detail)`` with status one of valid / stale / missing / corrupt; used by
     ``newsmotion caches``. Hashes the driving video for custom loops (cheap next to extraction)."""
     try:
-        source = loop_source(loop_id)
+        source = loop_source(storage, loop_id)
     except NewsmotionError as exc:
         source, source_problem = None, str(exc)
     else:
         source_problem = ""
-    status, cache, detail = cachedir.load_status(lambda: load_guidance(loop_id))
+    status, cache, detail = cachedir.load_status(lambda: load_guidance(storage, loop_id))
     if cache is None:
         return status, None, detail
     if source is None:

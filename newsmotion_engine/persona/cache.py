@@ -23,7 +23,9 @@ pillow}, build_s. ``source`` is {kind: "image", sha256, name}; ``params`` (:func
 holds every setting the output depends on, including :data:`PERSONA_VERSION`.
 
 The write/lock/validate mechanics are :mod:`newsmotion_engine.cachedir`'s, shared with the guidance
-cache. Diffusion backends add ``{persona_id}/{backend}/...`` sub-caches with the same mechanism;
+cache. Every function takes the :class:`~newsmotion_engine.storage.Storage` it works in. Builders
+call :func:`ensure_persona` (``newsmotion persona add``, the ``persona_cache`` asset); renders only
+:func:`load_persona`. Diffusion backends add ``{persona_id}/{backend}/...`` sub-caches with the same mechanism;
 a rebuild from the same source carries them over, a new source drops them.
 """
 
@@ -38,12 +40,13 @@ from typing import Any
 import cv2
 import numpy as np
 
-from newsmotion_engine import cachedir, skeleton, storage
-from newsmotion_engine.errors import BadInputError, CacheCorruptError, CacheError
+from newsmotion_engine import cachedir, skeleton
+from newsmotion_engine.errors import BadInputError, CacheCorruptError, NewsmotionError
 from newsmotion_engine.ids import SLUG_RE, RESERVED, validate_id
 from newsmotion_engine.persona import image as image_mod
 from newsmotion_engine.persona import matte as matte_mod
 from newsmotion_engine.persona.image import CANVAS_HEIGHT, CANVAS_WIDTH
+from newsmotion_engine.storage import Storage
 
 __all__ = [
     "SCHEMA",
@@ -51,8 +54,9 @@ __all__ = [
     "PersonaCache",
     "persona_params",
     "image_source",
-    "build_persona",
+    "ensure_persona",
     "load_persona",
+    "persona_source_image",
     "persona_status",
     "list_persona_ids",
     "persona_problems",
@@ -110,6 +114,11 @@ class PersonaCache:
         """(width, height)."""
         return int(self.metadata["canvas"]["width"]), int(self.metadata["canvas"]["height"])
 
+    @property
+    def digest(self) -> str:
+        """Stable digest of the cache's content and provenance (:func:`cachedir.cache_digest`)."""
+        return cachedir.cache_digest(self.metadata)
+
 
 def persona_params() -> dict[str, Any]:
     """Every setting a persona build depends on; a cache built with other params is stale."""
@@ -146,6 +155,7 @@ def _tools() -> dict[str, str]:
 
 
 def load_persona(
+    storage: Storage,
     persona_id: str,
     *,
     verify: bool = False,
@@ -154,11 +164,11 @@ def load_persona(
 ) -> PersonaCache:
     """Memory-map a persona's cache after validating it (sizes, npy headers, shapes; sha256 of
     every file too with ``verify``). ``expected_source`` / ``expected_params`` turn a cache built
-    from another image / with other settings into :class:`CacheStaleError`.
+    from another image / with other settings into :class:`CacheStaleError`. Never builds.
 
     Example::
 
-        persona = load_persona("astronaut")
+        persona = load_persona(Storage("storage"), "astronaut")
         persona.portrait[persona.person_mask > 0]  # pixels are read only when touched
     """
     path = storage.persona_dir(persona_id)
@@ -265,51 +275,59 @@ def _write_files(tmp: Path, built: _Built) -> None:
     np.save(tmp / "landmarks.npy", np.ascontiguousarray(built.landmarks, dtype=np.float32))
 
 
-def build_persona(
-    image_path: str | Path,
+def persona_source_image(storage: Storage, persona_id: str) -> Path:
+    """The persona's kept source portrait (``personas/sources/{persona_id}.*``), or a
+    :class:`NewsmotionError` saying how to add one."""
+    source = storage.find_persona_source(persona_id)
+    if source is None:
+        raise NewsmotionError(
+            f"unknown persona {persona_id!r}: no source portrait in {storage.persona_sources} "
+            f"(drop the image into {storage.persona_inbox} or run `newsmotion persona add IMAGE --id {persona_id}`)"
+        )
+    return source
+
+
+def ensure_persona(
+    storage: Storage,
     persona_id: str,
     *,
+    image: str | Path | None = None,
     force: bool = False,
     progress: Progress | None = None,
 ) -> tuple[PersonaCache, bool]:
-    """Make sure ``persona_id``'s cache exists and matches ``image_path``; returns ``(cache, rebuilt)``.
+    """Make sure ``persona_id``'s cache exists and matches its portrait; returns ``(cache, built)``.
 
-    A valid cache built from the same content (sha256) with the current params is reused; a
-    missing, corrupt or stale one is rebuilt; ``force`` always rebuilds. The expensive work runs
-    before the persona's lock is taken, so a bad image (not an image, truncated, too large or
-    small, no person) raises :class:`BadInputError` having created nothing and touched no
-    existing cache. ``progress(step, total)`` is called as stages finish.
+    ``image`` is the portrait to build from; ``None`` uses the persona's kept source in
+    ``personas/sources/`` (:func:`persona_source_image`). A valid cache built from the same content
+    (sha256) with the current params is reused; a missing, corrupt or stale one is rebuilt;
+    ``force`` always rebuilds. The expensive work runs before the persona's lock is taken
+    (:func:`cachedir.ensure`'s ``prepare``), so a bad image (not an image, truncated, too large or
+    small, no person) raises :class:`BadInputError` having created nothing and touched no existing
+    cache. ``progress(step, total)`` is called only while building, as stages finish.
 
     Example::
 
-        persona, rebuilt = build_persona("storage/personas/samples/astronaut.png", "astronaut")
+        persona, built = ensure_persona(store, "astronaut", image="storage/personas/samples/astronaut.png")
         persona.metadata["matte"]["method"], persona.visible_parts
     """
     validate_id(persona_id, "persona id")
-    image_path = Path(image_path)
+    image_path = Path(image) if image is not None else persona_source_image(storage, persona_id)
     path = storage.persona_dir(persona_id)
     image_mod.probe_portrait(image_path)  # refuse a non-image / oversized file before hashing it
     source = image_source(image_path)
     params = persona_params()
-    if not force:
-        try:
-            return load_persona(persona_id, expected_source=source, expected_params=params), False
-        except CacheError:
-            pass  # missing, corrupt or stale: rebuild below
-    started = time.perf_counter()
-    built = _compute(image_path, progress)
-    compute_s = time.perf_counter() - started
 
-    def finalize(tmp: Path, metadata: dict[str, Any]) -> None:
-        metadata["build_s"] = round(time.perf_counter() - started, 4)
-        metadata["compute_s"] = round(compute_s, 4)
+    def compute() -> tuple[_Built, float, float]:
+        started = time.perf_counter()
+        return _compute(image_path, progress), started, time.perf_counter() - started
 
-    with cachedir.cache_lock(path):
-        if not force:
-            try:  # another builder may have finished the same work while we computed
-                return load_persona(persona_id, expected_source=source, expected_params=params), False
-            except CacheError:
-                pass
+    def build(prepared: tuple[_Built, float, float]) -> None:
+        built, started, compute_s = prepared
+
+        def finalize(tmp: Path, metadata: dict[str, Any]) -> None:
+            metadata["build_s"] = round(time.perf_counter() - started, 4)
+            metadata["compute_s"] = round(compute_s, 4)
+
         cachedir.write_cache(
             path,
             lambda tmp: _write_files(tmp, built),
@@ -319,17 +337,24 @@ def build_persona(
             extra={"persona_id": persona_id, **built.extra},
             finalize=finalize,
         )
-    if progress is not None:
-        progress(_STEPS, _STEPS)
-    return load_persona(persona_id), True
+        if progress is not None:
+            progress(_STEPS, _STEPS)
+
+    return cachedir.ensure(
+        path,
+        lambda: load_persona(storage, persona_id, expected_source=source, expected_params=params),
+        build,
+        force=force,
+        prepare=compute,
+    )
 
 
-def persona_status(persona_id: str) -> tuple[str, PersonaCache | None, str]:
+def persona_status(storage: Storage, persona_id: str) -> tuple[str, PersonaCache | None, str]:
     """``(status, cache, detail)``, status one of valid / stale / missing / corrupt (as
     ``guidance_status``). Stale: older schema or params, or the source image (the kept copy in
     ``personas/sources/``, else the path it was built from, if still there) has other content than
     the cache was built from (re-hashed here; cheap next to a build)."""
-    status, cache, detail = cachedir.load_status(lambda: load_persona(persona_id))
+    status, cache, detail = cachedir.load_status(lambda: load_persona(storage, persona_id))
     if cache is None:
         return status, None, detail
     params = persona_params()
@@ -346,9 +371,9 @@ def persona_status(persona_id: str) -> tuple[str, PersonaCache | None, str]:
     return "valid", cache, f"source image no longer at {source_path}" if source_path else ""
 
 
-def list_persona_ids() -> list[str]:
+def list_persona_ids(storage: Storage) -> list[str]:
     """Ids of the persona cache directories present (valid or not), sorted."""
-    root = storage.persona_root()
+    root = storage.persona_root
     if not root.is_dir():
         return []
     return sorted(p.name for p in root.iterdir() if p.is_dir() and SLUG_RE.match(p.name) and p.name not in RESERVED)

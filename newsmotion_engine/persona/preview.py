@@ -82,7 +82,7 @@ def write_preview(cache: PersonaCache, out_path: str | Path) -> Path:
 
     Example::
 
-        write_preview(load_persona("astronaut"), "astronaut_preview.png")
+        write_preview(load_persona(store, "astronaut"), "astronaut_preview.png")
     """
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)

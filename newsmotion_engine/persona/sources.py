@@ -11,18 +11,18 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from newsmotion_engine import storage
 from newsmotion_engine.errors import BadInputError, NewsmotionError
-from newsmotion_engine.ids import validate_id
+from newsmotion_engine.ids import SLUG_RE, validate_id
+from newsmotion_engine.storage import Storage
 
 PORTRAIT_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 
 
-def install_source(image: Path, persona_id: str) -> Path:
+def install_source(storage: Storage, image: Path, persona_id: str) -> Path:
     """Copy ``image`` to ``personas/sources/{persona_id}{suffix}`` (temp file + rename, so a
     reader never sees half a file) and drop any older source of that id with another suffix."""
     validate_id(persona_id, "persona id")
-    folder = storage.persona_sources()
+    folder = storage.persona_sources
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{persona_id}{image.suffix.lower()}"
     if image.resolve() == target.resolve():
@@ -41,11 +41,21 @@ def install_source(image: Path, persona_id: str) -> Path:
     return target
 
 
-def add_persona(image: Path, persona_id: str, *, force: bool = False, progress=None):
-    """``newsmotion persona add``: build the cache from ``image`` and keep the image as the
-    persona's source. Refuses to replace a persona built from a different portrait unless
-    ``force``. Bad input raises before anything is written. Returns ``(cache, rebuilt)``."""
-    from newsmotion_engine.persona.cache import build_persona, image_source
+def source_persona_ids(storage: Storage) -> list[str]:
+    """Ids of the personas with a kept source portrait, sorted."""
+    folder = storage.persona_sources
+    if not folder.is_dir():
+        return []
+    return sorted(
+        {p.stem for p in folder.iterdir() if p.is_file() and p.suffix.lower() in PORTRAIT_SUFFIXES and SLUG_RE.match(p.stem)}
+    )
+
+
+def add_persona(storage: Storage, image: Path, persona_id: str, *, force: bool = False, progress=None):
+    """``newsmotion persona add``: build the cache from ``image`` (:func:`ensure_persona`) and keep
+    the image as the persona's source. Refuses to replace a persona built from a different portrait
+    unless ``force``. Bad input raises before anything is written. Returns ``(cache, built)``."""
+    from newsmotion_engine.persona.cache import ensure_persona, image_source
 
     validate_id(persona_id, "persona id")
     image = Path(image)
@@ -56,6 +66,6 @@ def add_persona(image: Path, persona_id: str, *, force: bool = False, progress=N
         raise NewsmotionError(
             f"persona {persona_id!r} already exists from another portrait ({existing}); pass --force to replace it"
         )
-    cache, rebuilt = build_persona(image, persona_id, force=force, progress=progress)
-    install_source(image, persona_id)
-    return cache, rebuilt
+    cache, built = ensure_persona(storage, persona_id, image=image, force=force, progress=progress)
+    install_source(storage, image, persona_id)
+    return cache, built

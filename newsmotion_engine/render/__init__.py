@@ -1,5 +1,5 @@
 """Rendering: the backend protocol and registry, retargeting, the CPU ``warp`` backend and
-``render_clip`` (persona x loop -> mp4 + telemetry).
+``render_clip`` (persona x loop -> mp4 + :class:`RenderTelemetry`). ``render.job`` renders from ids.
 
 Importing this package registers the built-in backends (``available_backends()`` lists them).
 """
@@ -21,13 +21,16 @@ from newsmotion_engine.render import wan_animate as _wan_animate
 
 _wan_animate.register()  # lazy: torch/diffusers load only when a wan-animate backend is created
 from newsmotion_engine.render.clip import render_clip
+from newsmotion_engine.render.telemetry import RenderProvenance, RenderTelemetry
 
 __all__ = [
     "BACKGROUND_CHROMA_GREEN",
     "Backend",
     "BackendNeeds",
     "InvalidSpecError",
+    "RenderProvenance",
     "RenderSpec",
+    "RenderTelemetry",
     "UnknownBackendError",
     "available_backends",
     "get_backend",

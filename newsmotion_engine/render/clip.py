@@ -1,18 +1,17 @@
 """Render one persona x loop clip to an mp4 plus a telemetry JSON.
 
-``render_clip`` is the one entry point the CLI and the Dagster asset share: retarget the loop onto
-the persona, stream the backend's frames into the encoder, and write ``out.mp4`` and
-``out.json`` (telemetry), both atomically. The clip is never held in memory.
+``render_clip`` is the one entry point the CLI and the Dagster asset share (through
+:func:`newsmotion_engine.render.job.render_persona_loop`): retarget the loop onto the persona,
+stream the backend's frames into the encoder, and write ``out.mp4`` and ``out.json`` (a
+:class:`~newsmotion_engine.render.telemetry.RenderTelemetry`), both atomically. The clip is never
+held in memory.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import resource
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.render.base import Backend, RenderSpec
 from newsmotion_engine.render.retarget import retarget
+from newsmotion_engine.render.telemetry import RenderProvenance, RenderTelemetry
 from newsmotion_engine.video.encode import VideoEncoder, check_output_folder
 
 __all__ = ["render_clip", "peak_rss_mb", "loop_canvas_size"]
@@ -48,17 +48,6 @@ def loop_canvas_size(guidance: Any) -> tuple[int, int]:
     return DEFAULT_LOOP_CANVAS
 
 
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def render_clip(
     guidance: Any,
     persona: Any,
@@ -67,11 +56,11 @@ def render_clip(
     out_path: Path | str,
     *,
     progress: Callable[[int, int], None] | None = None,
-    extra_telemetry: dict[str, Any] | None = None,
+    provenance: RenderProvenance | None = None,
     encoder: str = "auto",
     encoder_threads: int | None = None,
     encoder_preset: str | None = None,
-) -> dict[str, Any]:
+) -> RenderTelemetry:
     """Render ``guidance`` (a motion loop) on ``persona`` with ``backend`` into ``out_path``.
 
     Args:
@@ -83,13 +72,14 @@ def render_clip(
         out_path: the ``.mp4`` to write; its folder must exist and be writable (checked before
             any rendering). Telemetry goes to ``out_path.with_suffix(".json")``.
         progress: ``progress(done, total)`` after each frame.
-        extra_telemetry: merged into the telemetry (e.g. cache hits from the caller).
+        provenance: what the frames were made from (input digest, cache digests and states), as
+            :func:`~newsmotion_engine.render.job.render_persona_loop` records it; ``None`` for
+            inputs that are not caches (benchmarks).
         encoder, encoder_threads, encoder_preset: passed to :class:`VideoEncoder` (``None`` = its
             defaults: auto, ffmpeg's thread choice, libx264 superfast).
 
     Returns:
-        The telemetry dict: backend, backend_info, encoder, frames, fps (output), fps_achieved,
-        render_ms, retarget_ms, mux_ms, encode_wait_ms, wall_s, peak_rss_mb, width, height, ...
+        The :class:`RenderTelemetry` written beside the mp4.
 
     Raises:
         BadInputError: output folder missing or read-only.
@@ -144,32 +134,31 @@ def render_clip(
             raise RuntimeError(f"backend {backend.name!r} yielded {done} frames for a {total}-frame loop")
     wall_s = time.perf_counter() - t_start
 
-    telemetry: dict[str, Any] = {
-        "backend": backend.name,
-        "backend_info": backend.describe(),
-        "loop_id": getattr(guidance, "loop_id", None),
-        "persona_id": getattr(persona, "persona_id", None),
-        "encoder": enc.encoder,
-        "frames": done,
-        "fps": spec.fps,
-        "width": spec.width,
-        "height": spec.height,
-        "background": spec.as_dict()["background"],
-        "seed": spec.seed,
-        "fps_achieved": round(done / wall_s, 2) if wall_s > 0 else None,
-        "render_ms": round(render_s * 1e3, 1),
-        "retarget_ms": round(retarget_ms, 2),
-        "mux_ms": round(enc.mux_ms, 1),
-        "encode_wait_ms": round(enc.wait_ms, 1),
-        "wall_s": round(wall_s, 3),
-        "peak_rss_mb": round(peak_rss_mb(), 1),
-        "output": str(out_path),
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-    if extra_telemetry:
-        telemetry.update(extra_telemetry)
+    telemetry = RenderTelemetry(
+        persona_id=getattr(persona, "persona_id", None),
+        loop_id=getattr(guidance, "loop_id", None),
+        backend=backend.name,
+        backend_info=backend.describe(),
+        encoder=enc.encoder,
+        frames=done,
+        fps=spec.fps,
+        width=spec.width,
+        height=spec.height,
+        background=spec.as_dict()["background"],
+        seed=spec.seed,
+        fps_achieved=round(done / wall_s, 2) if wall_s > 0 else None,
+        render_ms=round(render_s * 1e3, 1),
+        retarget_ms=round(retarget_ms, 2),
+        mux_ms=round(enc.mux_ms, 1),
+        encode_wait_ms=round(enc.wait_ms, 1),
+        wall_s=round(wall_s, 3),
+        peak_rss_mb=round(peak_rss_mb(), 1),
+        output=str(out_path),
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        provenance=provenance,
+    )
     try:
-        _write_json_atomic(json_path, telemetry)
+        telemetry.write(json_path)
     except OSError as exc:
         # An mp4 without its telemetry would look like a finished render: take it back.
         out_path.unlink(missing_ok=True)

@@ -1,84 +1,289 @@
-"""One render, persona x loop, from ids: make sure both caches are current, then render.
+"""One render, persona x loop, from ids: load both caches, skip when the clip is current, render.
 
-Shared by the CLI and the Dagster ``render`` asset so both treat caches the same way: a current
-cache is memory-mapped (a cache hit); a missing, corrupt or stale one is rebuilt first (never a
-silently wrong video) and the telemetry says so.
+Shared by the CLI and the Dagster ``render`` asset. A render only *loads* caches
+(:func:`load_render_inputs`): a missing, stale or corrupt one raises
+:class:`~newsmotion_engine.errors.CacheNotReadyError` naming what to build, never a silently
+wrong video and never a build behind the orchestrator's back. Building is the callers' business:
+the Dagster cache assets, or the CLI's convenience step :func:`ensure_render_inputs`, which goes
+through the same :func:`ensure_guidance` / :func:`ensure_persona` the assets call.
+
+Every render has an input digest (:func:`input_digest`): the guidance and persona cache digests,
+the backend's name and identity, and the output size, fps, background and seed. It is recorded in
+the telemetry; a render whose clip on disk records the same digest is skipped, and the Dagster
+render asset reports it as its data version.
+
+Example::
+
+    store = Storage.from_env()
+    backend = get_backend("warp"); backend.load()
+    tele = render_persona_loop(store, "anna", "nod", backend, RenderSpec())
+    tele.outcome  # "rendered", or "skipped" when nothing changed since the last render
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from newsmotion_engine import storage
-from newsmotion_engine.errors import NewsmotionError
+from newsmotion_engine import cachedir
+from newsmotion_engine.errors import BadInputError, CacheNotReadyError
+from newsmotion_engine.guidance.cache import SCHEMA as GUIDANCE_SCHEMA
+from newsmotion_engine.guidance.cache import GuidanceCache, check_loop_exists, ensure_guidance, load_guidance, loop_source
+from newsmotion_engine.ids import validate_id
+from newsmotion_engine.persona.cache import SCHEMA as PERSONA_SCHEMA
+from newsmotion_engine.persona.cache import (
+    PersonaCache,
+    ensure_persona,
+    image_source,
+    load_persona,
+    persona_params,
+    persona_source_image,
+)
 from newsmotion_engine.render.base import Backend, RenderSpec
 from newsmotion_engine.render.clip import render_clip
+from newsmotion_engine.render.telemetry import RenderProvenance, RenderTelemetry, TelemetryError
+from newsmotion_engine.storage import Storage
+from newsmotion_engine.video.encode import check_output_folder
+
+__all__ = [
+    "RenderInputs",
+    "backend_identity",
+    "check_render_request",
+    "current_render",
+    "ensure_render_inputs",
+    "input_digest",
+    "load_render_inputs",
+    "render_persona_loop",
+]
+
+Progress = Callable[[int, int], None]
+# on_step(label) is called when a visible step starts (e.g. "building guidance cache nod") and
+# returns the progress callback for it.
+OnStep = Callable[[str], Progress]
+
+# Keys of ``describe()`` that report on the last load or render (timings, which caches were hit):
+# not inputs of a render, so they stay out of its digest.
+RUN_REPORT_KEYS = ("accel_report", "last_render")
+# Artifacts every backend gets from the base caches; a backend needing more has sub-caches.
+_BASE_ARTIFACTS = {
+    "guidance": frozenset(name.removesuffix(".npy") for name in GUIDANCE_SCHEMA.arrays),
+    "persona": frozenset(name.removesuffix(".npy") for name in PERSONA_SCHEMA.arrays),
+}
 
 
-def ensure_guidance(loop_id: str):
-    """``(GuidanceCache, rebuilt)`` — reused when current, rebuilt when missing/corrupt/stale."""
-    from newsmotion_engine.guidance.cache import build_guidance
+@dataclass(frozen=True)
+class RenderInputs:
+    """The two loaded caches of one render and how this call got them (``"hit"``: loaded as it
+    was; ``"built"``: built just before, by :func:`ensure_render_inputs`)."""
 
-    return build_guidance(loop_id)
-
-
-def ensure_persona(persona_id: str):
-    """``(PersonaCache, rebuilt)`` from the persona's source portrait in ``personas/sources/``."""
-    from newsmotion_engine.persona.cache import build_persona
-
-    source = storage.find_persona_source(persona_id)
-    if source is None:
-        raise NewsmotionError(
-            f"unknown persona {persona_id!r}: no source portrait in {storage.persona_sources()} "
-            f"(add one with `newsmotion persona add IMAGE --id {persona_id}`)"
-        )
-    return build_persona(source, persona_id)
+    guidance: GuidanceCache
+    persona: PersonaCache
+    guidance_state: str = "hit"
+    persona_state: str = "hit"
 
 
-def preflight(persona_id: str, loop_id: str, backend_name: str, out_path: Path | None = None) -> Path:
-    """Fail fast, before any work: ids valid, the loop and persona exist, the output folder is
-    writable. Returns the output path."""
-    from newsmotion_engine.guidance.cache import loop_source
-    from newsmotion_engine.video.encode import check_output_folder
+def check_render_request(storage: Storage, persona_id: str, loop_id: str, out_path: Path | None = None) -> None:
+    """Fail fast, before any work: both ids valid, the loop known (a canonical loop or a driving
+    video; nothing is hashed here), the persona known (a kept source portrait or a cache), and an
+    explicit ``out_path``'s folder writable."""
+    check_loop_exists(storage, loop_id)
+    validate_id(persona_id, "persona id")
+    if not storage.persona_dir(persona_id).is_dir():
+        persona_source_image(storage, persona_id)  # raises "unknown persona ..." when there is none
+    if out_path is not None:
+        check_output_folder(out_path)
 
-    loop_source(loop_id)
-    if storage.find_persona_source(persona_id) is None:
-        raise NewsmotionError(
-            f"unknown persona {persona_id!r}: no source portrait in {storage.persona_sources()} "
-            f"(add one with `newsmotion persona add IMAGE --id {persona_id}`)"
-        )
-    if out_path is None:
-        out_path = storage.render_path(persona_id, loop_id, backend_name)
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-    return check_output_folder(out_path)
+
+def load_render_inputs(storage: Storage, persona_id: str, loop_id: str) -> RenderInputs:
+    """Load both caches checked against their current sources and parameters (a driving video and
+    the persona's kept portrait are hashed once each). Never builds.
+
+    Raises:
+        CacheNotReadyError: a cache is missing, stale or corrupt; the message says what to
+            materialize or run.
+        NewsmotionError: the loop is unknown.
+    """
+    guidance = _loaded(
+        f"guidance cache for loop {loop_id!r}",
+        f"materialize guidance_cache[{loop_id}] or run `newsmotion guidance build {loop_id}`",
+        lambda: load_guidance(storage, loop_id, expected=loop_source(storage, loop_id)),
+    )
+    kept = storage.find_persona_source(persona_id)
+    remedy = f"materialize persona_cache[{persona_id}] or run " + (
+        f"`newsmotion persona build {persona_id}`" if kept else f"`newsmotion persona add IMAGE --id {persona_id}`"
+    )
+    expected = image_source(kept) if kept else None
+    persona = _loaded(
+        f"persona cache for {persona_id!r}",
+        remedy,
+        lambda: load_persona(storage, persona_id, expected_source=expected, expected_params=persona_params()),
+    )
+    return RenderInputs(guidance, persona)
+
+
+def _loaded(what: str, remedy: str, load: Callable[[], Any]) -> Any:
+    state, cache, detail = cachedir.load_status(load)
+    if cache is None:
+        raise CacheNotReadyError(what, state, detail, remedy)
+    return cache
+
+
+def ensure_render_inputs(
+    storage: Storage,
+    persona_id: str,
+    loop_id: str,
+    backend: Backend | None = None,
+    spec: RenderSpec | None = None,
+    *,
+    on_step: OnStep | None = None,
+) -> RenderInputs:
+    """Build what a render needs and is missing or stale, then return its inputs: the CLI's
+    convenience before :func:`render_persona_loop`. Uses the same :func:`ensure_guidance` /
+    :func:`ensure_persona` as the Dagster cache assets and, when ``backend`` and ``spec`` are given
+    and the backend has them, its ``prepare_guidance`` / ``prepare_persona`` (its sub-caches).
+
+    ``on_step(label)`` is called as each build starts ("building guidance cache nod", "building
+    persona cache anna", "building wan-animate artifacts") and returns a ``progress(done, total)``
+    for it; current caches announce nothing.
+    """
+    guidance, guidance_built = ensure_guidance(storage, loop_id, progress=_announce(on_step, f"building guidance cache {loop_id}"))
+    persona, persona_built = ensure_persona(storage, persona_id, progress=_announce(on_step, f"building persona cache {persona_id}"))
+    if backend is not None and spec is not None:
+        _prepare_backend(backend, guidance, persona, spec, on_step)
+    return RenderInputs(guidance, persona, "built" if guidance_built else "hit", "built" if persona_built else "hit")
+
+
+def _announce(on_step: OnStep | None, label: str) -> Progress | None:
+    """A progress callback that starts the step ``label`` on its first call (builders report
+    progress only while building, so a current cache shows no step)."""
+    if on_step is None:
+        return None
+    started: list[Progress] = []
+
+    def progress(done: int, total: int) -> None:
+        if not started:
+            started.append(on_step(label))
+        started[0](done, total)
+
+    return progress
+
+
+def _prepare_backend(backend: Backend, guidance: GuidanceCache, persona: PersonaCache, spec: RenderSpec, on_step: OnStep | None) -> None:
+    calls = [
+        (method, cache)
+        for method, cache in ((getattr(backend, "prepare_guidance", None), guidance), (getattr(backend, "prepare_persona", None), persona))
+        if callable(method)
+    ]
+    if not calls:
+        return
+    needs = getattr(backend, "needs", None)
+    has_subcaches = needs is not None and (
+        bool(needs.guidance - _BASE_ARTIFACTS["guidance"]) or bool(needs.persona - _BASE_ARTIFACTS["persona"])
+    )
+    # Announced only for backends with sub-caches: for the others the calls are no-ops.
+    progress = on_step(f"building {backend.name} artifacts") if on_step is not None and has_subcaches else None
+    for done, (method, cache) in enumerate(calls):
+        if progress is not None:
+            progress(done, len(calls))
+        method(cache, spec)
+    if progress is not None:
+        progress(len(calls), len(calls))
+
+
+def backend_identity(backend: Backend) -> dict[str, Any]:
+    """What about a backend changes its frames: its ``identity()`` when it has one, else its
+    ``describe()`` without the run reports (:data:`RUN_REPORT_KEYS`). Call after ``load()``
+    (a loaded backend knows its weights' digest)."""
+    identity = getattr(backend, "identity", None)
+    if callable(identity):
+        return dict(identity())
+    return {k: v for k, v in backend.describe().items() if k not in RUN_REPORT_KEYS}
+
+
+def input_digest(guidance: GuidanceCache, persona: PersonaCache, backend: Backend, spec: RenderSpec) -> str:
+    """The render's input digest: sha256 over the guidance cache digest, the persona cache digest,
+    the backend's name and :func:`backend_identity`, and the spec (width, height, fps, background,
+    seed). Equal digests mean equal frames, so an unchanged render is skipped; it is also the
+    Dagster render asset's data version."""
+    payload = {
+        "guidance": guidance.digest,
+        "persona": persona.digest,
+        "backend": backend.name,
+        "identity": backend_identity(backend),
+        "spec": spec.as_dict(),
+    }
+    # Round-trip through JSON (non-JSON values as their str) so the hash sees plain data.
+    return cachedir.sha256_json(json.loads(json.dumps(payload, default=str)))
+
+
+def current_render(out_path: Path, digest: str) -> RenderTelemetry | None:
+    """The record of the clip at ``out_path`` when it exists and was made from ``digest``."""
+    json_path = out_path.with_suffix(".json")
+    if not (out_path.is_file() and json_path.is_file()):
+        return None
+    try:
+        recorded = RenderTelemetry.read(json_path)
+    except TelemetryError:
+        return None  # an unreadable or older record cannot prove the clip current: render again
+    return recorded if recorded.input_digest == digest else None
 
 
 def render_persona_loop(
+    storage: Storage,
     persona_id: str,
     loop_id: str,
     backend: Backend,
     spec: RenderSpec,
     *,
+    inputs: RenderInputs | None = None,
     out_path: Path | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> dict[str, Any]:
+    force: bool = False,
+    progress: Progress | None = None,
+) -> RenderTelemetry:
     """Render ``loop_id`` performed by ``persona_id`` to ``out_path`` (default
-    ``motion/renders/{persona}/{loop}/{backend}.mp4``); returns the telemetry dict, which records
-    whether each cache was a hit or had to be rebuilt."""
-    out_path = preflight(persona_id, loop_id, backend.name, out_path)
-    guidance, guidance_rebuilt = ensure_guidance(loop_id)
-    persona, persona_rebuilt = ensure_persona(persona_id)
-    return render_clip(
-        guidance,
-        persona,
-        backend,
-        spec,
-        out_path,
-        progress=progress,
-        extra_telemetry={
-            "guidance_cache": "rebuilt" if guidance_rebuilt else "hit",
-            "persona_cache": "rebuilt" if persona_rebuilt else "hit",
-        },
+    ``motion/renders/{persona}/{loop}/{backend}.mp4``) and return its :class:`RenderTelemetry`.
+
+    Args:
+        storage: where the caches and renders live.
+        backend: a backend from ``get_backend`` (loaded here if it is not yet).
+        spec: output size, fps, background, seed.
+        inputs: caches already loaded (by :func:`ensure_render_inputs`); default: checked and
+            loaded here with :func:`check_render_request` and :func:`load_render_inputs`.
+        force: render even when the clip on disk is current.
+        progress: ``progress(done, total)`` per frame.
+
+    When the clip and its telemetry on disk record the same :func:`input_digest`, nothing is
+    rendered: the stored record is returned with ``outcome="skipped"`` and this call's cache states.
+
+    Raises:
+        CacheNotReadyError: a cache is missing, stale or corrupt (build it first).
+        NewsmotionError: an unknown id, an unwritable output folder, an encoder failure.
+    """
+    if inputs is None:
+        check_render_request(storage, persona_id, loop_id, out_path)
+        inputs = load_render_inputs(storage, persona_id, loop_id)
+    elif (inputs.guidance.loop_id, inputs.persona.persona_id) != (loop_id, persona_id):
+        raise ValueError(
+            f"inputs are for {inputs.persona.persona_id} x {inputs.guidance.loop_id}, not {persona_id} x {loop_id}"
+        )
+    backend.load()
+    digest = input_digest(inputs.guidance, inputs.persona, backend, spec)
+    provenance = RenderProvenance(
+        input_digest=digest,
+        guidance_digest=inputs.guidance.digest,
+        persona_digest=inputs.persona.digest,
+        guidance_cache=inputs.guidance_state,
+        persona_cache=inputs.persona_state,
     )
+    out = Path(out_path) if out_path is not None else storage.render_path(persona_id, loop_id, backend.name)
+    if not force and (recorded := current_render(out, digest)) is not None:
+        return dataclasses.replace(recorded, outcome="skipped", provenance=provenance)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInputError(out.parent, f"cannot create the output folder ({exc.strerror or exc})") from None
+    return render_clip(inputs.guidance, inputs.persona, backend, spec, out, progress=progress, provenance=provenance)

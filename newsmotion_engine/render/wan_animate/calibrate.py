@@ -18,33 +18,43 @@ import numpy as np
 
 from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.render.base import RenderSpec
+from newsmotion_engine.storage import Storage
 
 
 def calibrate_teacache(
+    storage: Storage,
     persona_id: str,
     loop_id: str,
     options: dict[str, Any],
     spec: RenderSpec,
     *,
     degree: int = 4,
+    on_step: Callable[[str], Callable[[int, int], None]] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Render ``loop_id`` on ``persona_id`` with every step computed while recording, then fit.
+
+    Like ``newsmotion render``, caches that are missing or stale are built first (as visible steps
+    through ``on_step``, see :func:`~newsmotion_engine.render.job.ensure_render_inputs`).
 
     Returns ``{"coefficients", "degree", "pairs", "fit_rel_rmse", "weights", "options", ...}``; use
     the coefficients as the backend option ``teacache_coefficients`` with ``teacache > 0``.
     """
     from newsmotion_engine.accel.teacache import fit_rescale, recorded_pairs
     from newsmotion_engine.render import get_backend
-    from newsmotion_engine.render.job import render_persona_loop
+    from newsmotion_engine.render.job import ensure_render_inputs, render_persona_loop
 
     if options.get("teacache"):
         raise NewsmotionError("calibration records a full run: leave the teacache option out (or 0)")
     backend = get_backend("wan-animate", **{**options, "teacache": 0.0, "teacache_record": True})
     backend.load()
     try:
+        inputs = ensure_render_inputs(storage, persona_id, loop_id, backend, spec, on_step=on_step)
         with tempfile.TemporaryDirectory(prefix="newsmotion-calibrate-") as tmp:
-            tele = render_persona_loop(persona_id, loop_id, backend, spec, out_path=Path(tmp) / "recorded.mp4", progress=progress)
+            tele = render_persona_loop(
+                storage, persona_id, loop_id, backend, spec, inputs=inputs, out_path=Path(tmp) / "recorded.mp4",
+                force=True, progress=progress,
+            )
         pairs = recorded_pairs(backend.components.transformer)
         info = backend.describe()
     finally:
@@ -67,5 +77,5 @@ def calibrate_teacache(
         "persona_id": persona_id,
         "loop_id": loop_id,
         "size": [spec.width, spec.height],
-        "render_wall_s": tele.get("wall_s"),
+        "render_wall_s": tele.wall_s,
     }

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from newsmotion_engine.errors import BadInputError
-from newsmotion_engine.render import BackendNeeds, RenderSpec, get_backend, render_clip
+from newsmotion_engine.render import BackendNeeds, RenderProvenance, RenderSpec, RenderTelemetry, get_backend, render_clip
 from newsmotion_engine.video import probe_video
 
 SPEC = RenderSpec(216, 384, fps=30)
@@ -19,18 +19,15 @@ def test_render_clip_writes_a_valid_mp4_and_telemetry(tmp_path, persona, synth):
     backend = get_backend("warp", threads=1)
     seen = []
     out = tmp_path / "warp.mp4"
-    tele = render_clip(
-        loop, persona, backend, SPEC, out, progress=lambda d, t: seen.append((d, t)), extra_telemetry={"cache": "hit"}
-    )
+    provenance = RenderProvenance("d" * 64, "g" * 64, "p" * 64, guidance_cache="hit", persona_cache="built")
+    tele = render_clip(loop, persona, backend, SPEC, out, progress=lambda d, t: seen.append((d, t)), provenance=provenance)
     assert probe_video(out) == {"codec": "h264", "pix_fmt": "yuv420p", "width": 216, "height": 384, "frames": 12, "fps": 30.0}
-    on_disk = json.loads(out.with_suffix(".json").read_text())
-    assert on_disk == tele
-    for key in ("backend", "backend_info", "encoder", "frames", "fps_achieved", "render_ms", "mux_ms", "wall_s",
-                "peak_rss_mb", "width", "height", "retarget_ms"):  # fmt: skip
-        assert key in tele, key
-    assert tele["backend"] == "warp" and tele["backend_info"]["weights"] == "none"
-    assert tele["frames"] == 12 and tele["width"] == 216 and tele["cache"] == "hit"
-    assert tele["fps_achieved"] > 0 and tele["peak_rss_mb"] > 10
+    assert RenderTelemetry.read(out.with_suffix(".json")) == tele
+    assert json.loads(out.with_suffix(".json").read_text())["schema_version"] == 1
+    assert tele.backend == "warp" and tele.weights == "none" and tele.outcome == "rendered"
+    assert tele.frames == 12 and tele.width == 216 and tele.encoder in ("libx264", "h264_nvenc")
+    assert (tele.guidance_cache, tele.persona_cache, tele.input_digest) == ("hit", "built", "d" * 64)
+    assert tele.fps_achieved > 0 and tele.peak_rss_mb > 10 and tele.render_ms > 0 and tele.retarget_ms >= 0
     assert seen[-1] == (12, 12) and len(seen) == 12
     assert sorted(p.name for p in tmp_path.iterdir()) == ["warp.json", "warp.mp4"]
 

@@ -1,0 +1,259 @@
+"""The render record: one :class:`RenderTelemetry` per rendered clip, beside it as ``{backend}.json``.
+
+This module owns the format: the fields, the schema version, writing (atomic) and reading (with
+validation). The writer (:func:`newsmotion_engine.render.clip.render_clip`) and every reader (the
+scorecard, the Dagster render asset, the demo, the CLI) go through this class; the columns the
+tables show are :attr:`RenderTelemetry.COLUMNS` (and the shorter :attr:`RenderTelemetry.SUMMARY`),
+never a key list of their own.
+
+Example::
+
+    tele = RenderTelemetry.read(Path("storage/motion/renders/anna/nod/warp.json"))
+    tele.fps_achieved, tele.weights, tele.row()["guidance_cache"]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import types
+import typing
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from newsmotion_engine.errors import BadInputError
+
+__all__ = ["SCHEMA_VERSION", "RenderProvenance", "RenderTelemetry", "TelemetryError", "cell_text"]
+
+# Bump when a field is added, removed or changes meaning; readers refuse other versions with a
+# message saying what to do, never guess.
+SCHEMA_VERSION = 1
+
+# How a render treated each of its caches (the render itself never builds one: "built" means the
+# caller built it just before, e.g. `newsmotion render`'s convenience step).
+CACHE_STATES = ("hit", "built")
+OUTCOMES = ("rendered", "skipped")
+
+
+class TelemetryError(BadInputError):
+    """A telemetry file that cannot be read: not JSON, another schema version, a field missing or
+    of the wrong type. ``TelemetryError(path, problem)``."""
+
+
+@dataclass(frozen=True)
+class RenderProvenance:
+    """What a render was made from, so an unchanged render can be skipped.
+
+    ``input_digest``: digest of everything the frames depend on (both cache digests, the backend's
+    identity, size, fps, background, seed; see :func:`newsmotion_engine.render.job.input_digest`).
+    ``guidance_cache`` / ``persona_cache``: ``"hit"`` (loaded as it was) or ``"built"`` (the caller
+    built it for this render).
+    """
+
+    input_digest: str
+    guidance_digest: str
+    persona_digest: str
+    guidance_cache: str
+    persona_cache: str
+
+    def __post_init__(self) -> None:
+        for name in ("guidance_cache", "persona_cache"):
+            if getattr(self, name) not in CACHE_STATES:
+                raise ValueError(f"{name} {getattr(self, name)!r} is not one of {CACHE_STATES}")
+
+
+@dataclass(frozen=True)
+class RenderTelemetry:
+    """One render: what was rendered, how, how fast, and from which inputs.
+
+    Measured: ``frames``, ``fps_achieved`` (frames / wall time, encode included), ``render_ms``
+    (time in the backend), ``retarget_ms``, ``mux_ms`` / ``encode_wait_ms`` (encoder), ``wall_s``,
+    ``peak_rss_mb`` (process high-water mark). Asked for: ``width``, ``height``, ``fps``,
+    ``background`` (``#RRGGBB``), ``seed``. ``backend_info`` is the backend's ``describe()``
+    (weights, device, settings). ``provenance`` is ``None`` when ``render_clip`` was called without
+    caches (benchmarks on synthetic inputs). ``outcome`` is ``"skipped"`` only on the record a
+    render call returns when the clip on disk was already current; files always say ``"rendered"``.
+    """
+
+    persona_id: str | None
+    loop_id: str | None
+    backend: str
+    backend_info: dict[str, Any]
+    encoder: str
+    frames: int
+    fps: int
+    width: int
+    height: int
+    background: str
+    seed: int
+    fps_achieved: float | None
+    render_ms: float
+    retarget_ms: float
+    mux_ms: float
+    encode_wait_ms: float
+    wall_s: float
+    peak_rss_mb: float
+    output: str
+    created_at: str
+    provenance: RenderProvenance | None = None
+    outcome: str = "rendered"
+    schema_version: int = SCHEMA_VERSION
+
+    # The scalar columns the scorecard and the Dagster render metadata show, in order.
+    COLUMNS: ClassVar[tuple[str, ...]] = (
+        "persona_id", "loop_id", "backend", "weights", "encoder", "frames", "fps", "fps_achieved",
+        "width", "height", "render_ms", "mux_ms", "wall_s", "peak_rss_mb", "guidance_cache",
+        "persona_cache", "input_digest", "output",
+    )  # fmt: skip
+    # The few a terminal table has room for (CLI scorecard, demo).
+    SUMMARY: ClassVar[tuple[str, ...]] = (
+        "persona_id", "loop_id", "backend", "weights", "encoder", "frames", "fps_achieved", "wall_s",
+        "guidance_cache", "persona_cache",
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"outcome {self.outcome!r} is not one of {OUTCOMES}")
+
+    # ------------------------------------------------------------------ derived columns
+    @property
+    def weights(self) -> str | None:
+        """Which weights rendered it (``"none"`` for warp, ``"random weights"`` for a preset)."""
+        value = self.backend_info.get("weights")
+        return None if value is None else str(value)
+
+    @property
+    def input_digest(self) -> str | None:
+        return self.provenance.input_digest if self.provenance else None
+
+    @property
+    def guidance_cache(self) -> str | None:
+        return self.provenance.guidance_cache if self.provenance else None
+
+    @property
+    def persona_cache(self) -> str | None:
+        return self.provenance.persona_cache if self.provenance else None
+
+    def row(self, columns: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """``{column: value}`` for :attr:`COLUMNS` (or the given ones), scalars only."""
+        return {name: getattr(self, name) for name in (columns or self.COLUMNS)}
+
+    @classmethod
+    def column_kinds(cls) -> dict[str, str]:
+        """``{column: "int" | "float" | "string"}`` for :attr:`COLUMNS` (table schemas)."""
+        hints = typing.get_type_hints(cls)
+        kinds = {}
+        for name in cls.COLUMNS:
+            base = _strip_optional(hints.get(name, str))
+            kinds[name] = "int" if base is int else "float" if base is float else "string"
+        return kinds
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str | bytes, path: Path | str = "<telemetry>") -> RenderTelemetry:
+        """Parse and validate; raises :class:`TelemetryError` naming ``path`` and the problem."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise TelemetryError(path, f"telemetry is not valid JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise TelemetryError(path, "telemetry is not a JSON object")
+        version = data.get("schema_version")
+        if version is None:
+            raise TelemetryError(
+                path, "telemetry has no schema_version (written by an older newsmotion); re-render the clip"
+            )
+        if version != SCHEMA_VERSION:
+            raise TelemetryError(
+                path,
+                f"telemetry schema version {version!r}; this newsmotion reads {SCHEMA_VERSION} "
+                + ("(re-render the clip)" if isinstance(version, int) and version < SCHEMA_VERSION else "(upgrade newsmotion)"),
+            )
+        return _build(cls, data, path, "")
+
+    def write(self, path: Path | str) -> None:
+        """Write atomically (temp file + rename): a reader sees the old record or the new one."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            tmp.write_text(self.to_json(), encoding="utf-8")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    @classmethod
+    def read(cls, path: Path | str) -> RenderTelemetry:
+        """Read and validate ``path``; :class:`TelemetryError` (naming it) when it cannot be used."""
+        try:
+            text = Path(path).read_bytes()
+        except OSError as exc:
+            raise TelemetryError(path, f"cannot read the telemetry ({exc.strerror or exc})") from None
+        return cls.from_json(text, path)
+
+
+def cell_text(value: Any) -> str:
+    """A value of :meth:`RenderTelemetry.row` as table text: ``-`` when missing (``None`` or NaN,
+    as pandas gives), floats to two decimals."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def _strip_optional(hint: Any) -> Any:
+    """``X | None`` -> ``X``; anything else unchanged."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0] if len(args) == 1 else hint
+    return hint
+
+
+def _build(cls: type, data: dict[str, Any], path: Path | str, prefix: str) -> Any:
+    """``cls(**data)`` after checking every field is present (unless it has a default) and of its
+    annotated type; nested dataclasses are built the same way."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        name = f"{prefix}{field.name}"
+        if field.name not in data:
+            if field.default is dataclasses.MISSING:
+                raise TelemetryError(path, f"telemetry lacks the field {name!r}")
+            continue
+        values[field.name] = _check(data[field.name], hints[field.name], name, path)
+    try:
+        return cls(**values)
+    except ValueError as exc:
+        raise TelemetryError(path, f"telemetry {prefix.rstrip('.') or 'record'}: {exc}") from None
+
+
+def _check(value: Any, hint: Any, name: str, path: Path | str) -> Any:
+    optional = _strip_optional(hint) is not hint
+    base = _strip_optional(hint)
+    if value is None:
+        if optional:
+            return None
+        raise TelemetryError(path, f"telemetry field {name!r} is null")
+    if dataclasses.is_dataclass(base):
+        if not isinstance(value, dict):
+            raise TelemetryError(path, f"telemetry field {name!r} is not an object")
+        return _build(base, value, path, f"{name}.")
+    origin = typing.get_origin(base) or base
+    ok = {
+        int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+        float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        str: lambda v: isinstance(v, str),
+        dict: lambda v: isinstance(v, dict),
+    }[origin](value)
+    if not ok:
+        raise TelemetryError(path, f"telemetry field {name!r} is {type(value).__name__}, expected {origin.__name__}")
+    return float(value) if origin is float else value
