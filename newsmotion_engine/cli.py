@@ -69,6 +69,19 @@ def step_tasks(bar: Progress) -> Callable[[str], Callable[[int, int], None]]:
     return on_step
 
 
+def selected_ids(
+    what: str, given: list[str] | None, use_all: bool, every: Callable[[], list[str]], check: Callable[[str], object]
+) -> list[str]:
+    """The ids named on the command line, or ``every()`` with ``--all``; each is ``check``-ed
+    (unknown or invalid ids fail) before any work starts."""
+    if use_all == bool(given):
+        raise click.UsageError(f"give {what} ids or --all (not both)")
+    ids = every() if use_all else list(given or [])
+    for cache_id in ids:
+        check(cache_id)
+    return ids
+
+
 def human_bytes(n: int | float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -104,12 +117,8 @@ def guidance_build(
     """Build (or reuse when current) guidance caches."""
     from newsmotion_engine.guidance.cache import all_loop_ids, check_loop_exists, ensure_guidance
 
-    if all_loops == bool(loops):
-        raise click.UsageError("give loop ids or --all (not both)")
     store = Storage.from_env()
-    ids = all_loop_ids(store) if all_loops else list(loops or [])
-    for loop_id in ids:
-        check_loop_exists(store, loop_id)  # unknown or invalid ids fail here, before any work starts
+    ids = selected_ids("loop", loops, all_loops, lambda: all_loop_ids(store), lambda i: check_loop_exists(store, i))
     table = Table("loop", "frames", "fps", "source", "action")
     with progress_bar() as bar:
         overall = bar.add_task("guidance caches", total=len(ids))
@@ -200,12 +209,10 @@ def persona_build(
     from newsmotion_engine.persona.cache import ensure_persona, persona_source_image
     from newsmotion_engine.persona.sources import source_persona_ids
 
-    if all_personas == bool(personas):
-        raise click.UsageError("give persona ids or --all (not both)")
     store = Storage.from_env()
-    ids = source_persona_ids(store) if all_personas else list(personas or [])
-    for persona_id in ids:
-        persona_source_image(store, persona_id)  # unknown or invalid ids fail here, before any work starts
+    ids = selected_ids(
+        "persona", personas, all_personas, lambda: source_persona_ids(store), lambda i: persona_source_image(store, i)
+    )
     table = Table("persona", "matte", "visible parts", "action")
     with progress_bar() as bar:
         for persona_id in ids:

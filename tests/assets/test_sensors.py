@@ -3,21 +3,22 @@ import shutil
 import dagster as dg
 
 from newsmotion_assets.partitions import loop_partitions, persona_partitions
+from newsmotion_assets.resources import StorageResource
 from newsmotion_assets.sensors import loop_sensor, persona_inbox_sensor
-from newsmotion_engine import storage
 from newsmotion_engine.guidance.palette import LOOP_IDS
 
 
 def _tick(sensor, instance, cursor=None):
-    context = dg.build_sensor_context(instance=instance, cursor=cursor)
+    # The storage resource's root is unset: $NEWSMOTION_STORAGE, this test's own folder.
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"storage": StorageResource()})
     result = sensor(context)
     for request in result.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
     return result
 
 
-def test_loop_sensor_adds_canonical_loops_and_settled_driving_videos():
-    driving = storage.driving_dir()
+def test_loop_sensor_adds_canonical_loops_and_settled_driving_videos(storage):
+    driving = storage.driving_dir
     driving.mkdir(parents=True)
     (driving / "weather_point.mp4").write_bytes(b"\x00" * 100)
     (driving / "Bad Name.mp4").write_bytes(b"\x00" * 100)
@@ -36,8 +37,8 @@ def test_loop_sensor_adds_canonical_loops_and_settled_driving_videos():
         assert len(instance.get_dynamic_partitions(loop_partitions.name)) == len(LOOP_IDS) + 1
 
 
-def test_persona_sensor_ingests_portraits_resolves_clashes_and_skips_bad_files(astronaut_png):
-    inbox = storage.persona_inbox()
+def test_persona_sensor_ingests_portraits_resolves_clashes_and_skips_bad_files(astronaut_png, storage):
+    inbox = storage.persona_inbox
     inbox.mkdir(parents=True)
     shutil.copy(astronaut_png, inbox / "Jane Doe.png")
     (inbox / "notes.png").write_text("not really a png")

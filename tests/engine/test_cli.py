@@ -5,7 +5,6 @@ import json
 import numpy as np
 import pytest
 
-from newsmotion_engine import storage
 from newsmotion_engine.cli import main
 
 
@@ -30,7 +29,7 @@ def test_guidance_build_reuses_then_forces(capsys):
     assert code == 0 and "built" in out
 
 
-def test_caches_json_reports_status(capsys):
+def test_caches_json_reports_status(capsys, storage):
     run(capsys, "guidance", "build", "nod")
     (storage.guidance_dir("welcome")).mkdir(parents=True)  # a cache dir without metadata
     code, out, _ = run(capsys, "caches", "--json")
@@ -40,7 +39,7 @@ def test_caches_json_reports_status(capsys):
     assert rows["welcome"]["status"] == "corrupt" and rows["signoff"]["status"] == "missing"
 
 
-def test_stale_cache_is_reported_then_rebuilt(capsys):
+def test_stale_cache_is_reported_then_rebuilt(capsys, storage):
     run(capsys, "guidance", "build", "nod")
     meta_path = storage.guidance_dir("nod") / "metadata.json"
     meta = json.loads(meta_path.read_text())
@@ -53,19 +52,19 @@ def test_stale_cache_is_reported_then_rebuilt(capsys):
 
 
 @pytest.mark.parametrize("loop_id", ["../x", "A B", ""])
-def test_bad_loop_ids(capsys, loop_id):
+def test_bad_loop_ids(capsys, loop_id, storage):
     code, out, err = run(capsys, "guidance", "build", loop_id)
     assert code == 1 and err.startswith("error: invalid loop id") and err.count("\n") == 1
-    assert not storage.guidance_root().exists() or not any(storage.guidance_root().iterdir())
+    assert not storage.guidance_root.exists() or not any(storage.guidance_root.iterdir())
 
 
-def test_extract_rejects_non_video_and_leaves_nothing(capsys, tmp_path):
+def test_extract_rejects_non_video_and_leaves_nothing(capsys, tmp_path, storage):
     fake = tmp_path / "fake.mp4"
     fake.write_text("not a video at all")
     code, _, err = run(capsys, "guidance", "extract", str(fake), "--loop-id", "fake_loop")
     assert code == 1 and "fake.mp4" in err and err.count("\n") == 1
     assert not storage.guidance_dir("fake_loop").exists()
-    assert not storage.driving_dir().exists() or not any(storage.driving_dir().iterdir())
+    assert not storage.driving_dir.exists() or not any(storage.driving_dir.iterdir())
 
 
 def test_extract_missing_file_and_canonical_id(capsys, tmp_path):
@@ -75,7 +74,7 @@ def test_extract_missing_file_and_canonical_id(capsys, tmp_path):
     assert code == 1 and "canonical" in err
 
 
-def test_corrupt_cache_files_are_typed_errors(capsys):
+def test_corrupt_cache_files_are_typed_errors(capsys, storage):
     from newsmotion_engine.errors import CacheCorruptError
     from newsmotion_engine.guidance.cache import load_guidance
 
@@ -83,13 +82,13 @@ def test_corrupt_cache_files_are_typed_errors(capsys):
     path = storage.guidance_dir("nod") / "keypoints.npy"
     np.save(path, np.zeros((120, 133, 3), np.float64))
     with pytest.raises(CacheCorruptError, match="keypoints.npy"):
-        load_guidance("nod")
+        load_guidance(storage, "nod")
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(CacheCorruptError, match="truncated"):
-        load_guidance("nod")
+        load_guidance(storage, "nod")
 
 
-def test_persona_add_list_show(capsys, astronaut_png, tmp_path):
+def test_persona_add_list_show(capsys, astronaut_png, tmp_path, storage):
     code, out, _ = run(capsys, "persona", "add", str(astronaut_png), "--id", "astro")
     assert code == 0 and "built" in out
     assert storage.find_persona_source("astro") is not None
@@ -103,13 +102,13 @@ def test_persona_add_list_show(capsys, astronaut_png, tmp_path):
 
 
 @pytest.mark.parametrize("persona_id", ["../etc", "CON", "", "x" * 200, "ünï"])
-def test_persona_add_bad_ids(capsys, astronaut_png, persona_id):
+def test_persona_add_bad_ids(capsys, astronaut_png, persona_id, storage):
     code, _, err = run(capsys, "persona", "add", str(astronaut_png), "--id", persona_id)
     assert code == 1 and err.startswith("error: invalid persona id") and err.count("\n") == 1
-    assert not storage.persona_root().exists() or not any(storage.persona_root().iterdir())
+    assert not storage.persona_root.exists() or not any(storage.persona_root.iterdir())
 
 
-def test_persona_add_not_an_image(capsys, tmp_path):
+def test_persona_add_not_an_image(capsys, tmp_path, storage):
     fake = tmp_path / "fake.png"
     fake.write_text("hello")
     code, _, err = run(capsys, "persona", "add", str(fake), "--id", "fake")
@@ -117,7 +116,7 @@ def test_persona_add_not_an_image(capsys, tmp_path):
     assert not storage.persona_dir("fake").exists() and storage.find_persona_source("fake") is None
 
 
-def test_extract_custom_loop_records_its_frame(capsys, tmp_path):
+def test_extract_custom_loop_records_its_frame(capsys, tmp_path, storage):
     from newsmotion_engine.guidance.cache import guidance_status, load_guidance
     from newsmotion_engine.samples import write_moving_photo_video
 
@@ -125,13 +124,53 @@ def test_extract_custom_loop_records_its_frame(capsys, tmp_path):
     write_moving_photo_video(video, frames=12, width=640, height=360)
     code, out, _ = run(capsys, "guidance", "extract", str(video), "--loop-id", "weather_point")
     assert code == 0
-    cache = load_guidance("weather_point")
+    cache = load_guidance(storage, "weather_point")
     assert (cache.width, cache.height, cache.frames, cache.source_kind) == (640, 360, 12, "video")
-    assert (storage.driving_dir() / "weather_point.mp4").read_bytes() == video.read_bytes()
-    assert guidance_status("weather_point")[0] == "valid"
+    assert (storage.driving_dir / "weather_point.mp4").read_bytes() == video.read_bytes()
+    assert guidance_status(storage, "weather_point")[0] == "valid"
 
 
-def test_caches_ignores_stray_folders(capsys):
-    (storage.guidance_root() / "Not A Slug").mkdir(parents=True)
+def test_caches_ignores_stray_folders(capsys, storage):
+    (storage.guidance_root / "Not A Slug").mkdir(parents=True)
     code, out, _ = run(capsys, "caches", "--json")
     assert code == 0 and "Not A Slug" not in out
+
+
+def test_render_builds_missing_caches_as_steps_then_skips_unchanged(capsys, astronaut_png, storage):
+    code, _, _ = run(capsys, "persona", "add", str(astronaut_png), "--id", "astro")
+    assert code == 0
+    args = ("render", "--persona", "astro", "--loop", "nod", "--width", "180", "--height", "320")
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    assert "building guidance cache nod" in out and "building persona cache" not in out  # the persona was current
+    assert "120 frames 180x320 @ 30 fps" in out
+    mp4 = storage.render_path("astro", "nod", "warp")
+    stamp = mp4.stat().st_mtime_ns
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and "building" not in out and "not rendered again" in out and mp4.stat().st_mtime_ns == stamp
+    code, out, _ = run(capsys, *args, "--force")
+    assert code == 0 and "120 frames" in out and mp4.stat().st_mtime_ns != stamp
+
+
+def test_persona_build_from_kept_sources(capsys, astronaut_png, storage):
+    code, _, err = run(capsys, "persona", "build", "astro")
+    assert code == 1 and err.startswith("error: unknown persona 'astro'")
+    storage.persona_sources.mkdir(parents=True)
+    (storage.persona_sources / "astro.png").write_bytes(astronaut_png.read_bytes())
+    code, out, _ = run(capsys, "persona", "build", "--all")
+    assert code == 0 and "astro" in out and "built" in out
+    code, out, _ = run(capsys, "persona", "build", "astro")
+    assert code == 0 and "current" in out
+
+
+def test_scorecard_warns_about_an_unreadable_record_and_keeps_the_rest(capsys, astronaut_png, storage, tmp_path, monkeypatch):
+    monkeypatch.setenv("NEWSMOTION_BENCH_RESULTS", str(tmp_path / "no-results"))
+    run(capsys, "persona", "add", str(astronaut_png), "--id", "astro")
+    run(capsys, "render", "--persona", "astro", "--loop", "nod", "--width", "180", "--height", "320")
+    old = storage.render_path("astro", "welcome", "warp")
+    old.parent.mkdir(parents=True)
+    old.write_bytes(b"an mp4")
+    old.with_suffix(".json").write_text(json.dumps({"backend": "warp", "frames": 3}))  # an older newsmotion's record
+    code, out, _ = run(capsys, "scorecard")
+    assert code == 0 and "1 renders" in out
+    assert "warning" in out and "welcome" in out and "schema_version" in out

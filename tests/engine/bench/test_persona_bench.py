@@ -17,15 +17,14 @@ KEYS = {
 
 
 @pytest.fixture()
-def image(tmp_path, monkeypatch):
-    monkeypatch.setenv("NEWSMOTION_STORAGE", str(tmp_path / "storage"))
+def image(tmp_path):
     path = tmp_path / "Anchor Shot.png"
     Image.fromarray(data.astronaut()).save(path)
     return path
 
 
-def test_bench_from_image_then_id(image):
-    result = bench_persona(image, loads=15, cold_loads=2)
+def test_bench_from_image_then_id(image, storage):
+    result = bench_persona(storage, image, loads=15, cold_loads=2)
     assert KEYS <= set(result)
     assert result["persona_id"] == "bench-anchor-shot" and result["build_s_from"] == "measured"
     assert result["loads"] == 15 and result["cold_loads"] == 2
@@ -38,11 +37,11 @@ def test_bench_from_image_then_id(image):
     assert result["first_load_fresh_process_ms"] > 0
     assert result["matte_method"] == "selfie-segmentation" and result["cache_bytes"] > 4 * 1280 * 720
 
-    again = bench_persona("bench-anchor-shot", loads=5, cold_loads=1, fresh_process=False)
+    again = bench_persona(storage, "bench-anchor-shot", loads=5, cold_loads=1, fresh_process=False)
     assert again["build_s_from"] == "metadata" and again["first_load_fresh_process_ms"] is None
     assert again["build_s"] > 0
 
 
-def test_bench_missing_persona(image):
+def test_bench_missing_persona(storage):
     with pytest.raises(CacheMissingError):
-        bench_persona("nobody", loads=2, cold_loads=1, fresh_process=False)
+        bench_persona(storage, "nobody", loads=2, cold_loads=1, fresh_process=False)

@@ -17,18 +17,19 @@ import pytest
 from PIL import Image
 from skimage import data
 
-from newsmotion_engine import cachedir, storage
-from newsmotion_engine.errors import BadInputError, CacheCorruptError, CacheMissingError, InvalidIdError
+from newsmotion_engine import cachedir
+from newsmotion_engine.errors import BadInputError, CacheCorruptError, CacheMissingError, InvalidIdError, NewsmotionError
 from newsmotion_engine.persona import cache as pcache
 from newsmotion_engine.persona import (
     PersonaCache,
-    build_persona,
+    ensure_persona,
     list_persona_ids,
     load_persona,
     persona_problems,
     persona_status,
     write_preview,
 )
+from newsmotion_engine.storage import Storage
 
 H, W = 1280, 720
 
@@ -44,42 +45,30 @@ def images(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def module_root(tmp_path_factory, images):
-    """A storage root holding the astronaut persona, built once."""
-    root = tmp_path_factory.mktemp("storage")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NEWSMOTION_STORAGE", str(root))
-        calls = []
-        cache, rebuilt = build_persona(images["astronaut"], "astronaut", progress=lambda i, n: calls.append((i, n)))
-        assert rebuilt and calls and calls[-1][0] == calls[-1][1]
-        yield root
-
-
-@pytest.fixture()
-def module_storage(module_root, monkeypatch) -> Path:
-    """Point this test at the shared storage (tests/conftest.py gives each test its own)."""
-    monkeypatch.setenv("NEWSMOTION_STORAGE", str(module_root))
-    return module_root
+def module_storage(tmp_path_factory, images) -> Storage:
+    """A storage holding the astronaut persona, built once for the module (read-only tests)."""
+    store = Storage(tmp_path_factory.mktemp("storage"))
+    calls = []
+    cache, built = ensure_persona(store, "astronaut", image=images["astronaut"], progress=lambda i, n: calls.append((i, n)))
+    assert built and calls and calls[-1][0] == calls[-1][1]
+    return store
 
 
 @pytest.fixture()
 def astronaut(module_storage) -> PersonaCache:
-    return load_persona("astronaut")
+    return load_persona(module_storage, "astronaut")
 
 
 @pytest.fixture()
-def own_storage(tmp_path, monkeypatch, module_storage) -> Path:
-    """A fresh storage root for one test, holding a copy of the astronaut cache."""
-    root = tmp_path / "storage"
-    src = module_storage / "motion" / "persona_caches" / "astronaut"
-    shutil.copytree(src, root / "motion" / "persona_caches" / "astronaut")
-    monkeypatch.setenv("NEWSMOTION_STORAGE", str(root))
-    return root
+def own_storage(storage, module_storage) -> Storage:
+    """This test's own storage (tests/conftest.py), holding a copy of the astronaut cache."""
+    shutil.copytree(module_storage.persona_dir("astronaut"), storage.persona_dir("astronaut"))
+    return storage
 
 
-def _leftovers(root: Path) -> list[str]:
+def _leftovers(store: Storage) -> list[str]:
     """Everything under the persona cache root (temp siblings, lock files, directories)."""
-    folder = root / "motion" / "persona_caches"
+    folder = store.persona_root
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
 
 
@@ -170,88 +159,110 @@ def test_problems_found(astronaut):
 
 
 def test_reuse_when_current(module_storage, images):
-    before = (module_storage / "motion/persona_caches/astronaut/metadata.json").read_bytes()
-    cache, rebuilt = build_persona(images["astronaut"], "astronaut")
-    assert not rebuilt
+    before = (module_storage.persona_dir("astronaut") / "metadata.json").read_bytes()
+    cache, built = ensure_persona(module_storage, "astronaut", image=images["astronaut"])
+    assert not built
     assert (cache.path / "metadata.json").read_bytes() == before
-    assert persona_status("astronaut")[0] == "valid"
-    assert list_persona_ids() == ["astronaut"]
+    assert persona_status(module_storage, "astronaut")[0] == "valid"
+    assert list_persona_ids(module_storage) == ["astronaut"]
+
+
+def test_digest_is_stable_and_tracks_content(own_storage, module_storage):
+    cache = load_persona(own_storage, "astronaut")
+    assert cache.digest == load_persona(module_storage, "astronaut").digest  # same content, other folder
+    meta_path = cache.path / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["created_at"] = "2000-01-01T00:00:00+00:00"  # when is not what
+    meta_path.write_text(json.dumps(meta))
+    assert load_persona(own_storage, "astronaut").digest == cache.digest
+    meta["files"]["landmarks.npy"]["sha256"] = "0" * 64
+    meta_path.write_text(json.dumps(meta))
+    assert load_persona(own_storage, "astronaut").digest != cache.digest
+
+
+def test_ensure_from_the_kept_source(storage, images):
+    with pytest.raises(NewsmotionError, match="unknown persona 'anchor': no source portrait in .*persona add IMAGE --id anchor"):
+        ensure_persona(storage, "anchor")
+    storage.persona_sources.mkdir(parents=True)
+    shutil.copy(images["astronaut"], storage.persona_sources / "anchor.png")
+    cache, built = ensure_persona(storage, "anchor")
+    assert built and cache.metadata["source"] == pcache.image_source(images["astronaut"])
+    assert ensure_persona(storage, "anchor")[1] is False
 
 
 def test_verify_detects_changed_file(own_storage):
-    png = own_storage / "motion/persona_caches/astronaut/portrait.png"
+    png = own_storage.persona_dir("astronaut") / "portrait.png"
     raw = bytearray(png.read_bytes())
     raw[-20] ^= 0xFF  # same size, different content
     png.write_bytes(bytes(raw))
-    load_persona("astronaut")  # cheap checks pass: sizes and headers are intact
+    load_persona(own_storage, "astronaut")  # cheap checks pass: sizes and headers are intact
     with pytest.raises(CacheCorruptError, match="sha256"):
-        load_persona("astronaut", verify=True)
+        load_persona(own_storage, "astronaut", verify=True)
 
 
 def test_corrupt_detected_and_rebuilt(own_storage, images):
-    mask = own_storage / "motion/persona_caches/astronaut/person_mask.npy"
+    mask = own_storage.persona_dir("astronaut") / "person_mask.npy"
     mask.write_bytes(mask.read_bytes()[:1000])
-    status, cache, detail = persona_status("astronaut")
+    status, cache, detail = persona_status(own_storage, "astronaut")
     assert (status, cache) == ("corrupt", None) and "bytes, metadata.json says" in detail
     with pytest.raises(CacheCorruptError):
-        load_persona("astronaut")
-    cache, rebuilt = build_persona(images["astronaut"], "astronaut")
+        load_persona(own_storage, "astronaut")
+    cache, rebuilt = ensure_persona(own_storage, "astronaut", image=images["astronaut"])
     assert rebuilt and persona_problems(cache) == []
     assert _leftovers(own_storage) == [".astronaut.lock", "astronaut"]
 
 
 def test_stale_params_and_source(own_storage, images, monkeypatch, tmp_path):
     monkeypatch.setattr(pcache, "PERSONA_VERSION", pcache.PERSONA_VERSION + 1)
-    status, cache, detail = persona_status("astronaut")
+    status, cache, detail = persona_status(own_storage, "astronaut")
     assert status == "stale" and cache is not None and "parameters" in detail
     with pytest.raises(cachedir.CacheStaleError):
-        load_persona("astronaut", expected_params=pcache.persona_params())
+        load_persona(own_storage, "astronaut", expected_params=pcache.persona_params())
     monkeypatch.undo()
-    monkeypatch.setenv("NEWSMOTION_STORAGE", str(own_storage))
     # A different file under the same id is stale for a loader expecting it.
     other = tmp_path / "astronaut_small.png"
     Image.fromarray(data.astronaut()[::2, ::2]).save(other)
     with pytest.raises(cachedir.CacheStaleError, match="different source"):
-        load_persona("astronaut", expected_source=pcache.image_source(other))
+        load_persona(own_storage, "astronaut", expected_source=pcache.image_source(other))
 
 
 def test_source_changed_in_place_is_stale(own_storage, tmp_path):
     src = tmp_path / "anchor.png"
     Image.fromarray(data.astronaut()).save(src)
-    meta_path = own_storage / "motion/persona_caches/astronaut/metadata.json"
+    meta_path = own_storage.persona_dir("astronaut") / "metadata.json"
     meta = json.loads(meta_path.read_text())
     meta["source_path"] = str(src)
     meta_path.write_text(json.dumps(meta))
-    assert persona_status("astronaut")[0] == "valid"
+    assert persona_status(own_storage, "astronaut")[0] == "valid"
     Image.fromarray(data.astronaut()[:, ::-1]).save(src)  # the user replaced the photo
-    status, _, detail = persona_status("astronaut")
+    status, _, detail = persona_status(own_storage, "astronaut")
     assert status == "stale" and "changed" in detail
 
 
 def test_kept_source_takes_precedence(own_storage):
-    sources = own_storage / "personas" / "sources"
+    sources = own_storage.persona_sources
     sources.mkdir(parents=True)
     Image.fromarray(data.astronaut()).save(sources / "astronaut.png")  # same pixels and bytes
-    assert persona_status("astronaut")[0] == "valid"
+    assert persona_status(own_storage, "astronaut")[0] == "valid"
     Image.fromarray(data.chelsea()).save(sources / "astronaut.png")
-    status, _, detail = persona_status("astronaut")
+    status, _, detail = persona_status(own_storage, "astronaut")
     assert status == "stale" and str(sources / "astronaut.png") in detail
 
 
 def test_status_missing(own_storage):
-    assert persona_status("nobody") == ("missing", None, "")
+    assert persona_status(own_storage, "nobody") == ("missing", None, "")
     with pytest.raises(CacheMissingError):
-        load_persona("nobody")
+        load_persona(own_storage, "nobody")
 
 
 def test_force_rebuild_keeps_backend_subcache(own_storage, images):
-    sub = own_storage / "motion/persona_caches/astronaut/wan-animate/720x1280"
+    sub = own_storage.persona_dir("astronaut") / "wan-animate/720x1280"
     sub.mkdir(parents=True)
     (sub / "ref_latents.safetensors").write_bytes(b"x" * 64)
-    cache, rebuilt = build_persona(images["astronaut"], "astronaut", force=True)
+    cache, rebuilt = ensure_persona(own_storage, "astronaut", image=images["astronaut"], force=True)
     assert rebuilt
     assert (cache.path / "wan-animate/720x1280/ref_latents.safetensors").read_bytes() == b"x" * 64
-    assert persona_status("astronaut")[0] == "valid"
+    assert persona_status(own_storage, "astronaut")[0] == "valid"
 
 
 def test_preview(astronaut, tmp_path):
@@ -279,10 +290,9 @@ def _composite_on_green(astronaut: PersonaCache, tmp_path: Path) -> tuple[Path, 
     return path, truth
 
 
-def test_green_screen_takes_chroma_path(astronaut, tmp_path, monkeypatch):
+def test_green_screen_takes_chroma_path(astronaut, tmp_path, storage):
     path, truth = _composite_on_green(astronaut, tmp_path)
-    monkeypatch.setenv("NEWSMOTION_STORAGE", str(tmp_path / "storage"))
-    cache, rebuilt = build_persona(path, "green-anchor")
+    cache, rebuilt = ensure_persona(storage, "green-anchor", image=path)
     assert rebuilt and cache.matte_method == "chroma"
     assert cache.metadata["placement"]["offset_y"] == 260 and cache.metadata["placement"]["scale_x"] == 1.0
     assert cache.metadata["matte"]["green_border"] > 0.9
@@ -301,7 +311,7 @@ def test_green_screen_takes_chroma_path(astronaut, tmp_path, monkeypatch):
     assert persona_problems(cache) == []
 
 
-def test_rgba_cutout_uses_its_alpha(astronaut, tmp_path, monkeypatch):
+def test_rgba_cutout_uses_its_alpha(astronaut, tmp_path, storage):
     import cv2
 
     alpha = np.asarray(astronaut.person_mask[560:])
@@ -309,8 +319,7 @@ def test_rgba_cutout_uses_its_alpha(astronaut, tmp_path, monkeypatch):
     small = cv2.resize(np.dstack([rgb, alpha]), (360, 360), interpolation=cv2.INTER_AREA)
     path = tmp_path / "cutout.png"
     Image.fromarray(small, "RGBA").save(path)
-    monkeypatch.setenv("NEWSMOTION_STORAGE", str(tmp_path / "storage"))
-    cache, _ = build_persona(path, "cutout")
+    cache, _ = ensure_persona(storage, "cutout", image=path)
     assert cache.matte_method == "alpha"
     mask = np.asarray(cache.person_mask, np.float32) / 255.0
     truth = np.asarray(astronaut.person_mask, np.float32) / 255.0
@@ -349,61 +358,56 @@ def _bad_files(folder: Path) -> dict[str, tuple[Path, str]]:
 
 
 @pytest.mark.parametrize("kind", ["text", "truncated", "one-pixel", "huge"])
-def test_bad_file_leaves_nothing(kind, tmp_path, monkeypatch):
+def test_bad_file_leaves_nothing(kind, tmp_path, storage):
     path, problem = _bad_files(tmp_path / "in")[kind]
-    root = tmp_path / "storage"
-    monkeypatch.setenv("NEWSMOTION_STORAGE", str(root))
     with pytest.raises(BadInputError) as info:
-        build_persona(path, "jane")
+        ensure_persona(storage, "jane", image=path)
     message = str(info.value)
     assert problem in message and str(path) in message and "\n" not in message
-    assert _leftovers(root) == []
+    assert _leftovers(storage) == []
 
 
 @pytest.mark.parametrize("kind", ["text", "truncated", "one-pixel", "huge"])
 def test_bad_file_keeps_existing_cache(kind, own_storage, tmp_path):
     path, problem = _bad_files(tmp_path / "in")[kind]
-    before = {p.name: p.read_bytes() for p in (own_storage / "motion/persona_caches/astronaut").iterdir()}
+    before = {p.name: p.read_bytes() for p in own_storage.persona_dir("astronaut").iterdir()}
     with pytest.raises(BadInputError, match=problem):
-        build_persona(path, "astronaut", force=True)
-    after = {p.name: p.read_bytes() for p in (own_storage / "motion/persona_caches/astronaut").iterdir()}
+        ensure_persona(own_storage, "astronaut", image=path, force=True)
+    after = {p.name: p.read_bytes() for p in own_storage.persona_dir("astronaut").iterdir()}
     assert after == before
     assert _leftovers(own_storage) == ["astronaut"]
-    assert persona_status("astronaut")[0] == "valid"
+    assert persona_status(own_storage, "astronaut")[0] == "valid"
 
 
 @pytest.mark.parametrize("name", ["coffee", "chelsea"])
 def test_no_person(own_storage, images, name):
     with pytest.raises(BadInputError) as info:
-        build_persona(images[name], name)
+        ensure_persona(own_storage, name, image=images[name])
     assert "no person detected" in str(info.value) and str(images[name]) in str(info.value)
     with pytest.raises(BadInputError, match="no person detected"):
-        build_persona(images["coffee"], "astronaut", force=True)  # existing cache untouched
+        ensure_persona(own_storage, "astronaut", image=images["coffee"], force=True)  # existing cache untouched
     assert _leftovers(own_storage) == ["astronaut"]
-    assert persona_status("astronaut")[0] == "valid"
+    assert persona_status(own_storage, "astronaut")[0] == "valid"
 
 
 @pytest.mark.parametrize("bad_id", ["../etc", "CON", "con", "", "a" * 200, "ñandú", "a/b", ".hidden"])
-def test_bad_ids(bad_id, images, tmp_path, monkeypatch):
-    root = tmp_path / "storage"
-    monkeypatch.setenv("NEWSMOTION_STORAGE", str(root))
+def test_bad_ids(bad_id, images, storage):
     with pytest.raises(InvalidIdError) as info:
-        build_persona(images["astronaut"], bad_id)
+        ensure_persona(storage, bad_id, image=images["astronaut"])
     assert "\n" not in str(info.value) and "persona id" in str(info.value)
     with pytest.raises(InvalidIdError):
-        load_persona(bad_id)
+        load_persona(storage, bad_id)
     with pytest.raises(InvalidIdError):
-        persona_status(bad_id)
-    assert not root.exists()
+        persona_status(storage, bad_id)
+    assert not storage.root.exists()
 
 
 def test_list_ignores_non_persona_entries(own_storage):
-    folder = own_storage / "motion/persona_caches"
+    folder = own_storage.persona_root
     (folder / ".astronaut.tmp-abc").mkdir()
     (folder / "Not A Slug").mkdir()
     (folder / "stray.txt").write_text("x")
-    assert list_persona_ids() == ["astronaut"]
-    assert storage.persona_root() == folder.resolve()
+    assert list_persona_ids(own_storage) == ["astronaut"]
 
 
 def test_engine_import_does_not_load_mediapipe():

@@ -99,8 +99,8 @@ def test_tiny_render_end_to_end_through_render_clip(pair, tmp_path):
     loop, persona = pair
     backend = _backend()
     tele = render_clip(loop, persona, backend, SPEC, tmp_path / "out.mp4")
-    assert tele["frames"] == 13 and (tmp_path / "out.mp4").stat().st_size > 0
-    info = tele["backend_info"]
+    assert tele.frames == 13 and (tmp_path / "out.mp4").stat().st_size > 0
+    info = tele.backend_info
     assert info["weights"] == "random weights" and "random weights" in info["note"]
     assert info["last_render"]["segments"] == 2  # 13 frames in 9-frame segments overlapping by 1
     assert info["last_render"]["caches"] == {"guidance": "built", "persona": "built"}

@@ -14,8 +14,8 @@ from newsmotion_engine.render.wan_animate.calibrate import calibrate_teacache
 TINY = {"preset": "tiny", "steps": 4, "device": "cpu", "dtype": "float32"}
 
 
-def test_calibration_records_a_full_run_and_fits(astronaut_png, tmp_path, capsys):
-    install_source(astronaut_png, "anchor")
+def test_calibration_records_a_full_run_and_fits(astronaut_png, tmp_path, capsys, storage):
+    install_source(storage, astronaut_png, "anchor")
     out = tmp_path / "fit.json"
     argv = ["calibrate", "teacache", "--persona", "anchor", "--loop", "nod", "--width", "64", "--height", "128",
             "--degree", "2", "--json", str(out)] + [f"-o{k}={json.dumps(v)}" for k, v in TINY.items()]  # fmt: skip
@@ -29,7 +29,7 @@ def test_calibration_records_a_full_run_and_fits(astronaut_png, tmp_path, capsys
     assert "teacache_coefficients=" in capsys.readouterr().out
 
 
-def test_calibration_refuses_a_skipping_run(astronaut_png):
-    install_source(astronaut_png, "anchor")
+def test_calibration_refuses_a_skipping_run(astronaut_png, storage):
+    install_source(storage, astronaut_png, "anchor")
     with pytest.raises(NewsmotionError, match="records a full run"):
-        calibrate_teacache("anchor", "nod", {**TINY, "teacache": 0.15}, RenderSpec(width=64, height=128))
+        calibrate_teacache(storage, "anchor", "nod", {**TINY, "teacache": 0.15}, RenderSpec(width=64, height=128))
