@@ -42,7 +42,7 @@ import numpy as np
 
 from newsmotion_engine import cachedir, skeleton
 from newsmotion_engine.errors import BadInputError, CacheCorruptError, NewsmotionError
-from newsmotion_engine.ids import SLUG_RE, RESERVED, validate_id
+from newsmotion_engine.ids import SLUG_RE, RESERVED
 from newsmotion_engine.persona import image as image_mod
 from newsmotion_engine.persona import matte as matte_mod
 from newsmotion_engine.persona.image import CANVAS_HEIGHT, CANVAS_WIDTH
@@ -310,9 +310,8 @@ def ensure_persona(
         persona, built = ensure_persona(store, "astronaut", image="storage/personas/samples/astronaut.png")
         persona.metadata["matte"]["method"], persona.visible_parts
     """
-    validate_id(persona_id, "persona id")
+    path = storage.persona_dir(persona_id)  # refuses an invalid id before anything else
     image_path = Path(image) if image is not None else persona_source_image(storage, persona_id)
-    path = storage.persona_dir(persona_id)
     image_mod.probe_portrait(image_path)  # refuse a non-image / oversized file before hashing it
     source = image_source(image_path)
     params = persona_params()

@@ -33,7 +33,6 @@ from newsmotion_engine import cachedir
 from newsmotion_engine.errors import BadInputError, CacheNotReadyError
 from newsmotion_engine.guidance.cache import SCHEMA as GUIDANCE_SCHEMA
 from newsmotion_engine.guidance.cache import GuidanceCache, check_loop_exists, ensure_guidance, load_guidance, loop_source
-from newsmotion_engine.ids import validate_id
 from newsmotion_engine.persona.cache import SCHEMA as PERSONA_SCHEMA
 from newsmotion_engine.persona.cache import (
     PersonaCache,
@@ -91,8 +90,7 @@ def check_render_request(storage: Storage, persona_id: str, loop_id: str, out_pa
     video; nothing is hashed here), the persona known (a kept source portrait or a cache), and an
     explicit ``out_path``'s folder writable."""
     check_loop_exists(storage, loop_id)
-    validate_id(persona_id, "persona id")
-    if not storage.persona_dir(persona_id).is_dir():
+    if not storage.persona_dir(persona_id).is_dir():  # persona_dir refuses an invalid id
         persona_source_image(storage, persona_id)  # raises "unknown persona ..." when there is none
     if out_path is not None:
         check_output_folder(out_path)

@@ -129,3 +129,68 @@ def test_concurrent_writers_are_serialized(tmp_path):
     assert not errors
     assert cachedir.read_cache(path, SCHEMA, verify=True).arrays["a.npy"].shape[0] in (3, 4, 5, 6)
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+
+
+def _read(path):
+    return cachedir.read_cache(path, SCHEMA, expected_source=SOURCE, expected_params=PARAMS)
+
+
+def _build_into(path, calls):
+    def build(*prepared):
+        calls.append(("build", prepared))
+        cachedir.write_cache(
+            path, lambda tmp: (np.save(tmp / "a.npy", np.zeros((2, 4), np.float32)), (tmp / "note.txt").write_text("x")),
+            schema=SCHEMA, source=SOURCE, params=PARAMS,
+        )  # fmt: skip
+
+    return build
+
+
+def test_ensure_builds_once_then_reads_and_force_rebuilds(tmp_path):
+    path, calls = tmp_path / "c", []
+    cache, built = cachedir.ensure(path, lambda: _read(path), _build_into(path, calls))
+    assert built and cache.arrays["a.npy"].shape == (2, 4) and len(calls) == 1
+    assert cachedir.ensure(path, lambda: _read(path), _build_into(path, calls))[1] is False and len(calls) == 1
+    assert cachedir.ensure(path, lambda: _read(path), _build_into(path, calls), force=True)[1] and len(calls) == 2
+
+
+def test_ensure_rechecks_under_the_lock(tmp_path):
+    """A builder that waited for the lock reuses what the other one built instead of building again."""
+    path, calls, reads = tmp_path / "c", [], []
+
+    def read():
+        reads.append(1)
+        if len(reads) == 1:  # the unlocked read misses; another process builds meanwhile
+            _build_into(path, [])()
+            raise CacheMissingError(path, "not yet")
+        return _read(path)
+
+    cache, built = cachedir.ensure(path, read, _build_into(path, calls))
+    assert not built and not calls and len(reads) == 2
+
+
+def test_ensure_prepare_runs_before_the_lock_and_feeds_build(tmp_path):
+    path, calls = tmp_path / "c", []
+    cache, built = cachedir.ensure(path, lambda: _read(path), _build_into(path, calls), prepare=lambda: "computed")
+    assert built and calls == [("build", ("computed",))]
+
+    def bad_input():
+        raise ValueError("not a portrait")
+
+    other = tmp_path / "d"
+    with pytest.raises(ValueError, match="not a portrait"):
+        cachedir.ensure(other, lambda: _read(other), _build_into(other, calls), prepare=bad_input)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".c.lock", "c"]  # no lock file, no folder for d
+
+
+def test_cache_digest_is_content_not_time(tmp_path):
+    path = tmp_path / "c"
+    _write(path)
+    first = _read(path)
+    digest = cachedir.cache_digest(first.metadata)
+    assert digest == cachedir.cache_digest({**first.metadata, "created_at": "another time"})
+    _write(path)  # same bytes again: same digest
+    assert cachedir.cache_digest(_read(path).metadata) == digest
+    _write(path, rows=6)
+    assert cachedir.cache_digest(_read(path).metadata) != digest
+    assert cachedir.cache_digest({**first.metadata, "params": {"p": 2}}) != digest
