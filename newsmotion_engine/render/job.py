@@ -110,17 +110,22 @@ def load_render_inputs(storage: Storage, persona_id: str, loop_id: str) -> Rende
         f"materialize guidance_cache[{loop_id}] or run `newsmotion guidance build {loop_id}`",
         lambda: load_guidance(storage, loop_id, expected=loop_source(storage, loop_id)),
     )
+    return RenderInputs(guidance, _load_persona(storage, persona_id))
+
+
+def _load_persona(storage: Storage, persona_id: str) -> PersonaCache:
+    """The persona cache, checked against the kept portrait when there is one (without one it
+    cannot be rebuilt, so it is used as it is, params still checked)."""
     kept = storage.find_persona_source(persona_id)
     remedy = f"materialize persona_cache[{persona_id}] or run " + (
         f"`newsmotion persona build {persona_id}`" if kept else f"`newsmotion persona add IMAGE --id {persona_id}`"
     )
     expected = image_source(kept) if kept else None
-    persona = _loaded(
+    return _loaded(
         f"persona cache for {persona_id!r}",
         remedy,
         lambda: load_persona(storage, persona_id, expected_source=expected, expected_params=persona_params()),
     )
-    return RenderInputs(guidance, persona)
 
 
 def _loaded(what: str, remedy: str, load: Callable[[], Any]) -> Any:
@@ -149,7 +154,10 @@ def ensure_render_inputs(
     for it; current caches announce nothing.
     """
     guidance, guidance_built = ensure_guidance(storage, loop_id, progress=_announce(on_step, f"building guidance cache {loop_id}"))
-    persona, persona_built = ensure_persona(storage, persona_id, progress=_announce(on_step, f"building persona cache {persona_id}"))
+    if storage.find_persona_source(persona_id) is not None:
+        persona, persona_built = ensure_persona(storage, persona_id, progress=_announce(on_step, f"building persona cache {persona_id}"))
+    else:  # nothing to build from: the cache as it is, or an error saying how to add the persona
+        persona, persona_built = _load_persona(storage, persona_id), False
     if backend is not None and spec is not None:
         _prepare_backend(backend, guidance, persona, spec, on_step)
     return RenderInputs(guidance, persona, "built" if guidance_built else "hit", "built" if persona_built else "hit")

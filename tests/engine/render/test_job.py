@@ -209,3 +209,15 @@ def test_a_driving_video_is_hashed_once_per_render(anchor, warp, monkeypatch):
     ensure_render_inputs(storage, "anchor", "sway")  # the CLI's path: one hash each, then render with these inputs
     assert hashed.count("sway.mp4") == 1 and hashed.count("anchor.png") == 1
     assert np.asarray(inputs.guidance.keypoints).shape[0] == 6
+
+
+def test_a_persona_cache_without_its_portrait_still_renders(anchor, warp):
+    storage = anchor
+    ensure_render_inputs(storage, "anchor", "nod")
+    storage.find_persona_source("anchor").unlink()  # e.g. built before sources were kept
+    inputs = ensure_render_inputs(storage, "anchor", "nod")
+    assert inputs.persona_state == "hit"
+    assert render_persona_loop(storage, "anchor", "nod", warp, SPEC).outcome == "rendered"
+    storage.persona_dir("anchor").joinpath("landmarks.npy").write_bytes(b"")
+    with pytest.raises(CacheNotReadyError, match="persona cache for 'anchor' is corrupt.*persona add IMAGE --id anchor"):
+        ensure_render_inputs(storage, "anchor", "nod")
