@@ -1,12 +1,16 @@
 """Accelerations for the diffusion backends, one concern per module, each a removable add-on
-applied to stock diffusers components (the model code is never forked):
+applied to stock diffusers components (the model code is never forked). Each module defines a
+frozen config class and registers its apply/remove handler in :mod:`.registry`:
 
-- :mod:`.fp8`: FP8 (e4m3) linear layers with rowwise scales, FP8 compute via ``torch._scaled_mm``.
-- :mod:`.compile`: regional ``torch.compile`` of the repeated blocks (optionally CUDA graphs).
-- :mod:`.teacache`: TeaCache as a diffusers ``ModelHook`` (skip denoiser calls).
-- :mod:`.cfg`: CFG window and one-pass CFG with guidance momentum.
-- :mod:`.memory`: tiled VAE decode, chunked feed-forward.
-- :mod:`.attention`: attention kernel choice and an FP8 Triton self-attention kernel.
+- :mod:`.registry`: the config base class, the registry, ``apply_accelerations`` /
+  ``remove_accelerations`` (see its docstring for the API and how to add a technique).
+- :mod:`.fp8`: ``Fp8Linears``, FP8 (e4m3) linear layers with rowwise scales (``torch._scaled_mm``).
+- :mod:`.compile`: ``Compile``, regional ``torch.compile`` of the repeated blocks (optionally CUDA graphs).
+- :mod:`.attention`: ``Attention``, the attention kernel choice, and an FP8 Triton self-attention kernel.
+- :mod:`.teacache`: ``TeaCache``, a diffusers ``ModelHook`` that skips denoiser calls.
+- :mod:`.cfg`: ``CFGSchedule``, CFG window and one-pass CFG with guidance momentum.
+- :mod:`.memory`: ``VaeTiling`` (tiled VAE decode) and ``FfnChunks`` (chunked feed-forward).
 
-Modules import torch (and diffusers / triton where needed); import them only where used.
+``registry`` and ``cfg`` import no torch; the other modules import torch (and diffusers / triton
+where needed): import them only where used.
 """

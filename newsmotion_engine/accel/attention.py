@@ -1,7 +1,8 @@
 """Attention choice for the Wan transformers, and low-precision self-attention kernels in Triton.
 
 At 720x1280 one Wan-Animate segment is 75.6k tokens and self-attention is ~72 % of the forward's
-FLOPs, so the attention kernel decides the speed. :func:`set_attention` picks, per model:
+FLOPs, so the attention kernel decides the speed. The config :class:`Attention` (registry order
+30; :func:`set_attention` / :func:`restore_attention`) picks, per model:
 
 - ``"sdpa"``: PyTorch's ``scaled_dot_product_attention`` with its own backend choice (stock);
 - ``"cudnn"`` / ``"flash"``: force the cuDNN or the flash SDPA backend (diffusers' dispatcher);
@@ -45,22 +46,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 
+from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, AccelHandle, register_acceleration
 from newsmotion_engine.errors import NewsmotionError
 
 __all__ = [
     "ATTENTION_KINDS",
     "DEFAULT_FP8_VARIANT",
     "FP8_VARIANTS",
+    "Attention",
     "AttentionUnavailableError",
     "Fp8SelfAttnProcessor",
     "Fp8Variant",
     "fp8_attention",
     "quantize_attention_inputs",
     "reference_attention",
+    "restore_attention",
     "set_attention",
 ]
 
@@ -116,23 +120,83 @@ def _variant(name: str | None) -> tuple[str, Fp8Variant]:
     return name, FP8_VARIANTS[name]
 
 
-def set_attention(model: Any, kind: str, *, variant: str | None = None) -> dict[str, Any]:
-    """Select the attention kernel of ``model`` (a Wan / Wan-Animate transformer) in place;
-    ``variant`` names the :data:`FP8_VARIANTS` entry for ``"fp8-triton"``."""
-    if kind not in ATTENTION_KINDS:
-        raise ValueError(f"attention {kind!r}: use one of {', '.join(ATTENTION_KINDS)}")
-    if kind == "fp8-triton":
-        name, _ = _variant(variant)
+@dataclass(frozen=True)
+class Attention(AccelConfig):
+    """The attention kernel of the Wan transformer (registry order 30).
+
+    Args:
+        kernel: one of :data:`ATTENTION_KINDS` (``"sdpa"`` is stock); the option ``attention``.
+        variant: the :data:`FP8_VARIANTS` entry for ``"fp8-triton"`` (default
+            :data:`DEFAULT_FP8_VARIANT`, filled in here so reports name it); must stay unset for
+            the other kernels. The option ``fp8_attention_variant``.
+    """
+
+    technique: ClassVar[str] = "attention"
+    kernel: str = "sdpa"
+    variant: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kernel not in ATTENTION_KINDS:
+            raise AccelConfigError(f"attention {self.kernel!r}: use one of {', '.join(ATTENTION_KINDS)}")
+        if self.kernel == "fp8-triton":
+            if self.variant is None:
+                object.__setattr__(self, "variant", DEFAULT_FP8_VARIANT)
+            elif self.variant not in FP8_VARIANTS:
+                raise AccelConfigError(f"fp8 attention variant {self.variant!r}: use one of {', '.join(FP8_VARIANTS)}")
+        elif self.variant is not None:
+            raise AccelConfigError(
+                f"fp8 attention variant {self.variant!r} applies to attention 'fp8-triton' only, not {self.kernel!r}"
+            )
+
+
+@dataclass
+class PreviousAttention:
+    """What :func:`set_attention` replaced: the self-attention processors (FP8 kernel) or nothing
+    (a diffusers backend, undone by ``reset_attention_backend``)."""
+
+    processors: list[Any] | None
+
+
+def set_attention(model: Any, config: Attention) -> tuple[dict[str, Any], PreviousAttention]:
+    """Select the attention kernel of ``model`` (a Wan / Wan-Animate transformer) in place.
+    Returns ``(report, previous)``; :func:`restore_attention` undoes it with ``previous``.
+
+    Raises:
+        AttentionUnavailableError: ``"fp8-triton"`` where the kernel cannot run (no Hopper GPU).
+    """
+    if config.kernel == "fp8-triton":
         ok, why = fp8_attention_supported()
         if not ok:
             raise AttentionUnavailableError(f"attention='fp8-triton' cannot run: {why}; use attention='sdpa' or 'cudnn'")
-        n = 0
+        previous = [block.attn1.processor for block in model.blocks]
         for block in model.blocks:
-            block.attn1.set_processor(Fp8SelfAttnProcessor(name))
-            n += 1
-        return {"attention": kind, "variant": name, "self_attention_layers": n}
-    model.set_attention_backend(_DIFFUSERS_BACKEND[kind])
-    return {"attention": kind, "diffusers_backend": _DIFFUSERS_BACKEND[kind]}
+            block.attn1.set_processor(Fp8SelfAttnProcessor(config.variant))
+        return ({"attention": config.kernel, "variant": config.variant, "self_attention_layers": len(previous)},
+                PreviousAttention(previous))  # fmt: skip
+    model.set_attention_backend(_DIFFUSERS_BACKEND[config.kernel])
+    return {"attention": config.kernel, "diffusers_backend": _DIFFUSERS_BACKEND[config.kernel]}, PreviousAttention(None)
+
+
+def restore_attention(model: Any, previous: PreviousAttention) -> None:
+    """Undo :func:`set_attention`: the replaced processors come back, or the diffusers attention
+    backend returns to its default (PyTorch SDPA)."""
+    if previous.processors is not None:
+        for block, processor in zip(model.blocks, previous.processors):
+            block.attn1.set_processor(processor)
+    else:
+        model.reset_attention_backend()
+
+
+def _apply(components: Any, config: Attention) -> AccelHandle:
+    report, previous = set_attention(components.transformer, config)
+    return AccelHandle(report=report, state=previous)
+
+
+def _remove(components: Any, handle: AccelHandle) -> None:
+    restore_attention(components.transformer, handle.state)
+
+
+register_acceleration(Attention, order=30, apply=_apply, remove=_remove)
 
 
 def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -18,26 +18,45 @@ the blocks, and everything outside the blocks (embedders, output projection) sta
 In compute mode, layers whose sizes are not multiples of 16 (the FP8 GEMM's alignment) stay in
 high precision.
 
+Applied through the registry as ``Fp8Linears(mode=...)`` (order 10, first: later techniques
+see the FP8 modules). The swap frees the bf16 weights unless ``keep_original=True`` keeps them on
+the host; only then can it be removed (:func:`restore_fp8`).
+
 Example::
 
-    report = quantize_fp8(transformer, mode="auto")
-    report["mode"], report["layers"], report["weight_gib"]
+    swap = quantize_fp8(transformer, Fp8Linears(mode="auto", keep_original=True))
+    swap.report["mode"], swap.report["layers"], swap.report["weight_gib"]
+    restore_fp8(swap)                       # the original bf16 linears again
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, AccelHandle, register_acceleration
 from newsmotion_engine.errors import NewsmotionError
 
-__all__ = ["Float8Linear", "Fp8UnsupportedError", "fp8_compute_supported", "module_weight_gib", "quantize_fp8"]
+__all__ = [
+    "Float8Linear",
+    "Fp8Linears",
+    "Fp8Swap",
+    "Fp8UnsupportedError",
+    "fp8_compute_supported",
+    "module_weight_gib",
+    "quantize_fp8",
+    "restore_fp8",
+]
 
+log = logging.getLogger(__name__)
 E4M3_MAX = float(torch.finfo(torch.float8_e4m3fn).max)  # 448
 DEFAULT_SCOPES = ("blocks", "face_adapter")
+FP8_MODES = ("auto", "compute", "storage")
 
 
 class Fp8UnsupportedError(NewsmotionError, RuntimeError):
@@ -107,31 +126,58 @@ def module_weight_gib(module: nn.Module) -> float:
     return total / 2**30
 
 
-def quantize_fp8(
-    model: nn.Module,
-    *,
-    mode: str = "auto",
-    scopes: tuple[str, ...] = DEFAULT_SCOPES,
-    out_dtype: torch.dtype | None = None,
-) -> dict[str, Any]:
-    """Swap the linears under ``scopes`` for :class:`Float8Linear` in place.
+@dataclass(frozen=True)
+class Fp8Linears(AccelConfig):
+    """FP8 linears in the transformer's repeated blocks (and face-adapter blocks).
 
-    Returns a report: ``mode`` ("compute" or "storage"), ``fallback`` reason (or None), ``layers``
-    swapped, ``skipped`` (misaligned), ``weight_gib`` after.
+    Args:
+        mode: ``"auto"`` (FP8 compute where the GPU has it, else the labelled storage fallback),
+            ``"compute"`` (error without FP8 hardware) or ``"storage"``.
+        keep_original: keep each swapped bf16 linear on the host, so removing the acceleration
+            puts the exact original weights back (what the benchmark uses; costs host memory
+            equal to the swapped weights: ~32 GiB for 14B). Without it the swap frees them and is
+            irreversible (``registry.is_reversible`` says so).
+    """
+
+    technique: ClassVar[str] = "fp8"
+    mode: str = "auto"
+    keep_original: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in FP8_MODES:
+            raise AccelConfigError(f"fp8 mode {self.mode!r}: use one of {', '.join(FP8_MODES)}")
+        if not isinstance(self.keep_original, bool):
+            raise AccelConfigError(f"fp8 keep_original={self.keep_original!r}: use true or false")
+
+
+@dataclass
+class Fp8Swap:
+    """What :func:`quantize_fp8` did: its ``report`` and, with ``keep_original``, the swapped
+    linears (parent module, attribute name, the original linear on the host, its device)."""
+
+    report: dict[str, Any]
+    originals: list[tuple[nn.Module, str, nn.Linear, torch.device]] | None
+
+
+def quantize_fp8(model: nn.Module, config: Fp8Linears = Fp8Linears(), *, scopes: tuple[str, ...] = DEFAULT_SCOPES,
+                 out_dtype: torch.dtype | None = None) -> Fp8Swap:  # fmt: skip
+    """Swap the linears under ``scopes`` for :class:`Float8Linear` in place, one at a time.
+
+    ``Fp8Swap.report``: ``mode`` ("compute" or "storage"), ``fallback`` reason (or None),
+    ``layers`` swapped, ``skipped`` (misaligned), ``weight_gib`` after.
 
     Raises:
         Fp8UnsupportedError: ``mode="compute"`` on hardware without FP8 tensor cores.
     """
-    if mode not in ("auto", "compute", "storage"):
-        raise ValueError(f"fp8 mode {mode!r}: use auto, compute or storage")
     device = next(model.parameters()).device
     ok, why = fp8_compute_supported(device)
-    if mode == "compute" and not ok:
+    if config.mode == "compute" and not ok:
         raise Fp8UnsupportedError(
             f"fp8='compute' needs FP8 tensor cores: {why}. Use fp8='auto' (labelled FP8-storage fallback) or fp8='off'"
         )
-    compute = ok and mode != "storage"
-    fallback = None if (compute or mode == "storage") else f"FP8 storage with dequantized matmuls ({why})"
+    compute = ok and config.mode != "storage"
+    fallback = None if (compute or config.mode == "storage") else f"FP8 storage with dequantized matmuls ({why})"
+    originals: list[tuple[nn.Module, str, nn.Linear, torch.device]] | None = [] if config.keep_original else None
     layers = skipped = 0
     for scope in scopes:
         root = getattr(model, scope, None)
@@ -148,14 +194,42 @@ def quantize_fp8(
                 if dtype == torch.float32 and compute:
                     dtype = torch.bfloat16  # _scaled_mm rowwise outputs bf16
                 setattr(parent, name, Float8Linear(child, compute=compute, out_dtype=dtype))
+                if originals is not None:
+                    # Moved off the GPU layer by layer, so the device never holds both copies.
+                    originals.append((parent, name, child, child.weight.device))
+                    child.to("cpu")
                 del child
                 layers += 1
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return {
+    report = {
         "mode": "compute" if compute else "storage",
         "fallback": fallback,
         "layers": layers,
         "skipped": skipped,
         "weight_gib": round(module_weight_gib(model), 3),
     }
+    return Fp8Swap(report, originals)
+
+
+def restore_fp8(swap: Fp8Swap) -> None:
+    """Put the original linears of a ``keep_original`` swap back (on their original devices)."""
+    if swap.originals is None:
+        raise RuntimeError("this FP8 swap did not keep the original weights; it cannot be undone")
+    for parent, name, linear, device in reversed(swap.originals):
+        setattr(parent, name, linear.to(device))
+    swap.originals = []
+
+
+def _apply(components: Any, config: Fp8Linears) -> AccelHandle:
+    swap = quantize_fp8(components.transformer, config)
+    if swap.report["fallback"]:
+        log.warning("fp8: %s", swap.report["fallback"])
+    return AccelHandle(report=swap.report, state=swap)
+
+
+def _remove(components: Any, handle: AccelHandle) -> None:
+    restore_fp8(handle.state)
+
+
+register_acceleration(Fp8Linears, order=10, apply=_apply, remove=_remove, reversible=lambda c: c.keep_original)

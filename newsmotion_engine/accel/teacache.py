@@ -21,7 +21,7 @@ recorded (embedding change, output change) pairs.
 
 Example::
 
-    apply_teacache(transformer, TeaCacheConfig(threshold=0.15))
+    apply_teacache(transformer, TeaCache(threshold=0.15))   # or through the registry
     with transformer.cache_context("cond"):
         out = transformer(...)
     remove_teacache(transformer)
@@ -29,54 +29,73 @@ Example::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from diffusers.hooks import HookRegistry
 from diffusers.hooks.hooks import BaseState, ModelHook, StateManager
 
+from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, AccelHandle, register_acceleration
+
 __all__ = [
     "HOOK_NAME",
-    "TeaCacheConfig",
+    "TeaCache",
     "TeaCacheHook",
     "apply_teacache",
     "fit_rescale",
+    "recorded_pairs",
     "remove_teacache",
     "reset_teacache",
     "teacache_stats",
 ]
 
 HOOK_NAME = "newsmotion_teacache"
+MAX_THRESHOLD = 10.0
 
 
 @dataclass(frozen=True)
-class TeaCacheConfig:
-    """TeaCache settings.
+class TeaCache(AccelConfig):
+    """TeaCache settings (registry order 40; options ``teacache``, ``teacache_warmup``,
+    ``teacache_coefficients``, ``teacache_record``).
 
     Args:
-        threshold: accumulated rescaled change under which calls are skipped; 0 computes every call
-            (bit-identical to no cache). 0.15 is the usual starting point.
+        threshold: accumulated rescaled change under which calls are skipped, 0..10; 0 computes
+            every call (bit-identical to no cache). 0.15 is the usual starting point.
         warmup_steps: the first calls of each context always run.
         coefficients: rescale polynomial, highest power first (numpy ``polyval`` order). The default
             ``(1, 0)`` is the identity: fit real ones with :func:`fit_rescale` for real weights.
-        record: keep (embedding change, output change) pairs of computed calls for calibration.
+        record: keep (embedding change, output change) pairs of computed calls for calibration;
+            needs ``threshold=0`` (a recorded run computes every step).
     """
 
+    technique: ClassVar[str] = "teacache"
     threshold: float = 0.15
     warmup_steps: int = 1
     coefficients: tuple[float, ...] = (1.0, 0.0)
     record: bool = False
 
     def __post_init__(self) -> None:
-        if self.threshold < 0:
-            raise ValueError(f"TeaCache threshold {self.threshold} must be >= 0")
-        if self.warmup_steps < 0:
-            raise ValueError(f"TeaCache warmup_steps {self.warmup_steps} must be >= 0")
-        if not self.coefficients:
-            raise ValueError("TeaCache coefficients must hold at least one value")
+        if not _is_number(self.threshold) or not 0.0 <= float(self.threshold) <= MAX_THRESHOLD:
+            raise AccelConfigError(f"TeaCache threshold {self.threshold!r}: use 0 (compute every step) .. {MAX_THRESHOLD:g}; 0.15 is typical")
+        if not isinstance(self.warmup_steps, int) or isinstance(self.warmup_steps, bool) or self.warmup_steps < 0:
+            raise AccelConfigError(f"TeaCache warmup_steps {self.warmup_steps!r}: use an integer >= 0")
+        coeffs = self.coefficients
+        if isinstance(coeffs, (str, bytes)) or not isinstance(coeffs, Sequence) or not coeffs or not all(_is_number(c) for c in coeffs):
+            raise AccelConfigError(f"TeaCache coefficients {coeffs!r}: give a list of at least one number (highest power first)")
+        if not isinstance(self.record, bool):
+            raise AccelConfigError(f"TeaCache record={self.record!r}: use true or false")
+        if self.record and self.threshold > 0:
+            raise AccelConfigError("TeaCache record needs threshold 0: a recorded run computes every step")
+        object.__setattr__(self, "threshold", float(self.threshold))
+        object.__setattr__(self, "coefficients", tuple(float(c) for c in coeffs))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class TeaCacheState(BaseState):
@@ -106,7 +125,7 @@ class TeaCacheHook(ModelHook):
 
     _is_stateful = True
 
-    def __init__(self, config: TeaCacheConfig) -> None:
+    def __init__(self, config: TeaCache) -> None:
         super().__init__()
         self.config = config
         self.state_manager = StateManager(TeaCacheState)
@@ -172,7 +191,7 @@ def _modulated_timestep_embedding(module: Any, args: tuple, kwargs: dict):
     return proj.float()
 
 
-def apply_teacache(transformer: Any, config: TeaCacheConfig) -> Any:
+def apply_teacache(transformer: Any, config: TeaCache) -> Any:
     """Register the TeaCache hook on ``transformer`` (a ``WanAnimateTransformer3DModel``)."""
     if not hasattr(transformer, "condition_embedder") or not hasattr(transformer.condition_embedder, "time_proj"):
         raise TypeError(f"TeaCache needs a Wan(-Animate) transformer with a condition_embedder, got {type(transformer).__name__}")
@@ -221,3 +240,15 @@ def fit_rescale(pairs: Sequence[tuple[float, float]], degree: int = 4) -> tuple[
     if arr.ndim != 2 or arr.shape[0] <= degree:
         raise ValueError(f"fit_rescale needs more than {degree} recorded pairs, got {len(arr)}; record a longer run")
     return tuple(float(c) for c in np.polyfit(arr[:, 0], arr[:, 1], degree))
+
+
+def _apply(components: Any, config: TeaCache) -> AccelHandle:
+    apply_teacache(components.transformer, config)
+    return AccelHandle(report=config.fields())
+
+
+def _remove(components: Any, handle: AccelHandle) -> None:
+    remove_teacache(components.transformer)
+
+
+register_acceleration(TeaCache, order=40, apply=_apply, remove=_remove)

@@ -1,40 +1,61 @@
 """The render contract: what a render is asked for (:class:`RenderSpec`), what a backend is
-(:class:`Backend`), and the registry that turns a backend name into an instance.
+(:class:`Backend`), its typed options (:class:`BackendOptions`), and the registry that turns a
+backend name and an options mapping into an instance.
 
 A backend is loaded once (``load``; a Dagster resource or the CLI owns it), then asked for the
 frames of many (guidance, persona) pairs. Every backend sees the same retargeted pose
 (:func:`newsmotion_engine.render.retarget.retarget`), so the warp backend and the diffusion
-backends of later issues are interchangeable behind one protocol.
+backends are interchangeable behind one protocol.
+
+Options: every backend registers a frozen options dataclass; :func:`get_backend` validates the
+flat mapping (CLI ``-o KEY=VALUE``, the Dagster resource's ``options``) through it before
+constructing, so an unknown key or a value out of range is one :class:`BackendOptionError` naming
+the backend and listing its known options, whatever the backend.
+
+Caches: renders only load. A backend that derives its own sub-caches from the guidance or persona
+caches (diffusion latents, embeddings) builds them in ``prepare_guidance`` / ``prepare_persona``
+(called by the CLI before a render and by the Dagster sub-cache assets); ``frames`` raises a
+:class:`BackendCacheError` naming what to build when one is missing or stale.
 
 Example::
 
-    backend = get_backend("warp")
+    backend = get_backend("warp", threads=2)
     backend.load()
+    backend.prepare_guidance(guidance, spec); backend.prepare_persona(persona, spec)  # no-ops for warp
     for frame in backend.frames(guidance, persona, retargeted_kp, RenderSpec()):
         ...  # uint8 RGB [height, width, 3]
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from newsmotion_engine.errors import NewsmotionError
+from newsmotion_engine.errors import CacheCorruptError, CacheError, CacheMissingError, CacheStaleError, NewsmotionError
 
 __all__ = [
     "BACKGROUND_CHROMA_GREEN",
     "Backend",
+    "BackendCacheCorruptError",
+    "BackendCacheError",
+    "BackendCacheMissingError",
+    "BackendCacheStaleError",
     "BackendNeeds",
+    "BackendOptionError",
+    "BackendOptions",
     "InvalidSpecError",
     "RenderSpec",
     "UnknownBackendError",
     "available_backends",
     "get_backend",
     "register_backend",
+    "validate_options",
 ]
 
 # Broadcast chroma green, #00B140.
@@ -52,6 +73,65 @@ class InvalidSpecError(NewsmotionError, ValueError):
 
 class UnknownBackendError(NewsmotionError, ValueError):
     """A backend name that is not registered."""
+
+
+class BackendOptionError(NewsmotionError, ValueError):
+    """A backend option that is unknown or out of range; the message names the backend, the
+    option and the rule (or the known options)."""
+
+
+class BackendCacheError(CacheError):
+    """A sub-cache a backend derives from the guidance or persona cache is not ready at render
+    time. Renders only load caches: build it with ``backend.prepare_guidance`` /
+    ``backend.prepare_persona`` (Dagster: materialize :attr:`asset` for :attr:`cache_id`; the CLI's
+    ``newsmotion render`` does it first). The concrete classes are also the matching
+    :class:`CacheMissingError` / :class:`CacheStaleError` / :class:`CacheCorruptError`.
+
+    Attributes: ``backend``, ``tier`` (``"guidance"`` or ``"persona"``), ``cache_id`` (loop or
+    persona id), ``size`` (``"WxH"``), ``asset`` (the Dagster asset that builds it), ``path``.
+    """
+
+    state = "not ready"
+
+    def __init__(self, path: Path | str, *, backend: str, tier: str, cache_id: str, size: str, detail: str = ""):
+        self.backend, self.tier, self.cache_id, self.size = backend, tier, cache_id, size
+        self.asset = f"backend_{tier}_cache"
+        what = "loop" if tier == "guidance" else "persona"
+        message = (
+            f"{backend} {tier} artifacts for {what} {cache_id!r} at {size} are {self.state}"
+            + (f" ({detail})" if detail else "")
+            + f": materialize {self.asset}[{cache_id}] in Dagster or run `newsmotion render` (which builds them first)"
+            + f"; looked in {path}"
+        )
+        self.path = Path(path)
+        self.problem = message
+        Exception.__init__(self, message)
+
+    @classmethod
+    def from_cache_error(cls, exc: CacheError, *, backend: str, tier: str, cache_id: str, size: str) -> BackendCacheError:
+        """The matching subclass for a :class:`CacheError` raised while reading the sub-cache."""
+        if isinstance(exc, CacheMissingError):
+            return BackendCacheMissingError(exc.path, backend=backend, tier=tier, cache_id=cache_id, size=size)
+        kind = BackendCacheStaleError if isinstance(exc, CacheStaleError) else BackendCacheCorruptError
+        return kind(exc.path, backend=backend, tier=tier, cache_id=cache_id, size=size, detail=exc.problem)
+
+
+class BackendCacheMissingError(BackendCacheError, CacheMissingError):
+    """A backend sub-cache does not exist yet."""
+
+    state = "missing"
+
+
+class BackendCacheStaleError(BackendCacheError, CacheStaleError):
+    """A backend sub-cache was built from another source, model or parameters."""
+
+    state = "stale"
+
+
+class BackendCacheCorruptError(BackendCacheError, CacheCorruptError):
+    """A backend sub-cache is damaged (it is rebuilt by ``prepare_*``)."""
+
+    state = "damaged"
 
 
 def _parse_background(value: Any) -> tuple[int, int, int]:
@@ -151,7 +231,9 @@ class Backend(Protocol):
     settings; idempotent), ``frames(...)`` any number of times, ``close()`` at the end.
 
     ``frames`` yields exactly one uint8 RGB ``[spec.height, spec.width, 3]`` array per guidance
-    frame, in order, each a fresh array the consumer may keep. It must not hold the whole clip.
+    frame, in order, each a fresh array the consumer may keep. It must not hold the whole clip,
+    and it never builds caches: it raises :class:`BackendCacheError` when a sub-cache that
+    ``prepare_guidance`` / ``prepare_persona`` build is missing or stale.
     Attributes ``name`` (the registry name) and ``needs`` (:class:`BackendNeeds`) are read-only.
     """
 
@@ -160,6 +242,16 @@ class Backend(Protocol):
 
     def load(self) -> None:
         """Load weights / prepare process-wide state. Idempotent."""
+        ...
+
+    def prepare_guidance(self, guidance: Any, spec: RenderSpec) -> bool:
+        """Build (or validate) this backend's sub-caches derived from one loop's guidance cache at
+        ``spec``'s size; ``True`` when something was built. Backends without sub-caches return
+        ``False``. Call before ``frames`` (renders only load)."""
+        ...
+
+    def prepare_persona(self, persona: Any, spec: RenderSpec) -> bool:
+        """As :meth:`prepare_guidance`, for one persona's appearance cache."""
         ...
 
     def frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
@@ -176,13 +268,68 @@ class Backend(Protocol):
         ...
 
 
+class BackendOptions:
+    """Base of a backend's typed options: subclass it with a frozen dataclass whose fields are
+    the options (with defaults) and whose ``__post_init__`` validates them with
+    :meth:`option_error`. Set ``backend`` to the registry name.
+
+    :meth:`from_mapping` is the one edge parser of a flat options mapping (the CLI's ``-o``, the
+    Dagster resource's ``options``): unknown keys raise :class:`BackendOptionError` listing the
+    known ones. A backend with options that are not plain fields overrides it (wan-animate parses
+    its acceleration keys into typed configs).
+    """
+
+    backend: ClassVar[str] = "?"
+
+    @classmethod
+    def known_options(cls) -> tuple[str, ...]:
+        """The option keys :meth:`from_mapping` accepts, sorted."""
+        return tuple(sorted(f.name for f in dataclasses.fields(cls)))  # type: ignore[arg-type]
+
+    @classmethod
+    def unknown_options_error(cls, unknown: list[str]) -> BackendOptionError:
+        return BackendOptionError(
+            f"unknown {cls.backend} option(s) {', '.join(sorted(unknown))}; known: {', '.join(cls.known_options())}"
+        )
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any] | None = None, **kw: Any):
+        """Validated options from a flat mapping (``kw`` overrides it)."""
+        merged = {**(dict(options) if options else {}), **kw}
+        unknown = [k for k in merged if k not in cls.known_options()]
+        if unknown:
+            raise cls.unknown_options_error(unknown)
+        return cls(**merged)
+
+    def option_error(self, name: str, rule: str) -> BackendOptionError:
+        """``BackendOptionError("<backend> option <name>=<value>: <rule>")``."""
+        return BackendOptionError(f"{self.backend} option {name}={getattr(self, name)!r}: {rule}")
+
+    def as_mapping(self) -> dict[str, Any]:
+        """The options as a flat dict (what :meth:`from_mapping` takes back)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+
 BackendFactory = Callable[..., Backend]
 
-_REGISTRY: dict[str, BackendFactory] = {}
+
+@dataclass(frozen=True)
+class _Registration:
+    factory: BackendFactory
+    options: type[BackendOptions] | None
 
 
-def register_backend(name: str, factory: BackendFactory, *, replace: bool = False) -> None:
-    """Register ``factory(**config) -> Backend`` under ``name``.
+_REGISTRY: dict[str, _Registration] = {}
+
+
+def register_backend(name: str, factory: BackendFactory, *, options: type[BackendOptions] | None = None,
+                     replace: bool = False) -> None:  # fmt: skip
+    """Register a backend under ``name``.
+
+    With ``options`` (a :class:`BackendOptions` subclass; every built-in backend has one),
+    :func:`get_backend` validates the options mapping through ``options.from_mapping`` and calls
+    ``factory(validated_options)``. Without it, ``factory(**mapping)`` receives the raw mapping
+    (for small test doubles).
 
     A second registration of one name is an error unless ``replace=True`` (so two plugins cannot
     silently shadow each other). Factories should import heavy dependencies lazily, inside the
@@ -190,9 +337,12 @@ def register_backend(name: str, factory: BackendFactory, *, replace: bool = Fals
     """
     if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,63}", name):
         raise ValueError(f"backend name {name!r} must be a slug ([a-z0-9][a-z0-9_-]*)")
-    if name in _REGISTRY and not replace and _REGISTRY[name] is not factory:
+    if options is not None and not (isinstance(options, type) and issubclass(options, BackendOptions)):
+        raise TypeError(f"options for backend {name!r} must be a BackendOptions subclass, got {options!r}")
+    old = _REGISTRY.get(name)
+    if old is not None and not replace and (old.factory is not factory or old.options is not options):
         raise ValueError(f"render backend {name!r} is already registered; pass replace=True to override")
-    _REGISTRY[name] = factory
+    _REGISTRY[name] = _Registration(factory, options)
 
 
 def available_backends() -> list[str]:
@@ -200,15 +350,38 @@ def available_backends() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def get_backend(name: str, **config: Any) -> Backend:
-    """A new, not yet loaded backend instance: ``get_backend("warp", threads=2)``.
-
-    Raises:
-        UnknownBackendError: ``name`` is not registered; the message lists the known names.
-    """
+def _registration(name: str) -> _Registration:
     try:
-        factory = _REGISTRY[name]
+        return _REGISTRY[name]
     except (KeyError, TypeError):
         known = ", ".join(available_backends()) or "(none registered)"
         raise UnknownBackendError(f"unknown render backend {name!r}; known backends: {known}") from None
-    return factory(**config)
+
+
+def validate_options(name: str, options: Mapping[str, Any] | None = None) -> BackendOptions | dict[str, Any]:
+    """The typed options of backend ``name`` from a flat mapping, without constructing the backend
+    (e.g. to check a Dagster resource's config early).
+
+    Raises:
+        UnknownBackendError: ``name`` is not registered.
+        BackendOptionError: an unknown option or a value out of range.
+    """
+    reg = _registration(name)
+    if reg.options is None:
+        return dict(options or {})
+    return reg.options.from_mapping(options or {})
+
+
+def get_backend(name: str, **options: Any) -> Backend:
+    """A new, not yet loaded backend instance: ``get_backend("warp", threads=2)``; the options
+    are validated first (:func:`validate_options`).
+
+    Raises:
+        UnknownBackendError: ``name`` is not registered; the message lists the known names.
+        BackendOptionError: an unknown option (the message lists the known ones) or a value out
+            of range (the message gives the rule).
+    """
+    reg = _registration(name)
+    if reg.options is None:
+        return reg.factory(**options)
+    return reg.factory(reg.options.from_mapping(options))

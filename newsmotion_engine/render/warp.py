@@ -34,16 +34,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import cv2
 import numpy as np
 
 from newsmotion_engine.errors import NewsmotionError
-from newsmotion_engine.render.base import BackendNeeds, RenderSpec, register_backend
+from newsmotion_engine.render.base import BackendNeeds, BackendOptions, RenderSpec, register_backend
 from newsmotion_engine.skeleton import BODY, FACE_START, LEFT_HAND_START, NUM_KEYPOINTS, RIGHT_HAND_START
 
-__all__ = ["WarpBackend", "PreparedPersona", "place_portrait"]
+__all__ = ["WarpBackend", "WarpOptions", "PreparedPersona", "place_portrait"]
 
 _HEAD_POINTS = np.array(list(range(0, 5)) + list(range(FACE_START, FACE_START + 68)))
 _ARM_CHAINS = (
@@ -116,12 +116,21 @@ def _similarity(a: np.ndarray, b: np.ndarray) -> tuple[complex, complex]:
     return z, complex(mb - z * ma)
 
 
-class WarpBackend:
-    """Thin-plate-spline warp of the portrait (see the module docstring).
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and np.isfinite(value)
+
+
+@dataclass(frozen=True)
+class WarpOptions(BackendOptions):
+    """Options of the ``warp`` backend (``get_backend("warp", **options)``, CLI ``-o KEY=VALUE``).
 
     Args:
         threads: OpenCV worker threads (process-wide, set in ``load``); 2 fits a 2-core box where
-            ffmpeg runs in parallel.
+            ffmpeg runs in parallel; 0 leaves OpenCV's setting alone.
         grid_step: pixels between coarse field nodes (smaller = more exact, slower); ``None``
             scales it with the frame: 1/45 of the shorter side (16 at 720x1280), at least 4.
         margin: extra border (fraction of the frame width) around the region the person can
@@ -129,11 +138,42 @@ class WarpBackend:
         regularization: TPS smoothing (0 = exact interpolation); a little keeps near-coincident
             control points from folding the field.
         face_rigidity: 0..1, how strictly the face mask follows the head's similarity transform.
+        threshold: landmark confidence a keypoint needs to count as present (0..1).
         limb_reach: soft limit on how far an arm control point travels, in shoulder widths.
         limb_threshold: landmark confidence an elbow/wrist/hand needs to become a control point
             (stricter than ``threshold``: a guessed elbow inside a jacket must not steer the warp).
         prepared_cache: how many (persona, spec) preparations to keep.
     """
+
+    backend: ClassVar[str] = "warp"
+    threads: int = 2
+    grid_step: int | None = None
+    margin: float = 0.06
+    regularization: float = 1e-4
+    face_rigidity: float = 1.0
+    threshold: float = 0.3
+    limb_reach: float = 0.3
+    limb_threshold: float = 0.5
+    prepared_cache: int = 4
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.threads) or self.threads < 0:
+            raise self.option_error("threads", "use an integer >= 0 (0 = leave OpenCV's thread count alone)")
+        if self.grid_step is not None and (not _is_int(self.grid_step) or self.grid_step < 2):
+            raise self.option_error("grid_step", "use an integer >= 2 pixels, or null to scale it with the frame")
+        for name in ("margin", "regularization", "limb_reach"):
+            if not _is_number(getattr(self, name)) or getattr(self, name) < 0:
+                raise self.option_error(name, "use a number >= 0")
+        for name in ("face_rigidity", "threshold", "limb_threshold"):
+            if not _is_number(getattr(self, name)) or not 0 <= getattr(self, name) <= 1:
+                raise self.option_error(name, "use a number in 0..1")
+        if not _is_int(self.prepared_cache) or self.prepared_cache < 1:
+            raise self.option_error("prepared_cache", "use an integer >= 1")
+
+
+class WarpBackend:
+    """Thin-plate-spline warp of the portrait (see the module docstring); options in
+    :class:`WarpOptions` (``get_backend("warp", threads=1)`` validates them)."""
 
     name = "warp"
     needs = BackendNeeds(
@@ -141,37 +181,30 @@ class WarpBackend:
         persona=frozenset({"portrait", "person_mask", "face_mask", "landmarks"}),
     )
 
-    def __init__(
-        self,
-        *,
-        threads: int = 2,
-        grid_step: int | None = None,
-        margin: float = 0.06,
-        regularization: float = 1e-4,
-        face_rigidity: float = 1.0,
-        threshold: float = 0.3,
-        limb_reach: float = 0.3,
-        limb_threshold: float = 0.5,
-        prepared_cache: int = 4,
-    ):
-        if threads < 0 or (grid_step is not None and grid_step < 2) or not 0 <= face_rigidity <= 1 or margin < 0:
-            raise NewsmotionError(
-                f"warp backend config out of range: threads={threads} (>=0), grid_step={grid_step} (>=2), "
-                f"margin={margin} (>=0), face_rigidity={face_rigidity} (0..1)"
-            )
-        self.threads = int(threads)
-        self.grid_step = None if grid_step is None else int(grid_step)
-        self.margin = float(margin)
-        self.regularization = float(regularization)
-        self.face_rigidity = float(face_rigidity)
-        self.threshold = float(threshold)
-        self.limb_reach = float(limb_reach)
-        self.limb_threshold = float(limb_threshold)
+    def __init__(self, options: WarpOptions | None = None):
+        o = self.options = options if options is not None else WarpOptions()
+        self.threads = int(o.threads)
+        self.grid_step = None if o.grid_step is None else int(o.grid_step)
+        self.margin = float(o.margin)
+        self.regularization = float(o.regularization)
+        self.face_rigidity = float(o.face_rigidity)
+        self.threshold = float(o.threshold)
+        self.limb_reach = float(o.limb_reach)
+        self.limb_threshold = float(o.limb_threshold)
         self._cache: OrderedDict[tuple, PreparedPersona] = OrderedDict()
-        self._cache_size = int(prepared_cache)
+        self._cache_size = int(o.prepared_cache)
         self._loaded = False
         self.stats: dict[str, float] = {}
         self.reset_stats()
+
+    def prepare_guidance(self, guidance: Any, spec: RenderSpec) -> bool:
+        """No sub-caches: the warp reads the guidance cache's keypoints directly. Returns False."""
+        return False
+
+    def prepare_persona(self, persona: Any, spec: RenderSpec) -> bool:
+        """No on-disk sub-caches (per-persona precomputation is in memory, see :meth:`prepare`).
+        Returns False."""
+        return False
 
     # -- lifecycle -------------------------------------------------------------------------
     def load(self) -> None:
@@ -558,4 +591,4 @@ def _sqdist(a: np.ndarray, aa: np.ndarray, b: np.ndarray) -> np.ndarray:
     return d
 
 
-register_backend("warp", WarpBackend)
+register_backend("warp", WarpBackend, options=WarpOptions)

@@ -1,9 +1,17 @@
 """The ``wan-animate`` render backend: Wan2.2-Animate (diffusers components) driven by the cached
 pose latents, prompt embeddings, reference latents and image tokens.
 
-Per render (``frames``): load the guidance and persona sub-caches (building them first if missing
-or stale: the only place encoders run), build the face video, then per inference segment denoise
-with our loop (:mod:`.denoise`) and decode, streaming frames out one by one.
+Caches: the backend derives two sub-caches (see :mod:`.caches`) from the guidance and persona
+caches. :meth:`WanAnimateBackend.prepare_guidance` / :meth:`WanAnimateBackend.prepare_persona`
+build them (the only place the VAE encoder, image encoder and text encoder run) through
+:func:`cachedir.ensure`; the CLI calls them before a render, Dagster's sub-cache assets call them
+through the renderer resource. Renders only load: ``frames`` raises
+:class:`~newsmotion_engine.render.base.BackendCacheError` (missing / stale / damaged, naming what
+to materialize) and builds nothing.
+
+Per render (``frames``): load both sub-caches, build the face video, then per inference segment
+:func:`.segment.render_segment` (our denoising loop over the stock components, then decode),
+streaming frames out one by one.
 
 Face video: square crops around the retargeted face keypoints of the ``warp`` backend's frames
 (which move the persona's own face along the loop), resized to the motion encoder's size, with a
@@ -21,16 +29,15 @@ from typing import Any
 import numpy as np
 
 from newsmotion_engine import cachedir
-from newsmotion_engine.errors import NewsmotionError
-from newsmotion_engine.render.base import BackendNeeds, InvalidSpecError, RenderSpec
+from newsmotion_engine.errors import CacheError, NewsmotionError
+from newsmotion_engine.render.base import BackendCacheError, BackendNeeds, InvalidSpecError, RenderSpec
 from newsmotion_engine.render.wan_animate import caches as C
-from newsmotion_engine.render.wan_animate.config import RANDOM_WEIGHTS_LABEL, WanAnimateOptions
+from newsmotion_engine.render.wan_animate.config import NAME, RANDOM_WEIGHTS_LABEL, WanAnimateOptions
 from newsmotion_engine.skeleton import FACE_START
 
 __all__ = ["WanAnimateBackend", "WanAnimateOOMError", "loop_prompt"]
 
 log = logging.getLogger(__name__)
-NAME = "wan-animate"
 
 
 class WanAnimateOOMError(NewsmotionError, RuntimeError):
@@ -48,8 +55,8 @@ def loop_prompt(guidance: Any, override: str | None = None) -> str:
 
 
 class WanAnimateBackend:
-    """See the module docstring. Construct with :func:`WanAnimateBackend.from_options` (what the
-    registry factory does): ``get_backend("wan-animate", preset="tiny", steps=2)``."""
+    """See the module docstring. Construct through the registry (options validated first):
+    ``get_backend("wan-animate", preset="tiny", steps=2)``, or ``WanAnimateBackend(options)``."""
 
     name = NAME
     needs = BackendNeeds(
@@ -60,6 +67,7 @@ class WanAnimateBackend:
     def __init__(self, options: WanAnimateOptions) -> None:
         self.options = options
         self.components: Any = None
+        self.applied: Any = None  # registry.AppliedAccelerations once loaded
         self.accel_report: dict[str, Any] = {}
         self.last_render: dict[str, Any] = {}
         self._warp: Any = None
@@ -70,15 +78,26 @@ class WanAnimateBackend:
 
     # ------------------------------------------------------------------ lifecycle
     def load(self) -> None:
-        """Load transformer + VAE and apply the configured accelerations (once)."""
+        """Load transformer + VAE and apply the configured accelerations (once, through the
+        acceleration registry, in its order)."""
         if self.components is not None:
             return
+        from newsmotion_engine.accel.fp8 import module_weight_gib
+        from newsmotion_engine.accel.registry import apply_accelerations
         from newsmotion_engine.render.wan_animate.components import load_render_components
 
         t0 = time.perf_counter()
-        self.components = load_render_components(self.options)
-        self.accel_report = apply_accelerations(self.components, self.options)
-        self.accel_report["load_s"] = round(time.perf_counter() - t0, 3)
+        comps = load_render_components(self.options)
+        loaded_gib = module_weight_gib(comps.transformer)
+        # A failure leaves no half-accelerated components behind: they are dropped with the error.
+        self.applied = apply_accelerations(comps, self.options.accelerations)
+        self.components = comps
+        self.accel_report = {
+            "weight_gib_loaded": round(loaded_gib, 3),
+            **self.applied.report,
+            "weight_gib": round(module_weight_gib(comps.transformer), 3),
+            "load_s": round(time.perf_counter() - t0, 3),
+        }
         if self.components.identity["weights"] == RANDOM_WEIGHTS_LABEL:
             log.warning("wan-animate: preset %r with RANDOM WEIGHTS: frames are noise, for timing only", self.options.preset)
 
@@ -88,6 +107,7 @@ class WanAnimateBackend:
             return
         device = self.components.device
         self.components = None
+        self.applied = None
         import gc
 
         gc.collect()
@@ -132,6 +152,9 @@ class WanAnimateBackend:
     def _cache_root(self) -> Path | None:
         return Path(self.options.cache_root) if self.options.cache_root else None
 
+    def _plan(self, frames: int) -> C.SegmentPlan:
+        return C.plan_segments(frames, self.options.segment_length, self.options.prev_frames)
+
     def guidance_params(self, guidance: Any, spec: RenderSpec, plan: C.SegmentPlan) -> tuple[dict, dict]:
         """(source, params) of the guidance sub-cache for this loop, size and model."""
         o = self.options
@@ -156,29 +179,62 @@ class WanAnimateBackend:
         }
         return source, params
 
-    def prepare(self, guidance: Any, persona: Any, spec: RenderSpec) -> dict[str, str]:
-        """Build (or validate) both sub-caches for this pair and size; ``{"guidance": "built" |
-        "reused", "persona": ...}``. The only place the VAE encoder, image encoder and text encoder
-        run; call it from the cache-building assets so renders find the caches ready."""
+    def _guidance_location(self, guidance: Any, spec: RenderSpec, frames: int | None = None):
         self.load()
         self._check_spec(spec)
-        plan = C.plan_segments(int(np.asarray(guidance.keypoints).shape[0]), self.options.segment_length, self.options.prev_frames)
-        _, g_state = self._guidance_cache(guidance, spec, plan)
-        _, p_state = self._persona_cache(persona, spec)
-        return {"guidance": g_state, "persona": p_state}
-
-    def _guidance_cache(self, guidance: Any, spec: RenderSpec, plan: C.SegmentPlan):
+        plan = self._plan(int(np.asarray(guidance.keypoints).shape[0]) if frames is None else frames)
         path = C.guidance_artifacts_dir(Path(guidance.path), spec.width, spec.height, self._cache_root())
-        source, params = self.guidance_params(guidance, spec, plan)
-        state = C.ensure_cache(path, C.GUIDANCE_SCHEMA, source, params,
-                               lambda: self._build_guidance(path, guidance, spec, plan, source, params))  # fmt: skip
-        h, w, t = spec.height // 8, spec.width // 8, plan.latent_frames
-        tensors = {
-            **C.load_tensors(path / "pose_latents.safetensors", {"pose_latents": (plan.segments, 16, t, h, w)}),
-            **C.load_tensors(path / "cond0_latents.safetensors", {"cond0_latents": (1, 20, t, h, w)}),
-            **C.load_tensors(path / "prompt_embeds.safetensors", {"prompt": (1, C.TEXT_TOKENS, None), "negative": (1, C.TEXT_TOKENS, None)}),
-        }
-        return tensors, state
+        return plan, path, *self.guidance_params(guidance, spec, plan)
+
+    def _persona_location(self, persona: Any, spec: RenderSpec):
+        self.load()
+        self._check_spec(spec)
+        path = C.persona_artifacts_dir(Path(persona.path), spec.width, spec.height, self._cache_root())
+        return path, *self.persona_params(persona, spec)
+
+    def prepare_guidance(self, guidance: Any, spec: RenderSpec) -> bool:
+        """Build (or validate) the guidance sub-cache (pose latents, first-segment conditioning,
+        prompt embeddings) of ``guidance`` (a loaded guidance cache) at ``spec``'s size: ``True``
+        when it was built, ``False`` when a current one was there. Runs the VAE encoder and the
+        text encoder (loaded for the build, then freed)."""
+        plan, path, source, params = self._guidance_location(guidance, spec)
+        read = lambda: C.read_guidance_artifacts(path, source, params, plan, spec.width, spec.height)  # noqa: E731
+        _, built = cachedir.ensure(path, read, lambda: self._build_guidance(path, guidance, spec, plan, source, params))
+        return built
+
+    def prepare_persona(self, persona: Any, spec: RenderSpec) -> bool:
+        """Build (or validate) the persona sub-cache (reference latents, CLIP image tokens) of
+        ``persona`` (a loaded persona cache) at ``spec``'s size and background: ``True`` when built.
+        Runs the VAE encoder and the image encoder."""
+        path, source, params = self._persona_location(persona, spec)
+        read = lambda: C.read_persona_artifacts(path, source, params, spec.width, spec.height)  # noqa: E731
+        _, built = cachedir.ensure(path, read, lambda: self._build_persona(path, persona, spec, source, params))
+        return built
+
+    def _not_ready(self, exc: CacheError, tier: str, cache_id: Any, spec: RenderSpec) -> BackendCacheError:
+        return BackendCacheError.from_cache_error(exc, backend=NAME, tier=tier, cache_id=str(cache_id),
+                                                  size=f"{spec.width}x{spec.height}")  # fmt: skip
+
+    def load_guidance(self, guidance: Any, spec: RenderSpec, frames: int | None = None) -> C.GuidanceArtifacts:
+        """The guidance sub-cache's tensors for a clip of ``frames`` frames (default: the loop's).
+
+        Raises:
+            BackendCacheError: missing, stale or damaged; the message says what to build. Nothing
+                is built here.
+        """
+        plan, path, source, params = self._guidance_location(guidance, spec, frames)
+        try:
+            return C.read_guidance_artifacts(path, source, params, plan, spec.width, spec.height)
+        except CacheError as exc:
+            raise self._not_ready(exc, "guidance", getattr(guidance, "loop_id", path.parent.parent.name), spec) from None
+
+    def load_persona(self, persona: Any, spec: RenderSpec) -> C.PersonaArtifacts:
+        """The persona sub-cache's tensors. Raises :class:`BackendCacheError` like :meth:`load_guidance`."""
+        path, source, params = self._persona_location(persona, spec)
+        try:
+            return C.read_persona_artifacts(path, source, params, spec.width, spec.height)
+        except CacheError as exc:
+            raise self._not_ready(exc, "persona", getattr(persona, "persona_id", path.parent.parent.name), spec) from None
 
     def _build_guidance(self, path: Path, guidance: Any, spec: RenderSpec, plan: C.SegmentPlan, source: dict, params: dict) -> None:
         import torch
@@ -205,27 +261,9 @@ class WanAnimateBackend:
             del enc  # the text encoder lives only while building caches
             if comps.device.type == "cuda":
                 torch.cuda.empty_cache()
-
-        def build(tmp: Path) -> None:
-            meta = {"weights": comps.weights_label}
-            C.save_tensors(tmp / "pose_latents.safetensors", {"pose_latents": torch.cat(poses)}, meta)
-            C.save_tensors(tmp / "cond0_latents.safetensors", {"cond0_latents": cond0}, meta)
-            C.save_tensors(tmp / "prompt_embeds.safetensors", {"prompt": emb[0:1], "negative": emb[1:2]}, meta)
-
-        cachedir.write_cache(path, build, schema=C.GUIDANCE_SCHEMA, source=source, params=params,
-                             extra={"backend": NAME, "weights": comps.weights_label})  # fmt: skip
-
-    def _persona_cache(self, persona: Any, spec: RenderSpec):
-        path = C.persona_artifacts_dir(Path(persona.path), spec.width, spec.height, self._cache_root())
-        source, params = self.persona_params(persona, spec)
-        state = C.ensure_cache(path, C.PERSONA_SCHEMA, source, params,
-                               lambda: self._build_persona(path, persona, spec, source, params))  # fmt: skip
-        h, w = spec.height // 8, spec.width // 8
-        tensors = {
-            **C.load_tensors(path / "ref_latents.safetensors", {"ref_latents": (1, 20, 1, h, w)}),
-            **C.load_tensors(path / "image_tokens.safetensors", {"image_tokens": (1, None, None)}),
-        }
-        return tensors, state
+        artifacts = C.GuidanceArtifacts(torch.cat(poses), cond0, emb[0:1], emb[1:2])
+        C.write_guidance_artifacts(path, artifacts, source=source, params=params,
+                                   extra={"backend": NAME, "weights": comps.weights_label})  # fmt: skip
 
     def _build_persona(self, path: Path, persona: Any, spec: RenderSpec, source: dict, params: dict) -> None:
         import torch
@@ -241,14 +279,8 @@ class WanAnimateBackend:
             tokens = C.encode_image_tokens(proc, enc, frame, comps.device)
         finally:
             del enc
-
-        def build(tmp: Path) -> None:
-            meta = {"weights": comps.weights_label}
-            C.save_tensors(tmp / "ref_latents.safetensors", {"ref_latents": ref_latents}, meta)
-            C.save_tensors(tmp / "image_tokens.safetensors", {"image_tokens": tokens}, meta)
-
-        cachedir.write_cache(path, build, schema=C.PERSONA_SCHEMA, source=source, params=params,
-                             extra={"backend": NAME, "weights": comps.weights_label})  # fmt: skip
+        C.write_persona_artifacts(path, C.PersonaArtifacts(ref_latents, tokens), source=source, params=params,
+                                  extra={"backend": NAME, "weights": comps.weights_label})  # fmt: skip
 
     # ------------------------------------------------------------------ face video
     def face_video(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> np.ndarray:
@@ -288,7 +320,13 @@ class WanAnimateBackend:
 
     # ------------------------------------------------------------------ render
     def frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
-        """Yield the clip's frames (uint8 RGB ``[H, W, 3]``), one segment decoded at a time."""
+        """Yield the clip's frames (uint8 RGB ``[H, W, 3]``), one segment decoded at a time.
+
+        Raises:
+            BackendCacheError: a sub-cache is missing or stale (call ``prepare_guidance`` /
+                ``prepare_persona`` first); raised before any denoising.
+            WanAnimateOOMError: the GPU ran out of memory (the message names what reduces it).
+        """
         self.load()
         self._check_spec(spec)
         try:
@@ -301,13 +339,13 @@ class WanAnimateBackend:
     def _oom_message(self, spec: RenderSpec) -> str:
         o = self.options
         tips = []
-        if o.fp8 == "off":
+        if not o.has("fp8"):
             tips.append("fp8='auto' (halves transformer weights)")
-        if not o.vae_tiling:
+        if not o.has("vae_tiling"):
             tips.append("vae_tiling=True")
-        if o.ffn_chunks == 0:
+        if not o.has("ffn_chunks"):
             tips.append("ffn_chunks=8")
-        if o.compile == "blocks-cudagraphs":
+        if any(getattr(c, "cudagraphs", False) for c in o.accelerations if c.technique == "compile"):
             tips.append("compile='blocks' (CUDA graphs keep static buffers)")
         tips.append(f"a shorter segment_frames (now {o.segment_length})")
         tips.append(f"a smaller render size (now {spec.width}x{spec.height})")
@@ -316,125 +354,41 @@ class WanAnimateBackend:
     def _frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
         import torch
 
-        from newsmotion_engine.accel.cfg import CFGConfig, CFGStrategy
-        from newsmotion_engine.accel.teacache import reset_teacache, teacache_stats
-        from newsmotion_engine.render.wan_animate.denoise import (
-            SegmentInputs,
-            decode_latents,
-            denoise_segment,
-            latent_continuation,
-        )
+        from newsmotion_engine.render.wan_animate import segment as S
 
         o, comps = self.options, self.components
-        dev, dtype = comps.device, comps.dtype
         T = int(np.asarray(keypoints).shape[0])
-        plan = C.plan_segments(T, o.segment_length, o.prev_frames)
+        plan = self._plan(T)
         t0 = time.perf_counter()
-        g, g_state = self._guidance_cache(guidance, spec, plan)
-        p, p_state = self._persona_cache(persona, spec)
+        g = self.load_guidance(guidance, spec, T)
+        p = self.load_persona(persona, spec)
         faces = self.face_video(guidance, persona, keypoints, spec)
         prep_s = time.perf_counter() - t0
 
-        cfg_conf = CFGConfig(scale=o.guidance_scale, start=o.cfg_start, stop=o.cfg_stop, every=o.cfg_every, momentum=o.cfg_momentum)
-        use_cfg = cfg_conf.enabled
         h, w = spec.height // 8, spec.width // 8
-        cont_mask = C.i2v_mask(plan.latent_frames, h, w, o.prev_frames)
         gen = torch.Generator("cpu").manual_seed(spec.seed)
         emitted = 0
         previous = None
-        stats = {"segments": plan.segments, "denoise_s": 0.0, "decode_s": 0.0, "cond_passes": 0, "uncond_passes": 0,
-                 "plain_cfg_passes": 0}  # fmt: skip
-        common = dict(
-            prompt_embeds=g["prompt"].to(dev, dtype),
-            negative_embeds=g["negative"].to(dev, dtype) if use_cfg else None,
-            image_embeds=p["image_tokens"].to(dev, dtype),
-        )
-        reset_teacache(comps.transformer)
+        stats: dict[str, Any] = {"segments": plan.segments, "denoise_s": 0.0, "decode_s": 0.0, "cond_passes": 0,
+                                 "uncond_passes": 0, "plain_cfg_passes": 0, "teacache_computed": 0, "teacache_skipped": 0}  # fmt: skip
         for k in range(plan.segments):
             start = plan.start(k)
             idx = [(start + j) % T for j in range(plan.segment_frames)]
-            face = C.to_video_tensor(faces[idx]).to(dev, dtype)
-            cond = g["cond0_latents"] if k == 0 else latent_continuation(g["cond0_latents"], previous, o.prev_frames, cont_mask)
-            inputs = SegmentInputs(
-                reference_latents=torch.cat([p["ref_latents"], cond], dim=2).to(dev, torch.float32),
-                pose_latents=g["pose_latents"][k : k + 1].to(dev, dtype),
-                face_pixels=face,
-                **common,
-            )
-            latents = torch.randn((1, 16, plan.latent_frames + 1, h, w), generator=gen, dtype=torch.float32).to(dev)
-            strategy = CFGStrategy(cfg_conf, o.steps)
-            reset_teacache(comps.transformer)  # a new trajectory: nothing carries over
-            t1 = time.perf_counter()
-            with torch.no_grad():
-                latents = denoise_segment(comps.transformer, comps.new_scheduler(), latents, inputs, steps=o.steps, cfg=strategy, dtype=dtype)
-            tc = teacache_stats(comps.transformer)
-            stats.setdefault("teacache_computed", 0)
-            stats.setdefault("teacache_skipped", 0)
-            stats["teacache_computed"] += tc["computed"]
-            stats["teacache_skipped"] += tc["skipped"]
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            t2 = time.perf_counter()
-            video = decode_latents(comps.vae, latents)
-            t3 = time.perf_counter()
-            stats["denoise_s"] += t2 - t1
-            stats["decode_s"] += t3 - t2
-            for key, val in strategy.stats().items():
-                if key != "flops_saved":
-                    stats[key] += val
-            previous = latents[:, :, 1:].cpu()
-            for frame in video[0 if k == 0 else o.prev_frames :]:
+            noise = torch.randn((1, 16, plan.latent_frames + 1, h, w), generator=gen, dtype=torch.float32)
+            result = S.render_segment(comps, g, p, faces[idx], plan=plan, segment=k, noise=noise, steps=o.steps,
+                                      guidance_scale=o.guidance_scale, previous=previous)  # fmt: skip
+            for key in stats:
+                if key in result.stats:
+                    stats[key] += result.stats[key]
+            previous = result.latents[:, :, 1:].cpu()
+            for frame in result.video[0 if k == 0 else o.prev_frames :]:
                 if emitted >= T:
                     break
                 emitted += 1
                 yield np.ascontiguousarray(frame)
         stats["prep_s"] = prep_s
-        stats["caches"] = {"guidance": g_state, "persona": p_state}
         plain = stats["plain_cfg_passes"]
         stats["cfg_flops_saved"] = round(1 - (stats["cond_passes"] + stats["uncond_passes"]) / plain, 4) if plain else 0.0
         for key in ("denoise_s", "decode_s", "prep_s"):
             stats[key] = round(stats[key], 3)
         self.last_render = stats
-
-
-def apply_accelerations(comps: Any, o: WanAnimateOptions) -> dict[str, Any]:
-    """Apply the configured accelerations to loaded components, in a fixed order (FP8 -> FFN
-    chunking -> attention -> TeaCache -> compile last, so it sees the final modules)."""
-    from newsmotion_engine.accel import memory
-    from newsmotion_engine.accel.fp8 import module_weight_gib
-
-    report: dict[str, Any] = {"weight_gib_loaded": round(module_weight_gib(comps.transformer), 3)}
-    tr = comps.transformer
-    if o.fp8 != "off":
-        from newsmotion_engine.accel.fp8 import quantize_fp8
-
-        report["fp8"] = quantize_fp8(tr, mode=o.fp8)
-        if report["fp8"]["fallback"]:
-            log.warning("wan-animate: %s", report["fp8"]["fallback"])
-    if o.ffn_chunks:
-        report["ffn_chunked_blocks"] = memory.chunk_feed_forward(tr, o.ffn_chunks)
-    if o.attention != "sdpa":
-        from newsmotion_engine.accel.attention import set_attention
-
-        report["attention"] = set_attention(tr, o.attention, variant=o.fp8_attention_variant)
-    if o.teacache > 0 or o.teacache_record:
-        from newsmotion_engine.accel.teacache import TeaCacheConfig, apply_teacache
-
-        apply_teacache(
-            tr,
-            TeaCacheConfig(
-                threshold=o.teacache,
-                warmup_steps=o.teacache_warmup,
-                coefficients=o.teacache_coefficients,
-                record=o.teacache_record,
-            ),
-        )
-        report["teacache"] = {"threshold": o.teacache, "coefficients": list(o.teacache_coefficients), "record": o.teacache_record}
-    if o.vae_tiling:
-        report["vae"] = memory.enable_vae_tiling(comps.vae)
-    if o.compile != "off":
-        from newsmotion_engine.accel.compile import compile_blocks
-
-        report["compile"] = compile_blocks(tr, cudagraphs=o.compile == "blocks-cudagraphs")
-    report["weight_gib"] = round(module_weight_gib(tr), 3)
-    return report

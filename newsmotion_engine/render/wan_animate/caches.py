@@ -18,13 +18,17 @@ seamless), where the stock pipeline reflects.
 
 Staleness key (``params``): format version, resolution, segment plan, model identity digest, the
 parent cache's source sha256 (and the prompt / background that went in). Any difference ->
-:class:`CacheStaleError` on read -> the backend rebuilds.
+:class:`CacheStaleError` on read. Reading is this module's :func:`read_guidance_artifacts` /
+:func:`read_persona_artifacts` (validated metadata, then the tensors with a shape check); writing
+is :func:`write_guidance_artifacts` / :func:`write_persona_artifacts` (atomic, via
+:func:`cachedir.write_cache`). The backend's ``prepare_guidance`` / ``prepare_persona`` combine
+them through :func:`cachedir.ensure` (the double-checked read-or-build); its render path only reads.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,18 +36,23 @@ from typing import Any
 import numpy as np
 
 from newsmotion_engine import cachedir
-from newsmotion_engine.errors import CacheError, CacheCorruptError
+from newsmotion_engine.errors import CacheCorruptError
 
 __all__ = [
     "GUIDANCE_SCHEMA",
     "PERSONA_SCHEMA",
+    "GuidanceArtifacts",
+    "PersonaArtifacts",
     "SegmentPlan",
-    "ensure_cache",
     "guidance_artifacts_dir",
     "i2v_mask",
     "persona_artifacts_dir",
     "plan_segments",
+    "read_guidance_artifacts",
+    "read_persona_artifacts",
     "reference_frame",
+    "write_guidance_artifacts",
+    "write_persona_artifacts",
 ]
 
 BACKEND_DIR = "wan-animate"
@@ -217,27 +226,70 @@ def load_tensors(path: Path, expected: dict[str, tuple[int | None, ...]]) -> dic
     return tensors
 
 
-def ensure_cache(cache_dir: Path, schema: cachedir.CacheSchema, source: dict[str, Any], params: dict[str, Any],
-                 build: Callable[[], None]) -> str:  # fmt: skip
-    """``"reused"`` when a valid, fresh cache is there, else ``build()`` (which writes it) under the
-    cache's lock and ``"built"``; a second process waiting on the lock reuses what the first built."""
-    if read_or_none(cache_dir, schema, source, params) is not None:
-        return "reused"
-    with cachedir.cache_lock(cache_dir):
-        if read_or_none(cache_dir, schema, source, params) is not None:
-            return "reused"
-        build()
-        return "built"
+@dataclass
+class GuidanceArtifacts:
+    """The loop-side tensors of one (loop, resolution, model), float32 on the CPU."""
+
+    pose_latents: Any  # [S, 16, T_lat, h, w]: one VAE encoding of the drawn pose video per segment
+    cond0_latents: Any  # [1, 20, T_lat, h, w]: mask + latents of the all-zero video (first segment)
+    prompt_embeds: Any  # [1, 512, D_text]
+    negative_embeds: Any  # [1, 512, D_text]
 
 
-def read_or_none(cache_dir: Path, schema: cachedir.CacheSchema, source: dict[str, Any], params: dict[str, Any]):
-    """The validated cache, or None when it is missing or stale (both mean: build it)."""
-    try:
-        return cachedir.read_cache(cache_dir, schema, expected_source=source, expected_params=params)
-    except CacheError as exc:
-        if isinstance(exc, CacheCorruptError):
-            # A damaged cache is rebuilt too, but said out loud: it should not happen.
-            import logging
+@dataclass
+class PersonaArtifacts:
+    """The persona-side tensors of one (persona, resolution, background, model), float32 on the CPU."""
 
-            logging.getLogger(__name__).warning("rebuilding damaged wan-animate cache: %s", exc)
-        return None
+    ref_latents: Any  # [1, 20, 1, h, w]: i2v mask + the reference image's latents
+    image_tokens: Any  # [1, N, D_img]: CLIP penultimate hidden states
+
+
+def read_guidance_artifacts(cache_dir: Path, source: Mapping[str, Any], params: Mapping[str, Any], plan: SegmentPlan,
+                            width: int, height: int) -> GuidanceArtifacts:  # fmt: skip
+    """Validate the guidance sub-cache against ``source`` / ``params`` and load its tensors.
+
+    Raises:
+        CacheMissingError / CacheStaleError / CacheCorruptError (from :mod:`cachedir`, or a tensor
+        of the wrong shape).
+    """
+    cachedir.read_cache(cache_dir, GUIDANCE_SCHEMA, expected_source=source, expected_params=params)
+    h, w, t = height // VAE_SCALE_SPATIAL, width // VAE_SCALE_SPATIAL, plan.latent_frames
+    pose = load_tensors(cache_dir / "pose_latents.safetensors", {"pose_latents": (plan.segments, 16, t, h, w)})
+    cond0 = load_tensors(cache_dir / "cond0_latents.safetensors", {"cond0_latents": (1, 20, t, h, w)})
+    text = load_tensors(cache_dir / "prompt_embeds.safetensors", {"prompt": (1, TEXT_TOKENS, None), "negative": (1, TEXT_TOKENS, None)})
+    return GuidanceArtifacts(pose["pose_latents"], cond0["cond0_latents"], text["prompt"], text["negative"])
+
+
+def write_guidance_artifacts(cache_dir: Path, artifacts: GuidanceArtifacts, *, source: Mapping[str, Any],
+                             params: Mapping[str, Any], extra: Mapping[str, Any]) -> None:  # fmt: skip
+    """Write the guidance sub-cache atomically (call under the cache's lock: :func:`cachedir.ensure`)."""
+    meta = {"weights": str(extra.get("weights", ""))}
+
+    def build(tmp: Path) -> None:
+        save_tensors(tmp / "pose_latents.safetensors", {"pose_latents": artifacts.pose_latents}, meta)
+        save_tensors(tmp / "cond0_latents.safetensors", {"cond0_latents": artifacts.cond0_latents}, meta)
+        save_tensors(tmp / "prompt_embeds.safetensors", {"prompt": artifacts.prompt_embeds, "negative": artifacts.negative_embeds}, meta)
+
+    cachedir.write_cache(cache_dir, build, schema=GUIDANCE_SCHEMA, source=source, params=params, extra=extra)
+
+
+def read_persona_artifacts(cache_dir: Path, source: Mapping[str, Any], params: Mapping[str, Any],
+                           width: int, height: int) -> PersonaArtifacts:  # fmt: skip
+    """Validate the persona sub-cache against ``source`` / ``params`` and load its tensors."""
+    cachedir.read_cache(cache_dir, PERSONA_SCHEMA, expected_source=source, expected_params=params)
+    h, w = height // VAE_SCALE_SPATIAL, width // VAE_SCALE_SPATIAL
+    ref = load_tensors(cache_dir / "ref_latents.safetensors", {"ref_latents": (1, 20, 1, h, w)})
+    tokens = load_tensors(cache_dir / "image_tokens.safetensors", {"image_tokens": (1, None, None)})
+    return PersonaArtifacts(ref["ref_latents"], tokens["image_tokens"])
+
+
+def write_persona_artifacts(cache_dir: Path, artifacts: PersonaArtifacts, *, source: Mapping[str, Any],
+                            params: Mapping[str, Any], extra: Mapping[str, Any]) -> None:  # fmt: skip
+    """Write the persona sub-cache atomically (call under the cache's lock: :func:`cachedir.ensure`)."""
+    meta = {"weights": str(extra.get("weights", ""))}
+
+    def build(tmp: Path) -> None:
+        save_tensors(tmp / "ref_latents.safetensors", {"ref_latents": artifacts.ref_latents}, meta)
+        save_tensors(tmp / "image_tokens.safetensors", {"image_tokens": artifacts.image_tokens}, meta)
+
+    cachedir.write_cache(cache_dir, build, schema=PERSONA_SCHEMA, source=source, params=params, extra=extra)

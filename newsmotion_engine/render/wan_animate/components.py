@@ -170,7 +170,9 @@ def keep_fp32_modules(model: Any) -> None:
 
 @dataclass
 class RenderComponents:
-    """What a render uses: transformer, VAE (decoder at render time), scheduler config."""
+    """What a render uses: transformer, VAE (decoder at render time), scheduler config; the
+    object the acceleration registry applies configs to. ``cfg_schedule`` is set by the
+    ``CFGSchedule`` acceleration (None: plain CFG)."""
 
     transformer: Any
     vae: Any
@@ -179,6 +181,7 @@ class RenderComponents:
     device: Any
     dtype: Any
     vae_dtype: Any
+    cfg_schedule: Any = None
 
     @property
     def weights_label(self) -> str:

@@ -1,44 +1,86 @@
 """Configuration of the ``wan-animate`` backend as data: architecture presets and the backend's
-options (:class:`WanAnimateOptions`), validated, with a clear error on unknown keys.
+options (:class:`WanAnimateOptions`): model and sampling fields plus a tuple of typed
+acceleration configs.
+
+Options parsing. Python callers build :class:`WanAnimateOptions` directly, with typed configs::
+
+    from newsmotion_engine.accel.teacache import TeaCache
+    opts = WanAnimateOptions(preset="tiny", steps=2, accelerations=(TeaCache(threshold=0.15),))
+
+The edges (CLI ``-o KEY=VALUE``, the Dagster renderer resource's ``options`` dict, bench JSON)
+give a flat mapping; :meth:`WanAnimateOptions.from_mapping` is the one parser: model and sampling
+keys map onto fields, the flat acceleration keys (:data:`ACCELERATION_KEYS`, the names README
+examples use) become typed configs, ``accelerations`` may carry typed configs too, and any other
+key is one :class:`WanAnimateConfigError` listing the known keys. A value out of range is the
+same error, naming the option and the rule (the rule itself lives in the config's
+``__post_init__``, once)::
+
+    opts = WanAnimateOptions.from_mapping({"preset": "tiny", "steps": 2, "teacache": 0.15, "fp8": "auto"})
+    opts.accelerations   # (Fp8Linears(mode='auto', keep_original=False), TeaCache(threshold=0.15, ...))
+
+=========================  =============================================================
+flat keys                  typed config (module)
+=========================  =============================================================
+``fp8``                    ``Fp8Linears(mode)``; ``"off"`` (default) = none (:mod:`accel.fp8`)
+``compile``                ``Compile(cudagraphs=...)`` for ``"blocks"`` /
+                           ``"blocks-cudagraphs"``; ``"off"`` = none (:mod:`accel.compile`)
+``attention``,             ``Attention(kernel, variant)``; ``"sdpa"`` without a variant =
+``fp8_attention_variant``  none (stock) (:mod:`accel.attention`)
+``teacache``,              ``TeaCache(threshold, warmup_steps, coefficients, record)`` when
+``teacache_warmup``,       ``teacache > 0`` or ``teacache_record`` (:mod:`accel.teacache`)
+``teacache_coefficients``,
+``teacache_record``
+``cfg_start``,             ``CFGSchedule(start, stop, every, momentum)`` when any differs from
+``cfg_stop``,              plain CFG (:mod:`accel.cfg`)
+``cfg_every``,
+``cfg_momentum``
+``vae_tiling``             ``VaeTiling()`` when true (:mod:`accel.memory`)
+``ffn_chunks``             ``FfnChunks(chunks)`` when not 0 (:mod:`accel.memory`)
+=========================  =============================================================
+
+The acceleration modules import torch, so they are imported only when such a key (or a backend)
+is used: importing this module stays cheap and an unknown key fails before torch loads.
 
 Presets build the named architecture with random weights when no model folder is given:
 
 - ``tiny``: two layers, two heads, 16 px face crops; CPU tests run a whole clip in seconds.
+- ``smoke``: real head size (128), tiny otherwise: every GPU path in seconds.
 - ``14b``: the Wan2.2-Animate-14B architecture (transformer 17.3B parameters, 40 layers, 40 heads x
   128, FFN 13824, CLIP ViT-H/14 image encoder, UMT5-XXL text encoder, Wan 2.1 VAE) for timing and
   memory measurements.
 
 Everything produced with random weights says so (``describe()["weights"]``, cache metadata, bench
 rows): such frames are noise-shaped and measure speed and numerical drift only.
-
-Example::
-
-    opts = WanAnimateOptions.from_mapping({"preset": "tiny", "steps": 2, "teacache": 0.15})
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from newsmotion_engine.errors import NewsmotionError
+from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, UnknownAccelerationError, ordered
+from newsmotion_engine.render.base import BackendOptionError, BackendOptions
 
 __all__ = [
+    "ACCELERATION_KEYS",
     "PRESETS",
     "Preset",
+    "RANDOM_WEIGHTS_LABEL",
     "WanAnimateConfigError",
     "WanAnimateOptions",
-    "RANDOM_WEIGHTS_LABEL",
+    "parse_accelerations",
 ]
 
 RANDOM_WEIGHTS_LABEL = "random weights"
 MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR"
+NAME = "wan-animate"
 
 
-class WanAnimateConfigError(NewsmotionError, ValueError):
+class WanAnimateConfigError(BackendOptionError):
     """A wan-animate option that is unknown or out of range."""
 
 
@@ -167,21 +209,116 @@ PRESETS: dict[str, Preset] = {
 }
 
 _DTYPES = ("bfloat16", "float16", "float32")
-_FP8_MODES = ("off", "auto", "compute", "storage")
-_ATTENTION = ("sdpa", "cudnn", "flash", "fp8-triton")
 _COMPILE = ("off", "blocks", "blocks-cudagraphs")
-# Mirrors newsmotion_engine.accel.attention.FP8_VARIANTS (kept here so config imports no torch).
-_FP8_ATTENTION_VARIANTS = ("fp8", "int8qk-fp8pv", "int8qk-bf16pv")
+_FP8 = ("off", "auto", "compute", "storage")
+_ACCEL = "newsmotion_engine.accel."
+
+
+def _config_class(module: str, name: str) -> type:
+    return getattr(importlib.import_module(_ACCEL + module), name)
+
+
+def _fp8(v: dict[str, Any]) -> AccelConfig | None:
+    mode = v.get("fp8", "off")
+    if mode not in _FP8:
+        raise AccelConfigError(f"use one of {', '.join(_FP8)}")
+    return None if mode == "off" else _config_class("fp8", "Fp8Linears")(mode=mode)
+
+
+def _compile(v: dict[str, Any]) -> AccelConfig | None:
+    mode = v.get("compile", "off")
+    if mode == "off":
+        return None
+    if mode not in _COMPILE:
+        raise AccelConfigError(f"use one of {', '.join(_COMPILE)}")
+    return _config_class("compile", "Compile")(cudagraphs=mode == "blocks-cudagraphs")
+
+
+def _attention(v: dict[str, Any]) -> AccelConfig | None:
+    kernel, variant = v.get("attention", "sdpa"), v.get("fp8_attention_variant")
+    if kernel == "sdpa" and variant is None:
+        return None  # stock attention: nothing to apply
+    return _config_class("attention", "Attention")(kernel=kernel, variant=variant)
+
+
+def _teacache(v: dict[str, Any]) -> AccelConfig | None:
+    threshold, record = v.get("teacache", 0.0), v.get("teacache_record", False)
+    if threshold == 0 and record is False:
+        return None
+    return _config_class("teacache", "TeaCache")(
+        threshold=threshold, warmup_steps=v.get("teacache_warmup", 1),
+        coefficients=v.get("teacache_coefficients", (1.0, 0.0)), record=record,
+    )  # fmt: skip
+
+
+def _cfg(v: dict[str, Any]) -> AccelConfig | None:
+    cls = _config_class("cfg", "CFGSchedule")
+    schedule = cls(start=v.get("cfg_start", 0.0), stop=v.get("cfg_stop", 1.0), every=v.get("cfg_every", 1),
+                   momentum=v.get("cfg_momentum", 0.0))  # fmt: skip
+    return None if schedule == cls() else schedule
+
+
+def _vae_tiling(v: dict[str, Any]) -> AccelConfig | None:
+    on = v.get("vae_tiling", False)
+    if not isinstance(on, bool):
+        raise AccelConfigError("use true or false")
+    return _config_class("memory", "VaeTiling")() if on else None
+
+
+def _ffn_chunks(v: dict[str, Any]) -> AccelConfig | None:
+    chunks = v.get("ffn_chunks", 0)
+    return None if chunks == 0 and not isinstance(chunks, bool) else _config_class("memory", "FfnChunks")(chunks=chunks)
+
+
+# Flat option keys per technique -> the parser building its typed config (None = not used).
+ACCELERATION_KEYS: dict[tuple[str, ...], Callable[[dict[str, Any]], AccelConfig | None]] = {
+    ("fp8",): _fp8,
+    ("compile",): _compile,
+    ("attention", "fp8_attention_variant"): _attention,
+    ("teacache", "teacache_warmup", "teacache_coefficients", "teacache_record"): _teacache,
+    ("cfg_start", "cfg_stop", "cfg_every", "cfg_momentum"): _cfg,
+    ("vae_tiling",): _vae_tiling,
+    ("ffn_chunks",): _ffn_chunks,
+}
+FLAT_ACCELERATION_KEYS = tuple(k for keys in ACCELERATION_KEYS for k in keys)
+
+
+def parse_accelerations(flat: Mapping[str, Any]) -> tuple[AccelConfig, ...]:
+    """Typed configs from flat acceleration keys (:data:`ACCELERATION_KEYS`), in registry order.
+
+    Raises:
+        WanAnimateConfigError: an unknown key, or a value the technique's config rejects (the
+            message names the option keys and the config's rule).
+    """
+    unknown = sorted(set(flat) - set(FLAT_ACCELERATION_KEYS))
+    if unknown:
+        raise WanAnimateConfigError(
+            f"unknown wan-animate acceleration option(s) {', '.join(unknown)}; known: {', '.join(sorted(FLAT_ACCELERATION_KEYS))}"
+        )
+    configs = []
+    for keys, parse in ACCELERATION_KEYS.items():
+        given = {k: flat[k] for k in keys if k in flat}
+        if not given:
+            continue
+        try:
+            config = parse(given)
+        except (AccelConfigError, TypeError, ValueError) as exc:
+            shown = ", ".join(f"{k}={v!r}" for k, v in given.items())
+            raise WanAnimateConfigError(f"wan-animate option {shown}: {exc}") from None
+        if config is not None:
+            configs.append(config)
+    return ordered(configs)
 
 
 @dataclass(frozen=True)
-class WanAnimateOptions:
-    """Every ``wan-animate`` option (the renderer resource's ``options`` map onto these fields).
+class WanAnimateOptions(BackendOptions):
+    """Every ``wan-animate`` option (the renderer resource's ``options`` map onto these through
+    :meth:`from_mapping`).
 
     Model:
         model_path: a diffusers-format Wan-Animate folder; default ``$NEWSMOTION_MODEL_DIR``; none ->
             ``preset`` with random weights.
-        preset: ``"tiny"`` or ``"14b"`` (architecture when there is no model folder).
+        preset: ``"tiny"``, ``"smoke"`` or ``"14b"`` (architecture when there is no model folder).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``... default ``"auto"`` (cuda when available).
         dtype: transformer compute dtype, ``"bfloat16"`` (default), ``"float16"`` or ``"float32"``.
     Sampling:
@@ -189,23 +326,15 @@ class WanAnimateOptions:
         default); segment_frames: frames per segment (4k+1; default the preset's); prev_frames:
         frames carried from one segment into the next (1 or 5); seed base comes from RenderSpec.
         prompt: overrides the loop's prompt; negative_prompt: for CFG.
-    Accelerations (each off by default, each removable):
-        fp8: ``"off"`` | ``"auto"`` (FP8 compute where the GPU has it, else a labelled
-            FP8-storage fallback) | ``"compute"`` (error without FP8 hardware) | ``"storage"``.
-        compile: ``"off"`` | ``"blocks"`` (regional torch.compile of the repeated blocks) |
-            ``"blocks-cudagraphs"``.
-        attention: ``"sdpa"`` (PyTorch picks) | ``"cudnn"`` | ``"flash"`` | ``"fp8-triton"``;
-            fp8_attention_variant: the FP8 kernel's variant (``accel.attention.FP8_VARIANTS``;
-            default ``DEFAULT_FP8_VARIANT``, the one the GPU bench measured accurate and fastest).
-        teacache: threshold (0 = off; 0.15 is the usual value); teacache_warmup: first steps
-            always computed; teacache_coefficients: rescale polynomial (highest power first);
-            teacache_record: with teacache 0, compute every step but record (embedding change,
-            output change) pairs for calibration (``newsmotion calibrate teacache``).
-        cfg_start, cfg_stop: CFG window as fractions of the steps; cfg_every: one-pass momentum
-            CFG (two passes every k steps; 1 = plain CFG); cfg_momentum: momentum of the cached delta.
-        vae_tiling: tiled VAE decode; ffn_chunks: feed-forward over N sequence chunks (0 = off).
+    Accelerations:
+        accelerations: typed configs (:mod:`newsmotion_engine.accel`), each off unless present,
+            each removable through :mod:`newsmotion_engine.accel.registry`; kept in the
+            registry's application order. The flat keys of :data:`ACCELERATION_KEYS` build them.
+    Tests:
+        cache_root: where backend sub-caches go (default: inside the parent caches).
     """
 
+    backend: ClassVar[str] = NAME
     model_path: str | None = None
     preset: str = "tiny"
     device: str = "auto"
@@ -216,80 +345,69 @@ class WanAnimateOptions:
     prev_frames: int = 1
     prompt: str | None = None
     negative_prompt: str = ""
-    fp8: str = "off"
-    compile: str = "off"
-    attention: str = "sdpa"
-    fp8_attention_variant: str | None = None
-    teacache: float = 0.0
-    teacache_warmup: int = 1
-    teacache_coefficients: tuple[float, ...] = (1.0, 0.0)
-    teacache_record: bool = False
-    cfg_start: float = 0.0
-    cfg_stop: float = 1.0
-    cfg_every: int = 1
-    cfg_momentum: float = 0.0
-    vae_tiling: bool = False
-    ffn_chunks: int = 0
-    cache_root: str | None = None  # tests only: where backend sub-caches go (default: inside the parent caches)
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    accelerations: tuple[AccelConfig, ...] = ()
+    cache_root: str | None = None
 
     def __post_init__(self) -> None:
         def bad(name: str, rule: str) -> WanAnimateConfigError:
-            return WanAnimateConfigError(f"wan-animate option {name}={getattr(self, name)!r}: {rule}")
+            return WanAnimateConfigError(str(self.option_error(name, rule)))
 
         if self.preset not in PRESETS:
             raise bad("preset", f"use one of {', '.join(PRESETS)}")
         if self.dtype not in _DTYPES:
             raise bad("dtype", f"use one of {', '.join(_DTYPES)}")
-        if self.fp8 not in _FP8_MODES:
-            raise bad("fp8", f"use one of {', '.join(_FP8_MODES)}")
-        if self.compile not in _COMPILE:
-            raise bad("compile", f"use one of {', '.join(_COMPILE)}")
-        if self.attention not in _ATTENTION:
-            raise bad("attention", f"use one of {', '.join(_ATTENTION)}")
-        if self.fp8_attention_variant is not None and self.fp8_attention_variant not in _FP8_ATTENTION_VARIANTS:
-            raise bad("fp8_attention_variant", f"use one of {', '.join(_FP8_ATTENTION_VARIANTS)}")
-        if not isinstance(self.steps, int) or not 1 <= self.steps <= 1000:
+        if not isinstance(self.steps, int) or isinstance(self.steps, bool) or not 1 <= self.steps <= 1000:
             raise bad("steps", "use an integer 1..1000")
-        if not 1.0 <= float(self.guidance_scale) <= 30.0:
+        if not isinstance(self.guidance_scale, (int, float)) or isinstance(self.guidance_scale, bool) \
+                or not 1.0 <= float(self.guidance_scale) <= 30.0:  # fmt: skip
             raise bad("guidance_scale", "use 1.0 (no CFG) .. 30")
-        if self.segment_frames is not None and (self.segment_frames < 5 or (self.segment_frames - 1) % 4):
+        if self.segment_frames is not None and (
+            not isinstance(self.segment_frames, int) or self.segment_frames < 5 or (self.segment_frames - 1) % 4
+        ):
             raise bad("segment_frames", "use 4k+1 frames, at least 5 (e.g. 77)")
-        if self.prev_frames not in (1, 5):
+        if self.prev_frames not in (1, 5) or isinstance(self.prev_frames, bool):
             raise bad("prev_frames", "use 1 or 5")
-        if not 0.0 <= float(self.teacache) <= 10.0:
-            raise bad("teacache", "use a threshold 0 (off) .. 10; 0.15 is typical")
-        if self.teacache_warmup < 0:
-            raise bad("teacache_warmup", "use 0 or more steps")
-        if len(self.teacache_coefficients) < 1:
-            raise bad("teacache_coefficients", "give at least one polynomial coefficient")
-        if self.teacache_record and self.teacache > 0:
-            raise bad("teacache_record", "record a full run: set teacache=0 (every step computed)")
-        if not 0.0 <= self.cfg_start < self.cfg_stop <= 1.0:
-            raise bad("cfg_start", "need 0 <= cfg_start < cfg_stop <= 1")
-        if not isinstance(self.cfg_every, int) or self.cfg_every < 1:
-            raise bad("cfg_every", "use an integer >= 1 (1 = two passes every step)")
-        if not 0.0 <= self.cfg_momentum < 1.0:
-            raise bad("cfg_momentum", "use 0 <= momentum < 1")
-        if not isinstance(self.ffn_chunks, int) or self.ffn_chunks < 0:
-            raise bad("ffn_chunks", "use 0 (off) or a number of chunks")
-        object.__setattr__(self, "teacache_coefficients", tuple(float(c) for c in self.teacache_coefficients))
+        for name in ("prompt", "model_path", "cache_root"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise bad(name, "use a string")
+        if not isinstance(self.negative_prompt, str):
+            raise bad("negative_prompt", "use a string")
+        if isinstance(self.accelerations, (str, bytes, Mapping)) or not hasattr(self.accelerations, "__iter__"):
+            raise bad("accelerations", "give a sequence of acceleration configs (newsmotion_engine.accel)")
+        try:
+            object.__setattr__(self, "accelerations", ordered(self.accelerations))
+        except (AccelConfigError, UnknownAccelerationError) as exc:
+            raise WanAnimateConfigError(f"wan-animate option accelerations: {exc}") from None
+        object.__setattr__(self, "guidance_scale", float(self.guidance_scale))
+
+    @classmethod
+    def known_options(cls) -> tuple[str, ...]:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return tuple(sorted(fields | set(FLAT_ACCELERATION_KEYS)))
+
+    @classmethod
+    def unknown_options_error(cls, unknown: list[str]) -> BackendOptionError:
+        return WanAnimateConfigError(str(super().unknown_options_error(unknown)))
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any] | None = None, **kw: Any) -> WanAnimateOptions:
-        """Build from a resource's ``options`` dict; unknown keys raise with the list of known ones."""
+        """Build from a flat mapping (CLI ``-o``, the resource's ``options``); see the module
+        docstring. ``accelerations`` may hold typed configs; a technique given both ways is an
+        error. Unknown keys raise with the list of known ones (before torch is imported)."""
         merged = {**(dict(options) if options else {}), **kw}
-        known = {f.name for f in dataclasses.fields(cls) if f.name != "extra"}
-        unknown = sorted(set(merged) - known)
+        unknown = [k for k in merged if k not in cls.known_options()]
         if unknown:
-            raise WanAnimateConfigError(
-                f"unknown wan-animate option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-            )
+            raise cls.unknown_options_error(unknown)
+        flat = {k: merged.pop(k) for k in list(merged) if k in FLAT_ACCELERATION_KEYS}
+        parsed = parse_accelerations(flat)
+        given = tuple(merged.pop("accelerations", ()) or ())
+        clash = {type(c) for c in parsed} & {type(c) for c in given}
+        if clash:
+            names = ", ".join(sorted(t.__name__ for t in clash))
+            raise WanAnimateConfigError(f"wan-animate options: {names} given both as flat keys and in accelerations; give it once")
         if merged.get("model_path") is None and os.environ.get(MODEL_DIR_ENV):
             merged["model_path"] = os.environ[MODEL_DIR_ENV]
-        if "teacache_coefficients" in merged:
-            merged["teacache_coefficients"] = tuple(merged["teacache_coefficients"])
-        return cls(**merged)
+        return cls(**merged, accelerations=(*parsed, *given))
 
     @property
     def preset_spec(self) -> Preset:
@@ -299,17 +417,21 @@ class WanAnimateOptions:
     def segment_length(self) -> int:
         return self.segment_frames or self.preset_spec.segment_frames
 
+    def accel(self, config_type: type) -> Any:
+        """The configured acceleration of ``config_type``, or None."""
+        return next((c for c in self.accelerations if isinstance(c, config_type)), None)
+
+    def has(self, technique: str) -> bool:
+        """Whether an acceleration with this ``technique`` name (e.g. ``"fp8"``) is configured
+        (checks without importing the acceleration modules)."""
+        return any(c.technique == technique for c in self.accelerations)
+
+    def with_accelerations(self, *configs: AccelConfig) -> WanAnimateOptions:
+        """A copy where ``configs`` replace the configured ones of the same types."""
+        types = {type(c) for c in configs}
+        kept = tuple(c for c in self.accelerations if type(c) not in types)
+        return dataclasses.replace(self, accelerations=(*kept, *configs))
+
     def accel_summary(self) -> dict[str, Any]:
-        """The acceleration settings, for telemetry."""
-        return {
-            "fp8": self.fp8,
-            "compile": self.compile,
-            "attention": self.attention,
-            "fp8_attention_variant": self.fp8_attention_variant,
-            "teacache": self.teacache,
-            "cfg_window": [self.cfg_start, self.cfg_stop],
-            "cfg_every": self.cfg_every,
-            "cfg_momentum": self.cfg_momentum,
-            "vae_tiling": self.vae_tiling,
-            "ffn_chunks": self.ffn_chunks,
-        }
+        """The acceleration configs for telemetry: ``{technique: settings}`` (empty: stock)."""
+        return {c.technique: c.fields() for c in self.accelerations}

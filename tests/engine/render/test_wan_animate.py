@@ -1,5 +1,6 @@
 """wan-animate backend on the tiny preset (CPU, random weights): end to end through render_clip,
-the two-tier caches (no encoder at render time), and bad input."""
+the two-tier caches (built by prepare_*, only loaded by frames: no encoder at render time), and
+bad input."""
 
 from __future__ import annotations
 
@@ -15,9 +16,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from newsmotion_engine.errors import BadInputError  # noqa: E402
+from newsmotion_engine.errors import BadInputError, CacheMissingError, CacheStaleError  # noqa: E402
 from newsmotion_engine.render import RenderSpec, get_backend, render_clip  # noqa: E402
-from newsmotion_engine.render.base import InvalidSpecError  # noqa: E402
+from newsmotion_engine.render.base import (  # noqa: E402
+    BackendCacheMissingError,
+    BackendCacheStaleError,
+    BackendOptionError,
+    InvalidSpecError,
+)
 from newsmotion_engine.render import wan_animate  # noqa: E402
 from newsmotion_engine.render.wan_animate.config import WanAnimateConfigError  # noqa: E402
 
@@ -95,19 +101,43 @@ class _Counter:
             monkeypatch.setattr(cls, attr, wrapped)
 
 
+def _prepare(backend, loop, persona, spec=SPEC):
+    return backend.prepare_guidance(loop, spec), backend.prepare_persona(persona, spec)
+
+
 def test_tiny_render_end_to_end_through_render_clip(pair, tmp_path):
     loop, persona = pair
     backend = _backend()
+    assert _prepare(backend, loop, persona) == (True, True)
     tele = render_clip(loop, persona, backend, SPEC, tmp_path / "out.mp4")
     assert tele.frames == 13 and (tmp_path / "out.mp4").stat().st_size > 0
     info = tele.backend_info
     assert info["weights"] == "random weights" and "random weights" in info["note"]
     assert info["last_render"]["segments"] == 2  # 13 frames in 9-frame segments overlapping by 1
-    assert info["last_render"]["caches"] == {"guidance": "built", "persona": "built"}
     meta = json.loads((loop.path / "wan-animate" / "64x64" / "metadata.json").read_text())
     assert meta["weights"] == "random weights" and meta["params"]["size"] == [64, 64]
     assert meta["source"]["sha256"] == "a" * 64
     backend.close()
+
+
+def test_frames_without_prepare_names_what_to_build_and_builds_nothing(pair, monkeypatch):
+    loop, persona = pair
+    backend = _backend()
+    backend.load()
+    counter = _Counter(monkeypatch)
+    with pytest.raises(BackendCacheMissingError) as info:
+        list(backend.frames(loop, persona, loop.keypoints, SPEC))
+    msg = str(info.value)
+    assert "wan-animate guidance artifacts for loop 'nod' at 64x64 are missing" in msg
+    assert "materialize backend_guidance_cache[nod]" in msg and "newsmotion render" in msg
+    assert isinstance(info.value, CacheMissingError) and info.value.asset == "backend_guidance_cache"
+    assert counter.calls == {"vae.encode": 0, "image_encoder": 0, "text_encoder": 0}
+    assert not (loop.path / "wan-animate").exists() and not (persona.path / "wan-animate").exists()
+    # With the guidance side built, the persona side is the one named.
+    backend.prepare_guidance(loop, SPEC)
+    with pytest.raises(BackendCacheMissingError, match=r"persona artifacts for persona 'anna'.*backend_persona_cache\[anna\]"):
+        list(backend.frames(loop, persona, loop.keypoints, SPEC))
+    assert not (persona.path / "wan-animate").exists()
 
 
 def test_no_encoder_runs_at_render_time(pair, monkeypatch):
@@ -115,47 +145,60 @@ def test_no_encoder_runs_at_render_time(pair, monkeypatch):
     backend = _backend()
     backend.load()
     counter = _Counter(monkeypatch)
-    assert backend.prepare(loop, persona, SPEC) == {"guidance": "built", "persona": "built"}
+    assert _prepare(backend, loop, persona) == (True, True)
     built = dict(counter.calls)
     assert built["vae.encode"] > 0 and built["image_encoder"] == 1 and built["text_encoder"] == 1
     counter.calls.update({k: 0 for k in counter.calls})
+    assert _prepare(backend, loop, persona) == (False, False)  # current: validated, not rebuilt
     frames = list(backend.frames(loop, persona, loop.keypoints, SPEC))
     assert len(frames) == 13 and frames[0].shape == (64, 64, 3) and frames[0].dtype == np.uint8
     assert counter.calls == {"vae.encode": 0, "image_encoder": 0, "text_encoder": 0}
-    assert backend.describe()["last_render"]["caches"] == {"guidance": "reused", "persona": "reused"}
     # Another resolution is another cache: built (encoders run), never the 64x64 one reused.
-    assert backend.prepare(loop, persona, RenderSpec(width=96, height=64)) == {"guidance": "built", "persona": "built"}
+    assert _prepare(backend, loop, persona, RenderSpec(width=96, height=64)) == (True, True)
     assert counter.calls["vae.encode"] > 0
 
 
-def test_stale_cache_is_rebuilt(pair):
+def test_stale_cache_is_refused_at_render_time_and_rebuilt_by_prepare(pair):
     loop, persona = pair
     backend = _backend()
-    backend.prepare(loop, persona, SPEC)
+    _prepare(backend, loop, persona)
     loop.metadata = {"source": {"kind": "authored", "sha256": "c" * 64}}  # the loop changed
-    assert backend.prepare(loop, persona, SPEC) == {"guidance": "built", "persona": "reused"}
+    with pytest.raises(BackendCacheStaleError, match="guidance artifacts for loop 'nod' at 64x64 are stale") as info:
+        list(backend.frames(loop, persona, loop.keypoints, SPEC))
+    assert isinstance(info.value, CacheStaleError)
+    assert _prepare(backend, loop, persona) == (True, False)
     other = _backend(prompt="a different prompt")
-    assert other.prepare(loop, persona, SPEC)["guidance"] == "built"
+    assert other.prepare_guidance(loop, SPEC) is True
 
 
 def test_same_seed_same_frames_and_teacache_cfg_options(pair):
     loop, persona = pair
-    a = list(_backend().frames(loop, persona, loop.keypoints, SPEC))
+    plain = _backend()
+    _prepare(plain, loop, persona)
+    a = list(plain.frames(loop, persona, loop.keypoints, SPEC))
     b = list(_backend().frames(loop, persona, loop.keypoints, SPEC))
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     accel = _backend(teacache=10.0, teacache_warmup=1, guidance_scale=3.0, cfg_every=2, steps=4)
+    _prepare(accel, loop, persona)
     frames = list(accel.frames(loop, persona, loop.keypoints, SPEC))
     assert len(frames) == 13
-    stats = accel.describe()["last_render"]
+    info = accel.describe()
+    stats = info["last_render"]
     assert stats["teacache_skipped"] > 0
     assert stats["uncond_passes"] < stats["cond_passes"] and stats["cfg_flops_saved"] > 0
+    assert info["accelerations"]["teacache"]["threshold"] == 10.0 and info["accelerations"]["cfg"]["every"] == 2
+    assert info["accel_report"]["teacache"]["threshold"] == 10.0
 
 
 def test_bad_options_and_sizes(pair):
-    with pytest.raises(WanAnimateConfigError, match="unknown wan-animate option.*stepz"):
+    with pytest.raises(WanAnimateConfigError, match="unknown wan-animate option.*stepz.*known:.*teacache"):
         get_backend("wan-animate", stepz=3)
     with pytest.raises(WanAnimateConfigError, match="segment_frames"):
         get_backend("wan-animate", segment_frames=10)
+    with pytest.raises(BackendOptionError, match=r"wan-animate option cfg_start=0\.6, cfg_stop=0\.4: CFG window"):
+        get_backend("wan-animate", cfg_start=0.6, cfg_stop=0.4)
+    with pytest.raises(BackendOptionError, match="teacache=-1.*threshold"):
+        get_backend("wan-animate", teacache=-1)
     loop, persona = pair
     with pytest.raises(InvalidSpecError, match="divisible by 16"):
         list(_backend().frames(loop, persona, loop.keypoints, RenderSpec(width=72, height=64)))
@@ -198,5 +241,7 @@ def test_cuda_oom_names_the_memory_settings(pair, monkeypatch):
 
     monkeypatch.setattr(denoise, "denoise_segment", oom)
     loop, persona = pair
+    backend = _backend()
+    _prepare(backend, loop, persona)
     with pytest.raises(backend_mod.WanAnimateOOMError, match="fp8='auto'.*vae_tiling=True.*ffn_chunks=8"):
-        list(_backend().frames(loop, persona, loop.keypoints, SPEC))
+        list(backend.frames(loop, persona, loop.keypoints, SPEC))

@@ -1,0 +1,103 @@
+"""One inference segment of the ``wan-animate`` backend, from cached tensors to decoded frames.
+
+:func:`render_segment` is the shipped per-segment path: ``WanAnimateBackend.frames`` calls it for
+every segment of a clip, and the GPU benchmark's "ours" side calls it for the segment it times
+(STYLE 13: the benchmark measures the code users run). It assembles the segment's inputs from the
+guidance and persona artifacts (the first segment's conditioning, or the latent continuation of
+the previous segment), builds the CFG strategy from the components' schedule (set by the
+``CFGSchedule`` acceleration; plain CFG without one), resets TeaCache's state (a new trajectory),
+denoises (:func:`denoise.denoise_segment`) and decodes.
+
+Example::
+
+    result = render_segment(components, guidance_artifacts, persona_artifacts, face_frames,
+                            plan=plan, segment=0, noise=noise, steps=4, guidance_scale=1.0)
+    result.video      # uint8 [T, H, W, 3]
+    result.stats      # denoise_s, decode_s, CFG passes, TeaCache computed / skipped
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from newsmotion_engine.accel.cfg import CFGStrategy
+from newsmotion_engine.accel.teacache import reset_teacache, teacache_stats
+from newsmotion_engine.render.wan_animate import denoise
+from newsmotion_engine.render.wan_animate.caches import GuidanceArtifacts, PersonaArtifacts, SegmentPlan, i2v_mask, to_video_tensor
+
+__all__ = ["SegmentResult", "render_segment"]
+
+
+@dataclass
+class SegmentResult:
+    """One rendered segment: its final latents (float32, with the reference frame first), the
+    decoded frames (uint8 ``[T, H, W, 3]``) and per-segment statistics."""
+
+    latents: torch.Tensor
+    video: np.ndarray
+    stats: dict[str, Any]
+
+
+def render_segment(
+    components: Any,
+    guidance: GuidanceArtifacts,
+    persona: PersonaArtifacts,
+    face_frames: np.ndarray,
+    *,
+    plan: SegmentPlan,
+    segment: int,
+    noise: torch.Tensor,
+    steps: int,
+    guidance_scale: float,
+    previous: torch.Tensor | None = None,
+) -> SegmentResult:
+    """Denoise and decode segment ``segment`` of ``plan``.
+
+    Args:
+        components: the backend's loaded components (``transformer``, ``vae``, ``device``,
+            ``dtype``, ``new_scheduler()``, ``cfg_schedule``), accelerations already applied.
+        guidance, persona: the loaded sub-cache tensors.
+        face_frames: uint8 ``[plan.segment_frames, S, S, 3]`` face crops for this segment.
+        noise: float32 ``[1, 16, 1 + T_lat, h, w]`` initial latents.
+        steps, guidance_scale: sampling settings (guidance 1.0 = no unconditional pass).
+        previous: the previous segment's denoised latents without the reference frame
+            (``latents[:, :, 1:]``); required for every segment after the first.
+    """
+    dev, dtype = components.device, components.dtype
+    if segment > 0 and previous is None:
+        raise ValueError("render_segment: a continuation segment needs the previous segment's latents")
+    h, w = guidance.cond0_latents.shape[-2:]
+    if segment == 0:
+        cond = guidance.cond0_latents
+    else:
+        mask = i2v_mask(plan.latent_frames, h, w, plan.prev_frames)
+        cond = denoise.latent_continuation(guidance.cond0_latents, previous, plan.prev_frames, mask)
+    use_cfg = guidance_scale > 1.0
+    inputs = denoise.SegmentInputs(
+        reference_latents=torch.cat([persona.ref_latents, cond], dim=2).to(dev, torch.float32),
+        pose_latents=guidance.pose_latents[segment : segment + 1].to(dev, dtype),
+        face_pixels=to_video_tensor(face_frames).to(dev, dtype),
+        prompt_embeds=guidance.prompt_embeds.to(dev, dtype),
+        negative_embeds=guidance.negative_embeds.to(dev, dtype) if use_cfg else None,
+        image_embeds=persona.image_tokens.to(dev, dtype),
+    )
+    strategy = CFGStrategy(guidance_scale, steps, getattr(components, "cfg_schedule", None))
+    reset_teacache(components.transformer)  # a new trajectory: nothing carries over (no-op without TeaCache)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        latents = denoise.denoise_segment(components.transformer, components.new_scheduler(), noise.to(dev), inputs,
+                                          steps=steps, cfg=strategy, dtype=dtype)  # fmt: skip
+    if getattr(dev, "type", "cpu") == "cuda":
+        torch.cuda.synchronize(dev)
+    t1 = time.perf_counter()
+    video = denoise.decode_latents(components.vae, latents)
+    t2 = time.perf_counter()
+    tc = teacache_stats(components.transformer)
+    stats = {"denoise_s": t1 - t0, "decode_s": t2 - t1, **strategy.stats(),
+             "teacache_computed": tc["computed"], "teacache_skipped": tc["skipped"]}  # fmt: skip
+    return SegmentResult(latents=latents, video=video, stats=stats)
