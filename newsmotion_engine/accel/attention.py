@@ -151,10 +151,11 @@ class Attention(AccelConfig):
 
 @dataclass
 class PreviousAttention:
-    """What :func:`set_attention` replaced: the self-attention processors (FP8 kernel) or nothing
-    (a diffusers backend, undone by ``reset_attention_backend``)."""
+    """What :func:`set_attention` replaced: the self-attention processors (FP8 kernel), or the
+    process-wide active diffusers attention backend (a diffusers backend choice)."""
 
     processors: list[Any] | None
+    active_backend: str | None = None
 
 
 def set_attention(model: Any, config: Attention) -> tuple[dict[str, Any], PreviousAttention]:
@@ -173,18 +174,26 @@ def set_attention(model: Any, config: Attention) -> tuple[dict[str, Any], Previo
             block.attn1.set_processor(Fp8SelfAttnProcessor(config.variant))
         return ({"attention": config.kernel, "variant": config.variant, "self_attention_layers": len(previous)},
                 PreviousAttention(previous))  # fmt: skip
+    # diffusers' set_attention_backend also changes its process-wide active backend, which
+    # reset_attention_backend leaves alone; remember it so removal restores it too.
+    from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+
+    active = _AttentionBackendRegistry.get_active_backend()[0]
     model.set_attention_backend(_DIFFUSERS_BACKEND[config.kernel])
-    return {"attention": config.kernel, "diffusers_backend": _DIFFUSERS_BACKEND[config.kernel]}, PreviousAttention(None)
+    return ({"attention": config.kernel, "diffusers_backend": _DIFFUSERS_BACKEND[config.kernel]},
+            PreviousAttention(None, getattr(active, "value", str(active))))  # fmt: skip
 
 
 def restore_attention(model: Any, previous: PreviousAttention) -> None:
     """Undo :func:`set_attention`: the replaced processors come back, or the diffusers attention
-    backend returns to its default (PyTorch SDPA)."""
+    backend (per layer and process-wide) is what it was before."""
     if previous.processors is not None:
         for block, processor in zip(model.blocks, previous.processors):
             block.attn1.set_processor(processor)
-    else:
-        model.reset_attention_backend()
+        return
+    if previous.active_backend is not None:
+        model.set_attention_backend(previous.active_backend)  # restores the process-wide choice
+    model.reset_attention_backend()  # layers follow the process-wide choice again, as when loaded
 
 
 def _apply(components: Any, config: Attention) -> AccelHandle:

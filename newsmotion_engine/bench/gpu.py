@@ -13,10 +13,19 @@ Two parts, each fitting one 10-minute device command:
   than cuDNN, else cuDNN).
 - ``part="render"``: one segment end to end at ``steps`` steps and ``guidance_scale``: the stock
   ``WanAnimatePipeline`` (prompt embeddings passed in, because the pipeline's prompt cleaning needs
-  ``ftfy``; the text encoding is timed separately and added to its end-to-end time) vs our
-  cached-input loop with the accelerations, per ``RENDER_VARIANTS`` entry (TeaCache, CFG window /
-  one-pass momentum CFG); same inputs, same initial noise; PSNR/SSIM of our frames vs the stock
-  frames, transformer forwards run / skipped, CFG passes and FLOPs saved.
+  ``ftfy``; the text encoding is timed separately and added to its end-to-end time) vs the shipped
+  backend path: ``WanAnimateBackend`` loads the components, its ``prepare_guidance`` /
+  ``prepare_persona`` build the sub-caches, the base accelerations are applied through the
+  registry, and each ``RENDER_VARIANTS`` entry (TeaCache, CFG window / one-pass momentum CFG) is
+  applied, rendered with :func:`~newsmotion_engine.render.wan_animate.segment.render_segment`
+  (the function ``frames()`` calls per segment) and removed again; same inputs, same initial
+  noise; PSNR/SSIM of our frames vs the stock frames, transformer forwards run / skipped, CFG
+  passes and FLOPs saved.
+
+Variants are tuples of the typed acceleration configs the product takes
+(:mod:`newsmotion_engine.accel`), applied and removed through the acceleration registry; JSON
+callers (``bench/device_gpu.sh``) may give flat option mappings, parsed by the same parser as
+the CLI's ``-o``.
 
 With random weights (the presets) errors and PSNR measure numerical drift only; every result
 says "random weights".
@@ -29,20 +38,32 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import gc
+import hashlib
 import json
 import math
 import platform
 import statistics
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["bench_gpu"]
+from newsmotion_engine.accel.attention import Attention
+from newsmotion_engine.accel.cfg import CFGSchedule
+from newsmotion_engine.accel.compile import Compile
+from newsmotion_engine.accel.fp8 import Fp8Linears
+from newsmotion_engine.accel.memory import FfnChunks, VaeTiling
+from newsmotion_engine.accel.registry import AccelConfig
+from newsmotion_engine.accel.teacache import TeaCache
+
+__all__ = ["FORWARD_VARIANTS", "RENDER_VARIANTS", "backend_smoke", "bench_gpu", "forward_variant_configs"]
 
 Log = Callable[[str], None]
 MAX_FP8_ATTENTION_ERR = 0.05  # relative L2 error vs bf16 attention above which the FP8 kernel is not used
@@ -248,34 +269,57 @@ def attention_config_sweep(tokens: int = 75600, heads: int = 40, dim: int = 128,
     return res
 
 
-def _uncompile(model: Any) -> None:
-    from newsmotion_engine.accel.compile import _STEP_HOOK
+class Skip(NamedTuple):
+    """A forward variant that cannot run here, and why."""
 
-    for m in model.modules():
-        if getattr(m, "_compiled_call_impl", None) is not None:
-            m._compiled_call_impl = None
-    hook = getattr(model, _STEP_HOOK, None)
-    if hook is not None:
-        hook.remove()
-        setattr(model, _STEP_HOOK, None)
-
-
-def _reset_processors(model: Any) -> None:
-    from diffusers.models.transformers.transformer_wan_animate import WanAttnProcessor
-
-    for block in model.blocks:
-        block.attn1.set_processor(WanAttnProcessor())
-    model.set_attention_backend("native")
+    reason: str
 
 
 FORWARD_VARIANTS = ("stock_bf16", "attention_cudnn", "attention_fp8_triton", "compile_blocks", "fp8_linears", "all",
                     "all_cudnn", "all_cudagraphs")  # fmt: skip
 
 
+def forward_variant_configs(best_attention: Attention | None, fp8_kernel: Attention | None, *, cuda: bool,
+                            fp8_kernel_why: str = "no FP8 kernel variant under the error threshold") -> dict[str, tuple[AccelConfig, ...] | Skip]:  # fmt: skip
+    """The configs of each :data:`FORWARD_VARIANTS` entry, once the attention micro-benchmark has
+    picked ``best_attention`` (the FP8 kernel when accurate and faster than cuDNN, else cuDNN on
+    a GPU; ``None``: stock SDPA) and ``fp8_kernel`` (the accurate FP8 kernel variant, if any).
+
+    FP8 keeps the original weights (``keep_original=True``) so every variant is removed again and
+    the next one starts from the stock model. Without CUDA, compile is left out of ``all`` and the
+    compile-only variants are skipped (compile timing needs CUDA).
+    """
+    fp8 = Fp8Linears(mode="auto", keep_original=True)
+    best = (best_attention,) if best_attention is not None else ()
+    cudnn = Attention("cudnn") if cuda else Attention("sdpa")
+    compiled = (Compile(),) if cuda else ()
+    table: dict[str, tuple[AccelConfig, ...] | Skip] = {
+        "stock_bf16": (),
+        "attention_cudnn": (Attention("cudnn"),),
+        "attention_fp8_triton": (fp8_kernel,) if fp8_kernel is not None else Skip(fp8_kernel_why),
+        "compile_blocks": (Compile(),) if cuda else Skip("compile timing needs CUDA"),
+        "fp8_linears": (fp8,),
+        "all": (fp8, *best, *compiled),
+        "all_cudnn": (fp8, cudnn, *compiled),
+        "all_cudagraphs": (fp8, *best, Compile(cudagraphs=True)) if cuda else Skip("CUDA graphs need CUDA"),
+    }
+    if table["all_cudnn"] == table["all"]:
+        table["all_cudnn"] = Skip("same as 'all' (cuDNN is the best attention here)")
+    return table
+
+
+@dataclass
+class _Transformer:
+    """The components the forward variants act on: only a transformer."""
+
+    transformer: Any
+
+
 def _bench_forward(opts: Any, width: int, height: int, frames: int, warmup: int, reps: int, log: Log,
                    variants: tuple[str, ...] | None = None, attention_variants: tuple[str, ...] | None = None,
                    deadline: float = math.inf, save: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:  # fmt: skip
-    """One forward at the full segment shape per variant (``FORWARD_VARIANTS``; stock first).
+    """One forward at the full segment shape per variant (``FORWARD_VARIANTS``; stock first), each
+    variant's configs applied through the acceleration registry before it and removed after it.
 
     ``all``: FP8 linears + the fastest accurate attention (the selected FP8 kernel variant when it
     beats cuDNN in the micro-bench, else cuDNN) + regional compile; ``all_cudnn``: the same with
@@ -284,9 +328,9 @@ def _bench_forward(opts: Any, width: int, height: int, frames: int, warmup: int,
     """
     import torch
 
-    from newsmotion_engine.accel.attention import fp8_attention_supported, set_attention
-    from newsmotion_engine.accel.compile import compile_blocks
-    from newsmotion_engine.accel.fp8 import fp8_compute_supported, module_weight_gib, quantize_fp8
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.accel.attention import fp8_attention_supported
+    from newsmotion_engine.accel.fp8 import fp8_compute_supported, module_weight_gib
     from newsmotion_engine.render.wan_animate.components import build_transformer, resolve_device, torch_dtype
 
     variants = tuple(variants or FORWARD_VARIANTS)
@@ -299,6 +343,7 @@ def _bench_forward(opts: Any, width: int, height: int, frames: int, warmup: int,
     cfg = dict(opts.preset_spec.transformer)
     t0 = time.perf_counter()
     model = build_transformer(opts, device, dtype)
+    comps = _Transformer(model)
     build_s = time.perf_counter() - t0
     n_params = sum(p.numel() for p in model.parameters())
     log(f"built {opts.preset} transformer: {n_params / 1e9:.2f}B params, {module_weight_gib(model):.2f} GiB in {build_s:.1f}s")
@@ -309,37 +354,31 @@ def _bench_forward(opts: Any, width: int, height: int, frames: int, warmup: int,
     micro = _attention_bench(tokens, heads, head_dim, device, log, reps=max(3, reps), variants=attention_variants)
     result["attention_microbench"] = micro
     fp8_variant = micro.get("selected")
+    cuda = device.type == "cuda"
     # The FP8 kernel is used only when it is accurate (error under the threshold) AND beats cuDNN.
-    best_attn = "fp8-triton" if micro.get("selected_beats_cudnn") else ("cudnn" if device.type == "cuda" else "sdpa")
+    best_attn = "fp8-triton" if micro.get("selected_beats_cudnn") else ("cudnn" if cuda else "sdpa")
     result["best_attention"] = best_attn
     result["best_attention_variant"] = fp8_variant if best_attn == "fp8-triton" else None
-    state = {"fp8": None}
+    fp8_attn_ok, fp8_attn_why = fp8_attention_supported()
+    fp8_kernel = Attention("fp8-triton", variant=fp8_variant) if fp8_attn_ok and fp8_variant else None
+    best = Attention(best_attn, variant=result["best_attention_variant"])
+    table = forward_variant_configs(best, fp8_kernel, cuda=cuda,
+                                    fp8_kernel_why=fp8_attn_why if not fp8_attn_ok else "no FP8 kernel variant under the error threshold")  # fmt: skip
 
-    def ensure_fp8() -> dict[str, Any]:
-        if state["fp8"] is None:  # destructive: every later variant is FP8
-            state["fp8"] = quantize_fp8(model, mode="auto")
-        return state["fp8"]
-
-    def attn(kind: str, variant: str | None = None) -> dict[str, Any]:
-        return set_attention(model, kind, variant=variant) if kind == "fp8-triton" else set_attention(model, kind)
-
-    def reset() -> None:
-        _uncompile(model)
-        torch._dynamo.reset()
-        _reset_processors(model)
-
-    def run(name: str, setup: Callable[[], dict[str, Any]] | None = None, warm: int = warmup) -> None:
+    def run(name: str, configs: tuple[AccelConfig, ...], warm: int) -> None:
         gc.collect()
-        if device.type == "cuda":
+        if cuda:
             torch.cuda.empty_cache()
         row: dict[str, Any] = {}
         if time.perf_counter() > deadline:
             result["variants"][name] = {"skipped": "device-time budget of this run spent"}
             log(f"forward {name}: skipped (budget)")
             return
+        applied = None
         try:
-            if setup is not None:
-                row["setup"] = setup()
+            if configs:
+                applied = registry.apply_accelerations(comps, configs)
+                row["setup"] = applied.report
             _peak_reset(device)
             with torch.no_grad():
                 times, first, out = _time_calls(lambda: model(**inputs)[0], device, warm, reps)
@@ -364,59 +403,32 @@ def _bench_forward(opts: Any, width: int, height: int, frames: int, warmup: int,
         except Exception as exc:
             row["error"] = f"{type(exc).__name__}: {exc}"[:500]
         finally:
-            reset()
+            if applied is not None:
+                registry.remove_accelerations(comps, applied)  # the next variant starts from the stock model
         result["variants"][name] = row
         log(f"forward {name}: {row}")
         if save is not None:
             save({k: v for k, v in result.items() if k != "_ref"})
 
-    fp8_attn_ok, fp8_attn_why = fp8_attention_supported()
     for name in variants:
-        if name == "stock_bf16":
-            run(name)
-        elif name == "attention_cudnn":
-            run(name, lambda: attn("cudnn"))
-        elif name == "attention_fp8_triton":
-            if fp8_attn_ok and fp8_variant:
-                run(name, lambda: attn("fp8-triton", fp8_variant))
-            else:
-                result["variants"][name] = {"skipped": fp8_attn_why if not fp8_attn_ok else "no FP8 kernel variant under the error threshold"}
-        elif name == "compile_blocks":
-            if device.type == "cuda":
-                run(name, lambda: {"compile": compile_blocks(model)})
-            else:
-                result["variants"][name] = {"skipped": "compile timing needs CUDA"}
-        elif name == "fp8_linears":
-            run(name, ensure_fp8)
-        else:  # all, all_cudnn, all_cudagraphs
-            kind = ("cudnn" if device.type == "cuda" else "sdpa") if name == "all_cudnn" else best_attn
-            if name == "all_cudnn" and kind == best_attn:
-                result["variants"][name] = {"skipped": "same as 'all' (cuDNN is the best attention here)"}
-                continue
-            graphs = name == "all_cudagraphs"
-            if graphs and device.type != "cuda":
-                result["variants"][name] = {"skipped": "CUDA graphs need CUDA"}
-                continue
-
-            def all_setup(kind: str = kind, graphs: bool = graphs) -> dict[str, Any]:
-                out = {"fp8": ensure_fp8(), "attention": attn(kind, fp8_variant)}
-                if device.type == "cuda":
-                    out["compile"] = compile_blocks(model, cudagraphs=graphs)
-                return out
-
-            # CUDA graphs: call 1 warms up, call 2 records, later calls replay.
-            run(name, all_setup, warm=max(warmup, 2) if graphs else warmup)
+        configs = table[name]
+        if isinstance(configs, Skip):
+            result["variants"][name] = {"skipped": configs.reason}
+            continue
+        # CUDA graphs: call 1 warms up, call 2 records, later calls replay.
+        graphs = any(isinstance(c, Compile) and c.cudagraphs for c in configs)
+        run(name, configs, max(warmup, 2) if graphs else warmup)
     fp8_ok, fp8_why = fp8_compute_supported(device)
     result["fp8_compute"] = {"supported": fp8_ok, "why": fp8_why}
     ref = result.pop("_ref", None)
-    del ref, model, inputs
+    del ref, model, inputs, comps
     gc.collect()
-    if device.type == "cuda":
+    if cuda:
         torch.cuda.empty_cache()
     v = result["variants"]
     stock = v.get("stock_bf16", {}).get("forward_ms")
-    best = v.get("all", {}).get("forward_ms")
-    result["forward_speedup_vs_stock"] = round(stock / best, 3) if stock and best else None
+    best_ms = v.get("all", {}).get("forward_ms")
+    result["forward_speedup_vs_stock"] = round(stock / best_ms, 3) if stock and best_ms else None
     return result
 
 
@@ -428,196 +440,232 @@ def _psnr_ssim(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     return round(psnr, 2), round(ssim, 4)
 
 
-# Our render variants for the CFG comparison: each runs on the same accelerated transformer (FP8,
-# attention, compile, tiled VAE, FFN chunks applied once); they differ in TeaCache and CFG strategy.
-RENDER_VARIANTS: dict[str, dict[str, Any]] = {
+# Our render variants: each runs on the same accelerated components (the base accelerations:
+# FP8, attention, compile, tiled VAE, FFN chunks, applied once); they differ in TeaCache and CFG
+# schedule, applied before the variant's render and removed after it.
+RENDER_VARIANTS: dict[str, tuple[AccelConfig, ...]] = {
     # Every acceleration: TeaCache at its default threshold, CFG window [0, 0.8) and one-pass CFG
     # with momentum (two passes every 2nd step, cached delta with momentum 0.5 between).
-    "all": {"teacache": 0.15, "cfg_start": 0.0, "cfg_stop": 0.8, "cfg_every": 2, "cfg_momentum": 0.5},
+    "all": (TeaCache(threshold=0.15), CFGSchedule(start=0.0, stop=0.8, every=2, momentum=0.5)),
     # Kernels only: plain CFG every step, no TeaCache (separates kernel speed from skipped work).
-    "kernels_only": {"teacache": 0.0, "cfg_start": 0.0, "cfg_stop": 1.0, "cfg_every": 1, "cfg_momentum": 0.0},
+    "kernels_only": (),
 }
+BENCH_PROMPT = "a news anchor waves to the camera"
 
 
-def _bench_render(opts: Any, width: int, height: int, frames: int, steps: int, log: Log, accel: dict[str, Any],
-                  guidance_scale: float = 1.0, variants: dict[str, dict[str, Any]] | list[str] | None = None,
-                  warmup_steps: int = 2, deadline: float = math.inf,
-                  save: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:  # fmt: skip
-    """Stock WanAnimatePipeline vs our cached-input loop, one segment, same inputs and noise.
+@dataclass
+class BenchLoop:
+    """A guidance cache stand-in the backend can prepare and render (id, keypoints, folder, source)."""
 
-    ``accel`` (FP8, attention, compile, VAE tiling, FFN chunks) is applied once after the stock
-    run; then each of ``variants`` (TeaCache threshold and CFG window / period / momentum; default:
-    the ``"all"`` entry of :data:`RENDER_VARIANTS`) renders the same segment. With ``compile`` on,
-    a ``warmup_steps``-step render (both CFG passes) pays compilation and autotuning first.
-    """
-    import torch
-    from diffusers import UniPCMultistepScheduler, WanAnimatePipeline
-    from PIL import Image
+    loop_id: str
+    keypoints: np.ndarray
+    path: Path
+    metadata: dict[str, Any]
 
-    from newsmotion_engine.accel.cfg import CFGConfig, CFGStrategy
-    from newsmotion_engine.accel.teacache import TeaCacheConfig, apply_teacache, remove_teacache, reset_teacache, teacache_stats
-    from newsmotion_engine.render.wan_animate import caches as C
-    from newsmotion_engine.render.wan_animate.backend import apply_accelerations
-    from newsmotion_engine.render.wan_animate.components import (
-        RenderComponents,
-        build_transformer,
-        build_vae,
-        load_image_encoder,
-        load_text_encoder,
-        model_identity,
-        resolve_device,
-        torch_dtype,
-    )
-    from newsmotion_engine.render.wan_animate.denoise import SegmentInputs, decode_latents, denoise_segment
 
-    if variants is None:
-        variants = {"all": RENDER_VARIANTS["all"]}
-    elif not isinstance(variants, dict):  # names of RENDER_VARIANTS entries
-        variants = {n: RENDER_VARIANTS[n] for n in variants}
-    use_cfg = guidance_scale > 1.0
-    device = resolve_device(opts.device)
-    dtype = torch_dtype(opts.dtype)
-    vae_dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
-    t0 = time.perf_counter()
-    transformer = build_transformer(opts, device, dtype)
-    vae = build_vae(opts, device, vae_dtype)
-    proc, img_enc = load_image_encoder(opts, device)
-    img_enc = img_enc.to(dtype)
-    tok, txt_enc = load_text_encoder(opts, device)
-    scheduler = UniPCMultistepScheduler(**opts.preset_spec.scheduler)
-    log(f"render components built in {time.perf_counter() - t0:.1f}s")
-    res: dict[str, Any] = {"steps": steps, "frames": frames, "size": [width, height], "guidance_scale": guidance_scale,
-                           "tokens": _tokens(dict(opts.preset_spec.transformer), width, height, frames)}  # fmt: skip
+@dataclass
+class BenchPersona:
+    """A persona cache stand-in: portrait, masks, landmarks, folder, source."""
 
-    # Inputs: a synthetic reference image, pose video (drawn loop) and face video.
-    from newsmotion_engine.guidance.draw import draw_pose
+    persona_id: str
+    portrait: np.ndarray
+    person_mask: np.ndarray
+    face_mask: np.ndarray
+    landmarks: np.ndarray
+    path: Path
+    metadata: dict[str, Any]
+
+
+def _source(*arrays: np.ndarray) -> dict[str, Any]:
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return {"source": {"kind": "bench", "sha256": h.hexdigest()}}
+
+
+def bench_inputs(width: int, height: int, frames: int, root: Path) -> tuple[BenchLoop, BenchPersona]:
+    """The bench's synthetic segment: the ``welcome`` loop's first ``frames`` frames (cyclically)
+    and a reference image filling the frame (random texture over chroma green), as cache
+    stand-ins under ``root`` that the backend's ``prepare_*`` turn into its sub-caches."""
     from newsmotion_engine.guidance.palette import author_loop
 
     kp = author_loop("welcome")
-    pose_frames = np.stack([draw_pose(kp[i % len(kp)], width, height) for i in range(frames)])
+    kp = np.ascontiguousarray(kp[np.arange(frames) % len(kp)])
     rng = np.random.default_rng(0)
     ref = np.full((height, width, 3), (0, 177, 64), np.uint8)
     ref[height // 4 :, width // 4 : 3 * width // 4] = rng.integers(60, 200, (height - height // 4, 3 * width // 4 - width // 4, 3), dtype=np.uint8)
-    fsize = opts.preset_spec.transformer["motion_encoder_size"]
-    face_frames = np.stack([np.roll(np.asarray(Image.fromarray(ref).resize((fsize, fsize))), i, axis=1) for i in range(frames)])
-    t_lat = (frames - 1) // 4 + 1
-    h, w = height // 8, width // 8
-    noise = torch.randn((1, 16, t_lat + 1, h, w), generator=torch.Generator("cpu").manual_seed(0))
+    # A full matte and a portrait the size of the frame: the backend's reference frame is `ref` itself.
+    mask = np.full((height, width), 255, np.uint8)
+    (root / "loop").mkdir(parents=True, exist_ok=True)
+    (root / "persona").mkdir(parents=True, exist_ok=True)
+    loop = BenchLoop("welcome", kp, root / "loop", _source(kp))
+    persona = BenchPersona("bench", ref, mask, np.zeros_like(mask), kp[0].copy(), root / "persona", _source(ref))
+    return loop, persona
 
-    # Text embeddings (timed; the stock end-to-end time includes them).
-    t0 = time.perf_counter()
-    emb = C.encode_prompts(tok, txt_enc, ["a news anchor waves to the camera", ""], device)
-    _sync(device)
-    text_s = time.perf_counter() - t0
-    del txt_enc
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
-    pipe = WanAnimatePipeline(tokenizer=None, text_encoder=None, vae=vae, scheduler=scheduler, image_processor=proc,
-                              image_encoder=img_enc, transformer=transformer)  # fmt: skip
-    pipe.set_progress_bar_config(disable=True)
-    stock_calls = {"n": 0}
-    counter = transformer.register_forward_pre_hook(lambda *_: stock_calls.__setitem__("n", stock_calls["n"] + 1))
-    _peak_reset(device)
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        stock = pipe(image=Image.fromarray(ref), pose_video=[Image.fromarray(f) for f in pose_frames],
-                     face_video=[Image.fromarray(f) for f in face_frames], prompt_embeds=emb[0:1].to(device, dtype),
-                     negative_prompt_embeds=emb[1:2].to(device, dtype) if use_cfg else None,
-                     height=height, width=width, segment_frame_length=frames, num_inference_steps=steps,
-                     guidance_scale=guidance_scale, latents=noise.to(device), output_type="np").frames[0]  # fmt: skip
-    _sync(device)
-    stock_s = time.perf_counter() - t0
-    counter.remove()
-    stock_u8 = (np.clip(stock, 0, 1) * 255).round().astype(np.uint8)
-    res["stock"] = {"pipeline_s": round(stock_s, 2), "text_encode_s": round(text_s, 2), "end_to_end_s": round(stock_s + text_s, 2),
-                    "peak_vram_gib": _peak(device), "transformer_forwards": stock_calls["n"]}  # fmt: skip
-    log(f"render stock: {res['stock']}")
-    if save is not None:
-        save(res)
+def _bench_render(opts: Any, width: int, height: int, frames: int, steps: int, log: Log, accel: Sequence[AccelConfig],
+                  guidance_scale: float = 1.0, variants: Mapping[str, Sequence[AccelConfig]] | None = None,
+                  warmup_steps: int = 2, deadline: float = math.inf,
+                  save: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Stock WanAnimatePipeline vs the shipped backend path, one segment, same inputs and noise.
 
-    # Our caches (built once; timed separately: they are not paid per render).
-    t0 = time.perf_counter()
-    pose_lat = C.vae_encode(vae, C.to_video_tensor(pose_frames), device)
-    cond0 = torch.cat([C.i2v_mask(t_lat, h, w, 0), C.vae_encode(vae, torch.zeros(1, 3, frames, height, width), device)], dim=1)
-    ref_lat = torch.cat([C.i2v_mask(1, h, w, 1), C.vae_encode(vae, C.to_video_tensor(ref[None]), device)], dim=1)
-    tokens = C.encode_image_tokens(proc, img_enc, ref, device)
-    _sync(device)
-    res["cache_build_s"] = round(time.perf_counter() - t0, 2)
-    del pipe, img_enc
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+    ``accel`` (FP8, attention, compile, VAE tiling, FFN chunks) is applied once after the stock
+    run; then each of ``variants`` (configs applied before and removed after the variant; default:
+    the ``"all"`` entry of :data:`RENDER_VARIANTS`) renders the same segment through
+    :func:`~newsmotion_engine.render.wan_animate.segment.render_segment`. With ``compile`` on, a
+    ``warmup_steps``-step render (both CFG passes) pays compilation and autotuning first.
+    """
+    import torch
+    from diffusers import WanAnimatePipeline
+    from PIL import Image
 
-    comps = RenderComponents(transformer, vae, dict(opts.preset_spec.scheduler), model_identity(opts, device), device, dtype, vae_dtype)
-    t0 = time.perf_counter()
-    report = apply_accelerations(comps, opts.__class__(**{**_opts_dict(opts), **accel, "teacache": 0.0}))
-    res["accel_apply_s"] = round(time.perf_counter() - t0, 2)
-    res["accel_report"] = report
-    inputs = SegmentInputs(
-        reference_latents=torch.cat([ref_lat, cond0], dim=2).to(device),
-        pose_latents=pose_lat.to(device, dtype),
-        face_pixels=C.to_video_tensor(face_frames).to(device, dtype),
-        prompt_embeds=emb[0:1].to(device, dtype),
-        negative_embeds=emb[1:2].to(device, dtype) if use_cfg else None,
-        image_embeds=tokens.to(device, dtype),
-    )
-    calls = {"n": 0}
-    transformer.register_forward_pre_hook(lambda *_: calls.__setitem__("n", calls["n"] + 1))
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.accel.fp8 import module_weight_gib
+    from newsmotion_engine.guidance.draw import draw_pose
+    from newsmotion_engine.render.base import RenderSpec
+    from newsmotion_engine.render.wan_animate import caches as C
+    from newsmotion_engine.render.wan_animate import segment as S
+    from newsmotion_engine.render.wan_animate.backend import WanAnimateBackend
+    from newsmotion_engine.render.wan_animate.components import load_image_encoder, load_text_encoder
 
-    def ours(n_steps: int, cfg: CFGConfig) -> tuple[np.ndarray, float, float, dict[str, Any]]:
-        strategy = CFGStrategy(cfg, n_steps)
-        ta = time.perf_counter()
-        with torch.no_grad():
-            lat = denoise_segment(transformer, comps.new_scheduler(), noise.to(device), inputs, steps=n_steps, cfg=strategy, dtype=dtype)
-        _sync(device)
-        tb = time.perf_counter()
-        video = decode_latents(vae, lat)
-        return video, tb - ta, time.perf_counter() - tb, strategy.stats()
-
-    if device.type == "cuda" and accel.get("compile", "off") != "off":
+    variants = dict(variants) if variants is not None else {"all": RENDER_VARIANTS["all"]}
+    base_types = {type(c) for c in accel}
+    for name, configs in variants.items():
+        clash = base_types & {type(c) for c in configs}
+        if clash:
+            raise ValueError(f"render variant {name!r} repeats base acceleration(s) {sorted(t.__name__ for t in clash)}")
+    use_cfg = guidance_scale > 1.0
+    res: dict[str, Any] = {"steps": steps, "frames": frames, "size": [width, height], "guidance_scale": guidance_scale,
+                           "tokens": _tokens(dict(opts.preset_spec.transformer), width, height, frames)}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="newsmotion-bench-") as tmp:
+        bopts = dataclasses.replace(opts, steps=steps, guidance_scale=guidance_scale, segment_frames=frames, prompt=BENCH_PROMPT,
+                                    negative_prompt="", accelerations=(), cache_root=str(Path(tmp) / "caches"))  # fmt: skip
+        backend = WanAnimateBackend(bopts)
         t0 = time.perf_counter()
-        try:
-            ours(min(warmup_steps, steps), CFGConfig(scale=guidance_scale))  # compile + autotune, both CFG passes
-        except Exception as exc:
-            res["warmup_error"] = f"{type(exc).__name__}: {exc}"[:500]
-        res["warmup_render_s"] = round(time.perf_counter() - t0, 2)
-        res["warmup_steps"] = min(warmup_steps, steps)
-    res["variants"] = {}
-    for name, var in variants.items():
-        if time.perf_counter() > deadline:
-            res["variants"][name] = {"skipped": "device-time budget of this run spent"}
-            continue
-        cfg = CFGConfig(scale=guidance_scale, start=var.get("cfg_start", 0.0), stop=var.get("cfg_stop", 1.0),
-                        every=var.get("cfg_every", 1), momentum=var.get("cfg_momentum", 0.0))  # fmt: skip
-        tc = var.get("teacache", 0.0)
-        if tc > 0:
-            apply_teacache(transformer, TeaCacheConfig(threshold=tc, warmup_steps=var.get("teacache_warmup", 1)))
-        reset_teacache(transformer)
-        calls["n"] = 0
+        backend.load()  # the backend's own component loading (no accelerations yet: stock runs first)
+        comps = backend.components
+        device, dtype = comps.device, comps.dtype
+        proc, img_enc = load_image_encoder(bopts, device)
+        img_enc = img_enc.to(dtype)
+        tok, txt_enc = load_text_encoder(bopts, device)
+        log(f"render components built in {time.perf_counter() - t0:.1f}s")
+
+        # Inputs: a synthetic reference image, pose video (drawn loop) and face video.
+        loop, persona = bench_inputs(width, height, frames, Path(tmp))
+        spec = RenderSpec(width=width, height=height, seed=0)
+        ref = persona.portrait
+        pose_frames = np.stack([draw_pose(loop.keypoints[i], width, height) for i in range(frames)])
+        fsize = opts.preset_spec.transformer["motion_encoder_size"]
+        face_frames = np.stack([np.roll(np.asarray(Image.fromarray(ref).resize((fsize, fsize))), i, axis=1) for i in range(frames)])
+        t_lat = (frames - 1) // 4 + 1
+        h, w = height // 8, width // 8
+        noise = torch.randn((1, 16, t_lat + 1, h, w), generator=torch.Generator("cpu").manual_seed(0))
+
+        # Text embeddings for the stock side (timed; the stock end-to-end time includes them).
+        t0 = time.perf_counter()
+        emb = C.encode_prompts(tok, txt_enc, [BENCH_PROMPT, ""], device)
+        _sync(device)
+        text_s = time.perf_counter() - t0
+        del txt_enc
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+        pipe = WanAnimatePipeline(tokenizer=None, text_encoder=None, vae=comps.vae, scheduler=comps.new_scheduler(),
+                                  image_processor=proc, image_encoder=img_enc, transformer=comps.transformer)  # fmt: skip
+        pipe.set_progress_bar_config(disable=True)
+        stock_calls = {"n": 0}
+        counter = comps.transformer.register_forward_pre_hook(lambda *_: stock_calls.__setitem__("n", stock_calls["n"] + 1))
         _peak_reset(device)
         t0 = time.perf_counter()
-        try:
-            video, den_s, dec_s, cfg_stats = ours(steps, cfg)
-        except Exception as exc:  # one failing variant is a result; the others still run
-            res["variants"][name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
-            remove_teacache(transformer)
-            log(f"render ours[{name}]: {res['variants'][name]}")
-            continue
-        e2e = time.perf_counter() - t0
-        tstats = teacache_stats(transformer)
-        remove_teacache(transformer)
-        psnr, ssim = _psnr_ssim(video, stock_u8)
-        row = {"end_to_end_s": round(e2e, 2), "denoise_s": round(den_s, 2), "decode_s": round(dec_s, 2),
-               "peak_vram_gib": _peak(device), "psnr_vs_stock": psnr, "ssim_vs_stock": ssim,
-               "speedup_vs_stock": round((stock_s + text_s) / e2e, 3), "settings": {**accel, **var},
-               "transformer_calls": calls["n"], "forwards_run": calls["n"] - tstats["skipped"],
-               "forwards_skipped": tstats["skipped"], "cfg": cfg_stats, "teacache": tstats if tc > 0 else None}  # fmt: skip
-        res["variants"][name] = row
-        log(f"render ours[{name}]: {row}")
+        with torch.no_grad():
+            stock = pipe(image=Image.fromarray(ref), pose_video=[Image.fromarray(f) for f in pose_frames],
+                         face_video=[Image.fromarray(f) for f in face_frames], prompt_embeds=emb[0:1].to(device, dtype),
+                         negative_prompt_embeds=emb[1:2].to(device, dtype) if use_cfg else None,
+                         height=height, width=width, segment_frame_length=frames, num_inference_steps=steps,
+                         guidance_scale=guidance_scale, latents=noise.to(device), output_type="np").frames[0]  # fmt: skip
+        _sync(device)
+        stock_s = time.perf_counter() - t0
+        counter.remove()
+        stock_u8 = (np.clip(stock, 0, 1) * 255).round().astype(np.uint8)
+        res["stock"] = {"pipeline_s": round(stock_s, 2), "text_encode_s": round(text_s, 2), "end_to_end_s": round(stock_s + text_s, 2),
+                        "peak_vram_gib": _peak(device), "transformer_forwards": stock_calls["n"]}  # fmt: skip
+        log(f"render stock: {res['stock']}")
         if save is not None:
             save(res)
+        del pipe, img_enc
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+        # The backend's sub-caches, built by its own prepare_* (timed separately: not paid per render).
+        t0 = time.perf_counter()
+        backend.prepare_guidance(loop, spec)
+        backend.prepare_persona(persona, spec)
+        _sync(device)
+        res["cache_build_s"] = round(time.perf_counter() - t0, 2)
+        g, p = backend.load_guidance(loop, spec), backend.load_persona(persona, spec)
+        plan = C.plan_segments(frames, frames, bopts.prev_frames)
+
+        loaded_gib = module_weight_gib(comps.transformer)
+        t0 = time.perf_counter()
+        base = registry.apply_accelerations(comps, accel)
+        res["accel_apply_s"] = round(time.perf_counter() - t0, 2)
+        res["accel_report"] = {"weight_gib_loaded": round(loaded_gib, 3), **base.report,
+                               "weight_gib": round(module_weight_gib(comps.transformer), 3)}  # fmt: skip
+        calls = {"n": 0}
+        comps.transformer.register_forward_pre_hook(lambda *_: calls.__setitem__("n", calls["n"] + 1))
+
+        def ours(n_steps: int) -> S.SegmentResult:
+            # The shipped per-segment path, looked up at call time (a test spies on it).
+            return S.render_segment(comps, g, p, face_frames, plan=plan, segment=0, noise=noise, steps=n_steps,
+                                    guidance_scale=guidance_scale)  # fmt: skip
+
+        if device.type == "cuda" and any(isinstance(c, Compile) for c in accel):
+            t0 = time.perf_counter()
+            try:
+                ours(min(warmup_steps, steps))  # compile + autotune, both CFG passes (plain CFG)
+            except Exception as exc:
+                res["warmup_error"] = f"{type(exc).__name__}: {exc}"[:500]
+            res["warmup_render_s"] = round(time.perf_counter() - t0, 2)
+            res["warmup_steps"] = min(warmup_steps, steps)
+        res["variants"] = {}
+        for name, configs in variants.items():
+            if time.perf_counter() > deadline:
+                res["variants"][name] = {"skipped": "device-time budget of this run spent"}
+                continue
+            settings = {c.technique: c.fields() for c in registry.ordered((*accel, *configs))}
+            applied = registry.apply_accelerations(comps, configs)
+            calls["n"] = 0
+            _peak_reset(device)
+            t0 = time.perf_counter()
+            try:
+                out = ours(steps)
+            except Exception as exc:  # one failing variant is a result; the others still run
+                res["variants"][name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+                log(f"render ours[{name}]: {res['variants'][name]}")
+                continue
+            finally:
+                registry.remove_accelerations(comps, applied)
+            e2e = time.perf_counter() - t0
+            st = out.stats
+            skipped = st["teacache_skipped"]
+            teacache = None
+            if any(isinstance(c, TeaCache) for c in configs):
+                done = st["teacache_computed"] + skipped
+                teacache = {"computed": st["teacache_computed"], "skipped": skipped, "skip_ratio": round(skipped / done, 4) if done else 0.0}
+            psnr, ssim = _psnr_ssim(out.video, stock_u8)
+            row = {"end_to_end_s": round(e2e, 2), "denoise_s": round(st["denoise_s"], 2), "decode_s": round(st["decode_s"], 2),
+                   "peak_vram_gib": _peak(device), "psnr_vs_stock": psnr, "ssim_vs_stock": ssim,
+                   "speedup_vs_stock": round((stock_s + text_s) / e2e, 3), "settings": settings,
+                   "transformer_calls": calls["n"], "forwards_run": calls["n"] - skipped, "forwards_skipped": skipped,
+                   "cfg": {k: st[k] for k in ("cond_passes", "uncond_passes", "plain_cfg_passes", "flops_saved")},
+                   "teacache": teacache}  # fmt: skip
+            res["variants"][name] = row
+            log(f"render ours[{name}]: {row}")
+            if save is not None:
+                save(res)
+        backend.close()
     first = next((r for r in res["variants"].values() if "end_to_end_s" in r), None)
     if first is not None:  # the first variant is the headline ("ours")
         res["ours"] = first
@@ -625,10 +673,33 @@ def _bench_render(opts: Any, width: int, height: int, frames: int, steps: int, l
     return res
 
 
-def _opts_dict(opts: Any) -> dict[str, Any]:
-    import dataclasses
+def _configs(value: Sequence[AccelConfig] | Mapping[str, Any], what: str) -> tuple[AccelConfig, ...]:
+    """Typed configs as given, or parsed from a flat option mapping (JSON callers) by the same
+    parser as the CLI's ``-o``."""
+    from newsmotion_engine.render.wan_animate.config import parse_accelerations
 
-    return {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts) if f.name != "extra"}
+    if isinstance(value, Mapping):
+        return parse_accelerations(value)
+    configs = tuple(value)
+    if not all(isinstance(c, AccelConfig) for c in configs):
+        raise TypeError(f"{what}: give acceleration configs (newsmotion_engine.accel) or a flat option mapping, got {value!r}")
+    return configs
+
+
+def _default_render_accel(cuda: bool) -> tuple[AccelConfig, ...]:
+    if cuda:
+        return (Fp8Linears(mode="auto"), Attention("cudnn"), Compile(), VaeTiling(), FfnChunks(chunks=8))
+    return (Fp8Linears(mode="auto"), VaeTiling(), FfnChunks(chunks=2))
+
+
+def _measured_attention(forward: Mapping[str, Any], cuda: bool) -> Attention | None:
+    """The forward part's measured attention for the render part: the FP8 kernel only where the
+    forward part ran it compiled and it beat cuDNN there; else cuDNN (GPU) or stock SDPA."""
+    fv = forward.get("variants", {})
+    fp8_ms, cudnn_ms = fv.get("all", {}).get("forward_ms"), fv.get("all_cudnn", {}).get("forward_ms")
+    if forward.get("best_attention") == "fp8-triton" and fp8_ms is not None and (cudnn_ms is None or fp8_ms < cudnn_ms):
+        return Attention("fp8-triton", variant=forward.get("best_attention_variant"))
+    return Attention("cudnn") if cuda else None
 
 
 def bench_gpu(
@@ -642,9 +713,10 @@ def bench_gpu(
     warmup: int = 1,
     reps: int = 2,
     device: str = "auto",
-    render_accel: dict[str, Any] | None = None,
+    render_accel: Sequence[AccelConfig] | Mapping[str, Any] | None = None,
+    best_render_attention: bool = False,
     guidance_scale: float = 1.0,
-    render_variants: dict[str, dict[str, Any]] | list[str] | None = None,
+    render_variants: Mapping[str, Sequence[AccelConfig] | Mapping[str, Any]] | Sequence[str] | None = None,
     forward_variants: tuple[str, ...] | None = None,
     attention_variants: tuple[str, ...] | None = None,
     budget_s: float | None = None,
@@ -656,20 +728,25 @@ def bench_gpu(
     """Run the GPU benchmark (see the module docstring) and return (and optionally write) the
     result dict. ``part``: ``"forward"``, ``"render"`` or ``"all"``.
 
-    ``forward_variants`` (default all of ``FORWARD_VARIANTS``) and ``attention_variants`` (FP8
-    kernel variants for the micro-bench, default all) narrow the forward part;
-    ``guidance_scale``, ``steps`` and ``render_variants`` (default ``RENDER_VARIANTS["all"]``)
-    shape the render part. ``budget_s``: variants that would start after this many seconds are
-    skipped (recorded as such). The JSON is rewritten after every variant, so a run cut short
-    keeps what it measured. ``render_size`` ``(width, height, frames)``: the render part's shape
-    when it differs from the forward's (``part="all"``; ``forward_budget_s`` then caps the forward
-    part's own variant starts); ``render_accel["attention"] == "best"``
-    takes the forward part's measured choice (the FP8 kernel variant only when accurate and faster
-    than cuDNN, else cuDNN).
+    ``forward_variants`` (names, default all of ``FORWARD_VARIANTS``) and ``attention_variants``
+    (FP8 kernel variants for the micro-bench, default all) narrow the forward part;
+    ``guidance_scale``, ``steps``, ``render_accel`` (the base accelerations: configs, or a flat
+    option mapping such as ``{"fp8": "auto", "attention": "cudnn"}``; default FP8 + cuDNN +
+    compile + VAE tiling + 8 FFN chunks on a GPU) and ``render_variants`` (names of
+    ``RENDER_VARIANTS`` entries, or ``{name: configs or flat mapping}``; default ``["all"]``)
+    shape the render part. ``best_render_attention`` (or ``"attention": "best"`` in a flat
+    ``render_accel``) takes the forward part's measured choice for the render (the FP8 kernel
+    variant only when accurate and faster than cuDNN, else cuDNN). ``budget_s``: variants that
+    would start after this many seconds are skipped (recorded as such). The JSON is rewritten
+    after every variant, so a run cut short keeps what it measured. ``render_size`` ``(width,
+    height, frames)``: the render part's shape when it differs from the forward's (``part="all"``;
+    ``forward_budget_s`` then caps the forward part's own variant starts). The render part needs
+    sizes the backend renders (multiples of 16, at least 64).
 
     Keys: ``weights`` ("random weights" for presets), ``device``, ``versions``, ``forward``
     (variants, attention micro-bench), ``forward_speedup_vs_stock`` (all accelerations vs stock
-    bf16 at the same tokens), ``render`` (stock vs ours, PSNR/SSIM), ``created_at``.
+    bf16 at the same tokens), ``render`` (stock vs ours, PSNR/SSIM, ``render_speedup_vs_stock``),
+    ``created_at``.
     """
     import diffusers
     import torch
@@ -680,6 +757,20 @@ def bench_gpu(
         raise ValueError(f"part {part!r}: use forward, render or all")
     opts = WanAnimateOptions(preset=preset, device=device)
     dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device))
+    # Edge parsing (JSON callers): flat mappings become typed configs before anything loads.
+    if isinstance(render_accel, Mapping) and render_accel.get("attention") == "best":
+        render_accel = {k: v for k, v in render_accel.items() if k != "attention"}
+        best_render_attention = True
+    accel = _configs(render_accel, "render_accel") if render_accel is not None else _default_render_accel(dev.type == "cuda")
+    if render_variants is None:
+        variants = {"all": RENDER_VARIANTS["all"]}
+    elif isinstance(render_variants, Mapping):
+        variants = {n: _configs(v, f"render variant {n!r}") for n, v in render_variants.items()}
+    else:
+        unknown = [n for n in render_variants if n not in RENDER_VARIANTS]
+        if unknown:
+            raise ValueError(f"render variants {unknown}: use {', '.join(RENDER_VARIANTS)} or give configs")
+        variants = {n: RENDER_VARIANTS[n] for n in render_variants}
     result: dict[str, Any] = {
         "bench": "gpu",
         "weights": RANDOM_WEIGHTS_LABEL,
@@ -716,21 +807,40 @@ def bench_gpu(
         result["forward_speedup_vs_stock"] = result["forward"]["forward_speedup_vs_stock"]
         write()
     if part in ("render", "all"):
-        accel = render_accel if render_accel is not None else (
-            {"fp8": "auto", "attention": "cudnn", "compile": "blocks", "vae_tiling": True, "ffn_chunks": 8}
-            if dev.type == "cuda" else {"fp8": "auto", "vae_tiling": True, "ffn_chunks": 2}
-        )  # fmt: skip
-        if accel.get("attention") == "best":
-            # The FP8 kernel only where the forward part ran it compiled and it beat cuDNN there.
-            fwd = result.get("forward", {})
-            fv = fwd.get("variants", {})
-            fp8_ms, cudnn_ms = fv.get("all", {}).get("forward_ms"), fv.get("all_cudnn", {}).get("forward_ms")
-            use_fp8 = fwd.get("best_attention") == "fp8-triton" and fp8_ms is not None and (cudnn_ms is None or fp8_ms < cudnn_ms)
-            accel = {**accel, "attention": "fp8-triton" if use_fp8 else ("cudnn" if dev.type == "cuda" else "sdpa"),
-                     "fp8_attention_variant": fwd.get("best_attention_variant") if use_fp8 else None}  # fmt: skip
+        if best_render_attention:
+            measured = _measured_attention(result.get("forward", {}), dev.type == "cuda")
+            accel = tuple(c for c in accel if not isinstance(c, Attention)) + ((measured,) if measured else ())
         rw, rh, rf = render_size or (width, height, frames)
         result["render"] = _bench_render(opts, rw, rh, rf, steps, log, accel, guidance_scale=guidance_scale,
-                                         variants=render_variants, deadline=deadline, save=saver("render"))  # fmt: skip
+                                         variants=variants, deadline=deadline, save=saver("render"))  # fmt: skip
     result["wall_s"] = round(time.perf_counter() - t0, 1)
     write()
+    return result
+
+
+def backend_smoke(preset: str = "smoke", *, device: str = "auto", width: int = 256, height: int = 256, frames: int = 13,
+                  steps: int = 2, options: Mapping[str, Any] | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
+    """A whole clip through the shipped backend entry points (options mapping -> ``get_backend`` ->
+    ``prepare_guidance`` / ``prepare_persona`` -> ``frames``) on the bench's synthetic loop and
+    persona, with ``options`` (flat keys, as the CLI's ``-o``): every acceleration path plus the
+    face video and the latent continuation between segments (``frames`` over one segment).
+    Returns ``{"frames", "wall_s", "backend"}`` (``backend``: ``describe()``)."""
+    from newsmotion_engine.render import get_backend
+    from newsmotion_engine.render.base import RenderSpec
+
+    with tempfile.TemporaryDirectory(prefix="newsmotion-smoke-") as tmp:
+        loop, persona = bench_inputs(width, height, frames, Path(tmp))
+        backend = get_backend("wan-animate", preset=preset, device=device, steps=steps, cache_root=str(Path(tmp) / "caches"),
+                              **dict(options or {}))  # fmt: skip
+        spec = RenderSpec(width=width, height=height)
+        t0 = time.perf_counter()
+        try:
+            backend.prepare_guidance(loop, spec)
+            backend.prepare_persona(persona, spec)
+            n = sum(1 for _ in backend.frames(loop, persona, loop.keypoints, spec))
+            info = backend.describe()
+        finally:
+            backend.close()
+    result = {"frames": n, "wall_s": round(time.perf_counter() - t0, 2), "backend": info}
+    log(f"backend smoke: {result}")
     return result

@@ -7,13 +7,17 @@ Importing this package registers the built-in backends (``available_backends()``
 from newsmotion_engine.render.base import (
     BACKGROUND_CHROMA_GREEN,
     Backend,
+    BackendCacheError,
     BackendNeeds,
+    BackendOptionError,
+    BackendOptions,
     InvalidSpecError,
     RenderSpec,
     UnknownBackendError,
     available_backends,
     get_backend,
     register_backend,
+    validate_options,
 )
 from newsmotion_engine.render.retarget import retarget
 from newsmotion_engine.render import warp as _warp  # noqa: F401  (registers "warp")
@@ -26,7 +30,10 @@ from newsmotion_engine.render.telemetry import RenderProvenance, RenderTelemetry
 __all__ = [
     "BACKGROUND_CHROMA_GREEN",
     "Backend",
+    "BackendCacheError",
     "BackendNeeds",
+    "BackendOptionError",
+    "BackendOptions",
     "InvalidSpecError",
     "RenderProvenance",
     "RenderSpec",
@@ -37,4 +44,5 @@ __all__ = [
     "register_backend",
     "render_clip",
     "retarget",
+    "validate_options",
 ]

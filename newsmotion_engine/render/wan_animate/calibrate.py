@@ -35,18 +35,24 @@ def calibrate_teacache(
     """Render ``loop_id`` on ``persona_id`` with every step computed while recording, then fit.
 
     Like ``newsmotion render``, caches that are missing or stale are built first (as visible steps
-    through ``on_step``, see :func:`~newsmotion_engine.render.job.ensure_render_inputs`).
+    through ``on_step``, see :func:`~newsmotion_engine.render.job.ensure_render_inputs`), the
+    backend's sub-caches included.
 
-    Returns ``{"coefficients", "degree", "pairs", "fit_rel_rmse", "weights", "options", ...}``; use
-    the coefficients as the backend option ``teacache_coefficients`` with ``teacache > 0``.
+    ``options`` is the flat wan-animate options mapping (CLI ``-o``); the run uses them with
+    ``TeaCache(threshold=0, record=True)`` in place of any TeaCache setting. Returns
+    ``{"coefficients", "degree", "pairs", "fit_rel_rmse", "weights", "options", ...}``; use the
+    coefficients as the backend option ``teacache_coefficients`` with ``teacache > 0``.
     """
-    from newsmotion_engine.accel.teacache import fit_rescale, recorded_pairs
-    from newsmotion_engine.render import get_backend
+    from newsmotion_engine.accel.teacache import TeaCache, fit_rescale, recorded_pairs
+    from newsmotion_engine.render import wan_animate
     from newsmotion_engine.render.job import ensure_render_inputs, render_persona_loop
+    from newsmotion_engine.render.wan_animate.config import WanAnimateOptions
 
-    if options.get("teacache"):
+    opts = WanAnimateOptions.from_mapping(options)
+    given = opts.accel(TeaCache)
+    if given is not None and given.threshold > 0:
         raise NewsmotionError("calibration records a full run: leave the teacache option out (or 0)")
-    backend = get_backend("wan-animate", **{**options, "teacache": 0.0, "teacache_record": True})
+    backend = wan_animate.create(opts.with_accelerations(TeaCache(threshold=0.0, record=True)))
     backend.load()
     try:
         inputs = ensure_render_inputs(storage, persona_id, loop_id, backend, spec, on_step=on_step)

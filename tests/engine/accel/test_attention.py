@@ -139,7 +139,30 @@ def test_triton_kernel_under_the_interpreter():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_config_lists_the_same_kernel_variants():
-    from newsmotion_engine.render.wan_animate import config
+def test_attention_config_and_restore(monkeypatch):
+    """Through the registry: a diffusers backend is set and reset; the FP8 processors are put in
+    and the stock ones come back."""
+    import types
 
-    assert set(config._FP8_ATTENTION_VARIANTS) == set(A.FP8_VARIANTS)
+    from newsmotion_engine.accel.registry import apply_accelerations, remove_accelerations
+    from newsmotion_engine.render.wan_animate.components import build_transformer
+    from newsmotion_engine.render.wan_animate.config import WanAnimateOptions
+
+    opts = WanAnimateOptions(preset="tiny", device="cpu", dtype="float32")
+    model = build_transformer(opts, torch.device("cpu"), torch.float32)
+    comps = types.SimpleNamespace(transformer=model)
+    stock = [b.attn1.processor for b in model.blocks]
+    applied = apply_accelerations(comps, [A.Attention("flash")])
+    assert applied.report["attention"]["diffusers_backend"] == "_native_flash"
+    assert all(b.attn1.processor._attention_backend is not None for b in model.blocks)
+    remove_accelerations(comps, applied)
+    assert all(b.attn1.processor._attention_backend is None for b in model.blocks)
+    from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+
+    assert _AttentionBackendRegistry.get_active_backend()[0].value == "native"  # process-wide choice restored too
+    monkeypatch.setattr(A, "fp8_attention_supported", lambda: (True, "pretend"))
+    applied = apply_accelerations(comps, [A.Attention("fp8-triton", variant="fp8")])
+    assert all(isinstance(b.attn1.processor, A.Fp8SelfAttnProcessor) and b.attn1.processor.variant == "fp8" for b in model.blocks)
+    assert applied.report["attention"] == {"attention": "fp8-triton", "variant": "fp8", "self_attention_layers": len(stock)}
+    remove_accelerations(comps, applied)
+    assert [b.attn1.processor for b in model.blocks] == stock

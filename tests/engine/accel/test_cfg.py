@@ -6,18 +6,37 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from newsmotion_engine.accel.cfg import CFGConfig, CFGStrategy, window_steps  # noqa: E402
+from newsmotion_engine.accel.cfg import CFGSchedule, CFGStrategy, window_steps  # noqa: E402
+from newsmotion_engine.accel.registry import AccelConfigError  # noqa: E402
 
 
 def test_window_steps():
-    assert list(window_steps(CFGConfig(5.0), 10)) == list(range(10))
-    assert list(window_steps(CFGConfig(5.0, start=0.0, stop=0.5), 10)) == [0, 1, 2, 3, 4]
-    assert list(window_steps(CFGConfig(5.0, start=0.2, stop=0.8), 10)) == [2, 3, 4, 5, 6, 7]
-    assert list(window_steps(CFGConfig(5.0, start=0.25, stop=1.0), 4)) == [1, 2, 3]
-    with pytest.raises(ValueError):
-        CFGConfig(5.0, start=0.6, stop=0.4)
-    with pytest.raises(ValueError):
-        CFGConfig(0.5)
+    assert list(window_steps(CFGSchedule(), 10)) == list(range(10))
+    assert list(window_steps(CFGSchedule(start=0.0, stop=0.5), 10)) == [0, 1, 2, 3, 4]
+    assert list(window_steps(CFGSchedule(start=0.2, stop=0.8), 10)) == [2, 3, 4, 5, 6, 7]
+    assert list(window_steps(CFGSchedule(start=0.25, stop=1.0), 4)) == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [({"start": 0.6, "stop": 0.4}, "window"), ({"stop": 1.5}, "window"), ({"every": 0}, "every"),
+     ({"every": 1.5}, "every"), ({"momentum": 1.0}, "momentum"), ({"start": "a"}, "window")],
+)  # fmt: skip
+def test_schedule_validation_is_one_clear_error(kwargs, words):
+    with pytest.raises(AccelConfigError, match=words):
+        CFGSchedule(**kwargs)
+
+
+def test_schedule_attaches_to_components_and_removal_restores_plain_cfg():
+    import types
+
+    from newsmotion_engine.accel.registry import apply_accelerations, remove_accelerations
+
+    comps = types.SimpleNamespace(cfg_schedule=None)
+    applied = apply_accelerations(comps, [CFGSchedule(every=2)])
+    assert comps.cfg_schedule == CFGSchedule(every=2) and applied.report["cfg"]["every"] == 2
+    remove_accelerations(comps, applied)
+    assert comps.cfg_schedule is None
 
 
 def _drive(cfg: CFGStrategy, steps: int):
@@ -33,7 +52,7 @@ def _drive(cfg: CFGStrategy, steps: int):
 
 
 def test_plain_cfg_and_window_formula():
-    cfg = CFGStrategy(CFGConfig(scale=4.0, start=0.0, stop=0.5), steps=6)
+    cfg = CFGStrategy(4.0, steps=6, schedule=CFGSchedule(start=0.0, stop=0.5))
     preds, used = _drive(cfg, 6)
     assert used == [True, True, True, False, False, False]
     for i, (c, u, p) in enumerate(preds):
@@ -43,13 +62,13 @@ def test_plain_cfg_and_window_formula():
 
 
 def test_no_guidance_never_runs_uncond():
-    cfg = CFGStrategy(CFGConfig(scale=1.0), steps=5)
+    cfg = CFGStrategy(1.0, steps=5)
     _, used = _drive(cfg, 5)
     assert not any(used) and cfg.stats()["flops_saved"] == 0.0
 
 
 def test_one_pass_momentum_reuses_the_cached_delta():
-    cfg = CFGStrategy(CFGConfig(scale=3.0, every=2, momentum=0.5), steps=6)
+    cfg = CFGStrategy(3.0, steps=6, schedule=CFGSchedule(every=2, momentum=0.5))
     preds, used = _drive(cfg, 6)
     assert used == [True, False, True, False, True, False]
     c0, u0, p0 = preds[0]

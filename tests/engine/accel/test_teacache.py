@@ -8,8 +8,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
+from newsmotion_engine.accel.registry import AccelConfigError  # noqa: E402
 from newsmotion_engine.accel.teacache import (  # noqa: E402
-    TeaCacheConfig,
+    TeaCache,
     apply_teacache,
     fit_rescale,
     recorded_pairs,
@@ -45,7 +46,7 @@ def _run(model, inputs, context="cond"):
 def test_threshold_zero_is_bit_identical(model_and_inputs):
     model, inputs = model_and_inputs
     plain = _run(model, inputs)
-    apply_teacache(model, TeaCacheConfig(threshold=0.0))
+    apply_teacache(model, TeaCache(threshold=0.0))
     try:
         cached = _run(model, inputs)
         assert teacache_stats(model) == {"computed": len(TIMESTEPS), "skipped": 0, "skip_ratio": 0.0}
@@ -56,7 +57,7 @@ def test_threshold_zero_is_bit_identical(model_and_inputs):
 
 def test_high_threshold_skips_and_reuses_the_previous_output(model_and_inputs):
     model, inputs = model_and_inputs
-    apply_teacache(model, TeaCacheConfig(threshold=1e6, warmup_steps=2))
+    apply_teacache(model, TeaCache(threshold=10.0, warmup_steps=2))
     try:
         outs = _run(model, inputs)
         stats = teacache_stats(model)
@@ -68,7 +69,7 @@ def test_high_threshold_skips_and_reuses_the_previous_output(model_and_inputs):
 
 def test_moderate_threshold_computes_some_and_skips_some(model_and_inputs):
     model, inputs = model_and_inputs
-    apply_teacache(model, TeaCacheConfig(threshold=0.5, warmup_steps=1))
+    apply_teacache(model, TeaCache(threshold=0.5, warmup_steps=1))
     try:
         _run(model, inputs)
         stats = teacache_stats(model)
@@ -79,7 +80,7 @@ def test_moderate_threshold_computes_some_and_skips_some(model_and_inputs):
 
 def test_cond_and_uncond_state_are_separate_and_reset_reproduces(model_and_inputs):
     model, inputs = model_and_inputs
-    apply_teacache(model, TeaCacheConfig(threshold=1e6, warmup_steps=1))
+    apply_teacache(model, TeaCache(threshold=10.0, warmup_steps=1))
     try:
         _run(model, inputs, "cond")
         # A fresh context computes its first call even though "cond" is skipping everything.
@@ -92,7 +93,7 @@ def test_cond_and_uncond_state_are_separate_and_reset_reproduces(model_and_input
     finally:
         remove_teacache(model)
     with pytest.raises(ValueError, match="cache context"):
-        apply_teacache(model, TeaCacheConfig())
+        apply_teacache(model, TeaCache())
         try:
             model(**inputs)
         finally:
@@ -102,7 +103,7 @@ def test_cond_and_uncond_state_are_separate_and_reset_reproduces(model_and_input
 def test_removal_restores_forward_and_calibration_fits(model_and_inputs):
     model, inputs = model_and_inputs
     plain = _run(model, inputs)
-    apply_teacache(model, TeaCacheConfig(threshold=0.0, record=True))
+    apply_teacache(model, TeaCache(threshold=0.0, record=True))
     _run(model, inputs)
     pairs = recorded_pairs(model)
     remove_teacache(model)
@@ -112,3 +113,15 @@ def test_removal_restores_forward_and_calibration_fits(model_and_inputs):
     with pytest.raises(ValueError, match="more than 4"):
         fit_rescale(pairs[:2], degree=4)
     assert all(torch.equal(a, b) for a, b in zip(plain, _run(model, inputs)))
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [({"threshold": -0.1}, "threshold"), ({"threshold": 11}, "threshold"), ({"warmup_steps": -1}, "warmup"),
+     ({"coefficients": ()}, "coefficients"), ({"coefficients": ("a",)}, "coefficients"),
+     ({"threshold": 0.15, "record": True}, "record needs threshold 0")],
+)  # fmt: skip
+def test_config_validation_is_one_clear_error(kwargs, words):
+    with pytest.raises(AccelConfigError, match=words):
+        TeaCache(**kwargs)
+    assert TeaCache(coefficients=[2, 1]).coefficients == (2.0, 1.0)
