@@ -3,8 +3,10 @@
 # Usage (device, repo root, with .whl carried; see ../shared/tools/device-wheels.sh):
 #   bash bench/device_gpu.sh forward|render|all|smoke|sweep [preset] [JSON of extra bench_gpu kwargs] [part after sweep]
 # e.g. bash bench/device_gpu.sh render 14b '{"width": 480, "height": 832, "steps": 20, "guidance_scale": 5.0}'
-# Writes $OUT/gpu_<part>.json (rewritten after every variant) and $OUT/gpu_<part>.log. Copy the
-# JSON into bench/results/ only from a real run.
+# Writes $OUT/gpu_<part>.json (rewritten after every variant) and $OUT/gpu_<part>.log (smoke also
+# $OUT/gpu_backend_smoke.json). Copy the JSON into bench/results/ only from a real run.
+# The JSON kwargs go to bench_gpu: "render_accel" and "render_variants" values may be flat option
+# mappings (the CLI's -o keys, e.g. {"fp8": "auto", "attention": "best"}), parsed into typed configs.
 set -uo pipefail
 part="${1:-forward}"
 preset="${2:-14b}"
@@ -16,10 +18,22 @@ export PYTHONPATH="$PWD:$HOME/site" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 if [ "$part" = smoke ]; then
-  # Small shapes, every code path: catches API drift before the long run.
+  # Small shapes, every code path: catches API drift before the long run. The bench (forward
+  # variants applied/removed through the registry, stock vs the shipped segment renderer), then a
+  # whole clip through the backend's own entry points with every acceleration (the FP8 attention
+  # kernel and compile included; CUDA graphs run in the forward part), then each FP8 kernel
+  # variant against SDPA.
   python3 - <<PY 2>&1 | tee "$out/gpu_smoke.log"
-from newsmotion_engine.bench.gpu import bench_gpu
-bench_gpu("smoke", part="all", width=256, height=256, frames=9, steps=2, json_path="$out/gpu_smoke.json")
+import json
+from newsmotion_engine.bench.gpu import backend_smoke, bench_gpu
+bench_gpu("smoke", part="all", width=256, height=256, frames=9, steps=2, render_variants=["all", "kernels_only"],
+          json_path="$out/gpu_smoke.json")
+clip = backend_smoke("smoke", width=256, height=256, frames=13, steps=2,
+                     options={"fp8": "auto", "attention": "fp8-triton", "compile": "blocks", "teacache": 0.15,
+                              "guidance_scale": 3.0, "cfg_stop": 0.8, "cfg_every": 2, "cfg_momentum": 0.5,
+                              "vae_tiling": True, "ffn_chunks": 2})
+open("$out/gpu_backend_smoke.json", "w").write(json.dumps(clip, indent=2, default=str) + "\n")
+assert clip["frames"] == 13, clip
 import torch
 from newsmotion_engine.accel.attention import FP8_VARIANTS, fp8_attention
 q, k, v = (torch.randn(1, 4096, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
