@@ -37,7 +37,14 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from newsmotion_engine.errors import CacheCorruptError, CacheError, CacheMissingError, CacheStaleError, NewsmotionError
+from newsmotion_engine.errors import (
+    CacheCorruptError,
+    CacheError,
+    CacheMissingError,
+    CacheNotReadyError,
+    CacheStaleError,
+    NewsmotionError,
+)
 
 __all__ = [
     "BACKGROUND_CHROMA_GREEN",
@@ -80,30 +87,29 @@ class BackendOptionError(NewsmotionError, ValueError):
     option and the rule (or the known options)."""
 
 
-class BackendCacheError(CacheError):
+class BackendCacheError(CacheNotReadyError, CacheError):
     """A sub-cache a backend derives from the guidance or persona cache is not ready at render
     time. Renders only load caches: build it with ``backend.prepare_guidance`` /
     ``backend.prepare_persona`` (Dagster: materialize :attr:`asset` for :attr:`cache_id`; the CLI's
-    ``newsmotion render`` does it first). The concrete classes are also the matching
+    ``newsmotion render`` does it first). It is a :class:`CacheNotReadyError` (what, state,
+    detail, remedy) like the base caches' errors, and the concrete classes are also the matching
     :class:`CacheMissingError` / :class:`CacheStaleError` / :class:`CacheCorruptError`.
 
     Attributes: ``backend``, ``tier`` (``"guidance"`` or ``"persona"``), ``cache_id`` (loop or
     persona id), ``size`` (``"WxH"``), ``asset`` (the Dagster asset that builds it), ``path``.
     """
 
-    state = "not ready"
+    default_state = "not ready"
 
     def __init__(self, path: Path | str, *, backend: str, tier: str, cache_id: str, size: str, detail: str = ""):
         self.backend, self.tier, self.cache_id, self.size = backend, tier, cache_id, size
         self.asset = f"backend_{tier}_cache"
-        what = "loop" if tier == "guidance" else "persona"
-        message = (
-            f"{backend} {tier} artifacts for {what} {cache_id!r} at {size} are {self.state}"
-            + (f" ({detail})" if detail else "")
-            + f": materialize {self.asset}[{cache_id}] in Dagster or run `newsmotion render` (which builds them first)"
-            + f"; looked in {path}"
-        )
+        self.what = f"{backend} {tier} artifacts for {'loop' if tier == 'guidance' else 'persona'} {cache_id!r} at {size}"
+        self.state = self.default_state
+        self.detail = detail
+        self.remedy = f"materialize {self.asset}[{cache_id}] in Dagster or run `newsmotion render` (which builds them first)"
         self.path = Path(path)
+        message = f"{self.what} are {self.state}{f' ({detail})' if detail else ''}: {self.remedy}; looked in {path}"
         self.problem = message
         Exception.__init__(self, message)
 
@@ -119,19 +125,19 @@ class BackendCacheError(CacheError):
 class BackendCacheMissingError(BackendCacheError, CacheMissingError):
     """A backend sub-cache does not exist yet."""
 
-    state = "missing"
+    default_state = "missing"
 
 
 class BackendCacheStaleError(BackendCacheError, CacheStaleError):
     """A backend sub-cache was built from another source, model or parameters."""
 
-    state = "stale"
+    default_state = "stale"
 
 
 class BackendCacheCorruptError(BackendCacheError, CacheCorruptError):
-    """A backend sub-cache is damaged (it is rebuilt by ``prepare_*``)."""
+    """A backend sub-cache is damaged (``prepare_*`` rebuilds it)."""
 
-    state = "damaged"
+    default_state = "corrupt"
 
 
 def _parse_background(value: Any) -> tuple[int, int, int]:

@@ -126,6 +126,16 @@ def test_wan_animate_tiny_through_the_resource(astronaut_png, storage):
     )
     with dg.instance_for_test() as instance:
         _caches(_instance_with(instance))
+        # Renders only load: without the backend's sub-caches the asset fails naming what to build.
+        failed = dg.materialize([render], partition_key=KEY, instance=instance, resources=resources, raise_on_error=False)
+        assert not failed.success
+        assert any("materialize backend_guidance_cache[nod]" in str(e.event_specific_data) for e in failed.all_events)
+        # What the backend sub-cache assets do: the resource's backend prepares them.
+        from newsmotion_engine.render.job import load_render_inputs
+
+        renderer, spec = resources["renderer"], resources["renderer"].spec()
+        inputs = load_render_inputs(storage, "anchor", "nod")
+        assert renderer.loaded.prepare_guidance(inputs.guidance, spec) and renderer.loaded.prepare_persona(inputs.persona, spec)
         result = dg.materialize([render], partition_key=KEY, instance=instance, resources=resources)
         assert result.success
         (mat,) = result.asset_materializations_for_node("render")

@@ -126,6 +126,10 @@ class WanAnimateBackend:
             "steps": o.steps,
             "guidance_scale": o.guidance_scale,
             "segment_frames": o.segment_length,
+            "prev_frames": o.prev_frames,
+            # The prompts shape the cached embeddings: part of what a render's digest must see.
+            "prompt": o.prompt,
+            "negative_prompt": o.negative_prompt,
             "accelerations": o.accel_summary(),
             "pose_video": "loop keypoints drawn DWPose-style (Tier-1 guidance cache)",
             "face_video": "face crops of the warp backend's frames",

@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from newsmotion_engine.errors import BadInputError, CacheMissingError, CacheStaleError  # noqa: E402
+from newsmotion_engine.errors import BadInputError, CacheMissingError, CacheNotReadyError, CacheStaleError  # noqa: E402
 from newsmotion_engine.render import RenderSpec, get_backend, render_clip  # noqa: E402
 from newsmotion_engine.render.base import (  # noqa: E402
     BackendCacheMissingError,
@@ -130,7 +130,8 @@ def test_frames_without_prepare_names_what_to_build_and_builds_nothing(pair, mon
     msg = str(info.value)
     assert "wan-animate guidance artifacts for loop 'nod' at 64x64 are missing" in msg
     assert "materialize backend_guidance_cache[nod]" in msg and "newsmotion render" in msg
-    assert isinstance(info.value, CacheMissingError) and info.value.asset == "backend_guidance_cache"
+    assert isinstance(info.value, CacheMissingError) and isinstance(info.value, CacheNotReadyError)
+    assert (info.value.asset, info.value.cache_id, info.value.state) == ("backend_guidance_cache", "nod", "missing")
     assert counter.calls == {"vae.encode": 0, "image_encoder": 0, "text_encoder": 0}
     assert not (loop.path / "wan-animate").exists() and not (persona.path / "wan-animate").exists()
     # With the guidance side built, the persona side is the one named.
