@@ -6,7 +6,7 @@ caches. :meth:`WanAnimateBackend.prepare_guidance` / :meth:`WanAnimateBackend.pr
 build them (the only place the VAE encoder, image encoder and text encoder run) through
 :func:`cachedir.ensure`; the CLI calls them before a render, Dagster's sub-cache assets call them
 through the renderer resource. Renders only load: ``frames`` raises
-:class:`~newsmotion_engine.render.base.BackendCacheError` (missing / stale / damaged, naming what
+:class:`~newsmotion_engine.render.base.BackendCacheError` (missing / stale / corrupt, naming what
 to materialize) and builds nothing.
 
 Per render (``frames``): load both sub-caches, build the face video, then per inference segment
