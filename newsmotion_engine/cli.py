@@ -25,7 +25,7 @@ from typing import Annotated, Any, Optional
 
 import click
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -44,7 +44,26 @@ app.add_typer(calibrate_app, name="calibrate")
 app.add_typer(bench_app, name="bench")
 app.add_typer(persona_app, name="persona")
 
-console = Console()
+# Output that is not a terminal (a pipe, a file, CI logs) is laid out this wide.
+PIPE_WIDTH = 10_000
+
+
+class PipeConsole(Console):
+    """A rich Console that never cuts text short when its output is not a terminal.
+
+    Rich lays tables out for the terminal's width (80 columns when there is none) and ellipsizes
+    cells that do not fit: ``newsmotion scorecard | grep`` saw "astron…". Piped output keeps the
+    same table (people read logs too; ``--json`` is the machine format) but at a width no table
+    reaches, so every cell is complete and no line is wrapped.
+    """
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        return size if self.is_terminal else ConsoleDimensions(PIPE_WIDTH, size.height)
+
+
+console = PipeConsole()
 
 
 def progress_bar() -> Progress:
@@ -197,6 +216,11 @@ def persona_add(
         f"persona [bold]{persona_id}[/]: {'built' if rebuilt else 'current, reused'}; matte {cache.matte_method}; "
         f"visible {', '.join(cache.visible_parts)} -> {cache.path}"
     )
+    turned = (cache.metadata.get("source_image") or {}).get("upright_rotation_ccw", 0)
+    if turned:
+        console.print(f"  the photo was sideways: turned {turned}° counter-clockwise to upright")
+    if cache.metadata.get("out_of_view"):
+        console.print(f"  outside the photo (not visible): {', '.join(cache.metadata['out_of_view'])}")
 
 
 @persona_app.command("build")
@@ -302,7 +326,7 @@ def cache_rows(store: Storage) -> list[dict[str, Any]]:
 
 def print_cache_table(rows: list[dict[str, Any]]) -> None:
     table = Table("id", "kind", "frames", "bytes", "created", "status")
-    colour = {"valid": "green", "stale": "yellow", "missing": "dim", "corrupt": "red"}
+    colour = {"valid": "green", "stale": "yellow", "missing": "dim", "corrupt": "red", "invalid": "red"}
     for row in rows:
         status = f"[{colour.get(row['status'], 'white')}]{row['status']}[/]"
         if row["detail"]:

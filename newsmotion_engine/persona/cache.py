@@ -16,10 +16,12 @@ metadata.json       see cachedir + extras below
 ==================  ===========================  ==============================================
 
 metadata.json extras: persona_id, canvas {width, height}, placement (canvas = source * scale +
-offset), source_size, source_image (format, mode, EXIF orientation, alpha matte), source_path (where
-the image was when built; status re-hashes it if it is still there), matte {method, green_border},
-visible_parts, part_confidence, coverage {person, face}, skeleton, tools {mediapipe, opencv, numpy,
-pillow}, build_s. ``source`` is {kind: "image", sha256, name}; ``params`` (:func:`persona_params`)
+offset, of the upright image), source_size, source_image (format, mode, EXIF orientation, alpha
+matte, upright_rotation_ccw: degrees a sideways photo was turned), source_path (where the image was
+when built; status re-hashes it if it is still there), matte {method, green_border}, visible_parts,
+part_confidence, out_of_view (landmarks mediapipe guessed outside the photo, stored as not visible:
+see :mod:`newsmotion_engine.persona.landmarks`), coverage {person, face}, skeleton, tools
+{mediapipe, opencv, numpy, pillow}, build_s. ``source`` is {kind: "image", sha256, name}; ``params`` (:func:`persona_params`)
 holds every setting the output depends on, including :data:`PERSONA_VERSION`.
 
 The write/lock/validate mechanics are :mod:`newsmotion_engine.cachedir`'s, shared with the guidance
@@ -44,6 +46,7 @@ from newsmotion_engine import cachedir, skeleton
 from newsmotion_engine.errors import BadInputError, CacheCorruptError, NewsmotionError
 from newsmotion_engine.ids import SLUG_RE, RESERVED
 from newsmotion_engine.persona import image as image_mod
+from newsmotion_engine.persona import landmarks as landmarks_mod
 from newsmotion_engine.persona import matte as matte_mod
 from newsmotion_engine.persona.image import CANVAS_HEIGHT, CANVAS_WIDTH
 from newsmotion_engine.storage import Storage
@@ -64,7 +67,7 @@ __all__ = [
 
 # Bump when normalization, landmark handling or the file set changes what a build produces
 # (matte changes bump matte.MATTE_VERSION, which is part of the params too).
-PERSONA_VERSION = 1
+PERSONA_VERSION = 2
 # Below this fraction of the portrait block the matte found nobody.
 MIN_PERSON_COVERAGE = 0.005
 VISIBLE_THRESHOLD = 0.3
@@ -134,6 +137,7 @@ def persona_params() -> dict[str, Any]:
         "visible_threshold": VISIBLE_THRESHOLD,
         "min_person_coverage": MIN_PERSON_COVERAGE,
         "matte": matte_mod.matte_params(),
+        "landmarks": landmarks_mod.view_params(),
     }
 
 
@@ -215,25 +219,47 @@ def _to_canvas(landmarks: np.ndarray, placement: image_mod.Placement) -> np.ndar
     return out
 
 
-def _compute(image_path: Path, progress: Progress | None) -> _Built:
+def _detect_on_block(rgb: np.ndarray) -> tuple[image_mod.Placement, np.ndarray, np.ndarray]:
+    """``(placement, block, landmarks normalized to the block)`` of an upright RGB image."""
     from newsmotion_engine.guidance.holistic import detect_image
 
+    placement = image_mod.placement_for(rgb.shape[1], rgb.shape[0])
+    block = image_mod.scale_block(rgb, placement)
+    # Landmarks on the scaled block, not the (up to 50 MP) source: holistic downsizes internally
+    # anyway, and block coordinates map to the canvas by an offset alone.
+    return placement, block, detect_image(block)
+
+
+def _compute(image_path: Path, progress: Progress | None) -> _Built:
     def step(i: int) -> None:
         if progress is not None:
             progress(i, _STEPS)
 
     portrait = image_mod.read_portrait(image_path)
-    placement = image_mod.placement_for(portrait.rgb.shape[1], portrait.rgb.shape[0])
-    block = image_mod.scale_block(portrait.rgb, placement)
+    rgb, alpha = portrait.rgb, portrait.alpha
+    placement, block, block_landmarks = _detect_on_block(rgb)
     step(1)
-    # Landmarks on the scaled block, not the (up to 50 MP) source: holistic downsizes internally
-    # anyway, and block coordinates map to the canvas by an offset alone.
-    block_landmarks = detect_image(block)
+    # A sideways photo (EXIF tag lost) is turned upright rather than refused: the landmarks give the
+    # up axis unambiguously (see persona.landmarks), a second detection on the turned copy must
+    # confirm it, and the turn is recorded in metadata and reported; refusing would only make the
+    # user do by hand what is certain here.
+    turns = landmarks_mod.upright_turns(block_landmarks, block.shape[1], block.shape[0])
+    if turns:
+        rgb = np.ascontiguousarray(np.rot90(rgb, turns))
+        alpha = np.ascontiguousarray(np.rot90(alpha, turns)) if alpha is not None else None
+        placement, block, block_landmarks = _detect_on_block(rgb)
+        still = landmarks_mod.upright_turns(block_landmarks, block.shape[1], block.shape[0])
+        if still:
+            raise BadInputError(
+                image_path,
+                f"cannot tell which way is up (the portrait looks {landmarks_mod.describe_turns(turns)}, and "
+                f"{landmarks_mod.describe_turns(still)} once turned); rotate it upright",
+            )
     seen = skeleton.visible_parts(block_landmarks, VISIBLE_THRESHOLD)
     if "body" not in seen and "face" not in seen:
         raise BadInputError(image_path, "no person detected (mediapipe holistic found no body or face)")
     step(2)
-    hint = image_mod.scale_block(portrait.alpha, placement) if portrait.alpha is not None else None
+    hint = image_mod.scale_block(alpha, placement) if alpha is not None else None
     matte = matte_mod.person_matte(block, alpha_hint=hint, landmarks=block_landmarks)
     block_coverage = float(matte.alpha.mean()) / 255.0
     if block_coverage < MIN_PERSON_COVERAGE:
@@ -243,18 +269,24 @@ def _compute(image_path: Path, progress: Progress | None) -> _Built:
     canvas_rgb = image_mod.place_on_canvas(matte.rgb, placement, fill="replicate")
     person = image_mod.place_on_canvas(matte.alpha, placement, fill="zero")
     step(3)
-    landmarks = _to_canvas(block_landmarks, placement)
+    # Points mediapipe guessed outside the photo (a headshot's hips and feet) are "not visible".
+    landmarks, out_of_view = landmarks_mod.drop_out_of_view(_to_canvas(block_landmarks, placement), _view_bounds(placement))
     face = matte_mod.face_mask(landmarks, person)
     step(4)
     extra = {
         "canvas": {"width": CANVAS_WIDTH, "height": CANVAS_HEIGHT},
         "placement": placement.as_dict(),
         "source_size": {"width": portrait.info["width"], "height": portrait.info["height"]},
-        "source_image": {k: portrait.info[k] for k in ("format", "mode", "exif_orientation", "alpha_matte")},
+        "source_image": {
+            **{k: portrait.info[k] for k in ("format", "mode", "exif_orientation", "alpha_matte")},
+            # Counter-clockwise degrees applied after EXIF orientation; placement is of the result.
+            "upright_rotation_ccw": 90 * turns,
+        },
         "source_path": str(image_path.resolve()),
         "matte": {"method": matte.method, "green_border": round(matte.green_border, 4)},
         "visible_parts": skeleton.visible_parts(landmarks, VISIBLE_THRESHOLD),
         "part_confidence": {k: round(v, 4) for k, v in skeleton.part_confidence(landmarks).items()},
+        "out_of_view": out_of_view,
         "coverage": {
             "person": round(float(person.mean()) / 255.0, 5),
             "face": round(float(face.mean()) / 255.0, 5),
@@ -262,7 +294,21 @@ def _compute(image_path: Path, progress: Progress | None) -> _Built:
         "skeleton": skeleton.SKELETON_NAME,
         "tools": _tools(),
     }
-    return _Built(canvas_rgb, person, face, landmarks.astype(np.float32), extra)
+    built = _Built(canvas_rgb, person, face, landmarks.astype(np.float32), extra)
+    # The same content checks the CLI status and the Dagster asset check run, before anything is
+    # published: a persona that would show "invalid" is never written.
+    problems = persona_problems(
+        PersonaCache("(new)", image_path, built.portrait, built.person_mask, built.face_mask, built.landmarks, extra)
+    )
+    if problems:
+        raise BadInputError(image_path, "the normalized persona fails its checks: " + "; ".join(problems))
+    return built
+
+
+def _view_bounds(placement: image_mod.Placement) -> np.ndarray:
+    return landmarks_mod.block_bounds(
+        placement.offset_x, placement.offset_y, placement.width, placement.height, (CANVAS_WIDTH, CANVAS_HEIGHT)
+    )
 
 
 def _write_files(tmp: Path, built: _Built) -> None:
@@ -350,9 +396,11 @@ def ensure_persona(
 
 def persona_status(storage: Storage, persona_id: str) -> tuple[str, PersonaCache | None, str]:
     """``(status, cache, detail)``, status one of valid / stale / missing / corrupt (as
-    ``guidance_status``). Stale: older schema or params, or the source image (the kept copy in
-    ``personas/sources/``, else the path it was built from, if still there) has other content than
-    the cache was built from (re-hashed here; cheap next to a build)."""
+    ``guidance_status``) or invalid: the files are intact but :func:`persona_problems` (the checks
+    the Dagster asset check runs) found problems, listed in ``detail``. Stale: older schema or
+    params, or the source image (the kept copy in ``personas/sources/``, else the path it was built
+    from, if still there) has other content than the cache was built from (re-hashed here; cheap
+    next to a build)."""
     status, cache, detail = cachedir.load_status(lambda: load_persona(storage, persona_id))
     if cache is None:
         return status, None, detail
@@ -360,6 +408,9 @@ def persona_status(storage: Storage, persona_id: str) -> tuple[str, PersonaCache
     if cache.metadata.get("params") != params:
         built_v = (cache.metadata.get("params") or {}).get("version")
         return "stale", cache, f"built with other parameters (persona version {built_v}, now {PERSONA_VERSION}); rebuild"
+    problems = persona_problems(cache)
+    if problems:
+        return "invalid", cache, "; ".join(problems)
     # The kept source (personas/sources/{id}.*) when there is one, else where the build read it.
     kept = storage.find_persona_source(persona_id)
     source_path = str(kept) if kept is not None else cache.metadata.get("source_path")
@@ -379,9 +430,14 @@ def list_persona_ids(storage: Storage) -> list[str]:
 
 
 def persona_problems(cache: PersonaCache) -> list[str]:
-    """Content checks the asset check runs (the loader already checked files, shapes, dtypes):
+    """Content checks of a loaded persona (the loader already checked files, shapes, dtypes):
     masks hold a person and the face lies inside it, landmarks are finite with confidences in
-    [0, 1], and the metadata's summaries match the arrays."""
+    [0, 1] and none outside the photo marked visible, and the metadata's summaries match the
+    arrays. ``[]`` when sound.
+
+    The one validation every path runs: the build (before publishing), :func:`persona_status`
+    (``newsmotion caches`` / ``persona list`` show "invalid (...)") and Dagster's blocking
+    ``persona_cache_valid`` check."""
     problems: list[str] = []
     shapes = {
         "portrait": (cache.portrait, (CANVAS_HEIGHT, CANVAS_WIDTH, 3), np.uint8),
@@ -416,6 +472,19 @@ def persona_problems(cache: PersonaCache) -> list[str]:
         present = conf > 0
         if present.any() and (np.abs(lm[present, :2] - 0.5) > 1.5).any():
             problems.append("landmark coordinates far outside the canvas (expected normalized 0..1)")
+        placement = cache.metadata.get("placement")
+        try:
+            bounds = _view_bounds(image_mod.Placement(**placement))
+        except (TypeError, ValueError):
+            problems.append(f"metadata placement {placement!r} is not a placement record")
+        else:
+            # The build stores points guessed outside the photo as not visible; one left visible
+            # means the cache predates that rule or was altered.
+            outside = landmarks_mod.out_of_view(lm, bounds)
+            if outside.any():
+                problems.append(
+                    f"{int(outside.sum())} landmarks lie outside the portrait but are marked visible; rebuild"
+                )
     recorded = cache.metadata.get("visible_parts")
     actual = skeleton.visible_parts(lm, VISIBLE_THRESHOLD) if np.isfinite(lm).all() else None
     if actual is not None and recorded != actual:
