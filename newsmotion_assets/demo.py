@@ -9,11 +9,13 @@ once (``$NEWSMOTION_STORAGE``, else ``./storage``) and hands it to every asset a
 resource.
 """
 
+import json
 import os
 import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 from rich.console import Console
@@ -121,16 +123,83 @@ def _print_scorecard(store: Storage) -> None:
     console.print(table)
     bench = frame[frame["kind"] == "bench"]
     if not bench.empty:
-        table = Table("benchmark (committed results)", "key figures")
-        for row in bench.to_dict("records"):
-            figures = [
-                f"{k}={row[k]:.4g}"
-                for k in ("load_ms_p50", "ratio", "build_s", "fps", "forward_speedup_vs_stock", "render.render_speedup_vs_stock",
-                          "render.ours.end_to_end_s")
-                if k in row and isinstance(row[k], (int, float)) and row[k] == row[k]
-            ]
-            table.add_row(Path(str(row["bench_file"])).name, ", ".join(figures))
-        console.print(table)
+        console.print(benchmark_table([Path(str(f)) for f in bench["bench_file"]]))
+
+
+# Headline numbers a result file may hold at its top level (dotted = nested), with their labels.
+_HEADLINES = (
+    ("load_ms_p50", "load p50 {:.3g} ms"),
+    ("ratio", "loads {:,.0f}x faster than a rebuild"),
+    ("build_s", "build {:.3g} s"),
+    ("fps", "{:.4g} fps"),
+    ("forward_speedup_vs_stock", "forward {:.3g}x stock"),
+    ("render.render_speedup_vs_stock", "render {:.3g}x stock"),
+    ("render.ours.end_to_end_s", "end to end {:.4g} s"),
+)
+
+
+def _number(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    return float(value) if ok else None
+
+
+def _dig(result: dict, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(result, dict):
+            return None
+        result = result.get(part)
+    return result
+
+
+def key_figures(result: dict) -> list[str]:
+    """The few numbers that say what one benchmark result file found, read from its JSON;
+    ``[]`` for a file of a shape this does not know (the table leaves such rows out)."""
+    figures = [label.format(v) for key, label in _HEADLINES if (v := _number(_dig(result, key))) is not None]
+    configs, cudnn_ms = result.get("configs"), _number(result.get("cudnn_ms"))
+    if isinstance(configs, dict) and cudnn_ms:  # an attention kernel sweep
+        timed = {name: c for name, c in configs.items() if isinstance(c, dict) and _number(c.get("kernel_ms"))}
+        if timed:
+            name, best = min(timed.items(), key=lambda item: item[1]["kernel_ms"])
+            err = _number(best.get("rel_err_vs_cudnn"))
+            figures.append(
+                f"best {name} {best['kernel_ms']:.1f} ms vs cuDNN {cudnn_ms:.1f} ms "
+                f"({cudnn_ms / best['kernel_ms']:.2f}x" + (f", error {err:.3f})" if err is not None else ")")
+            )
+    kernels = result.get("kernels")
+    if isinstance(kernels, dict):  # the SASS report: the default variant's kernels, one per autotune config
+        from newsmotion_engine.accel.attention import DEFAULT_FP8_VARIANT
+
+        rows = [k for name, k in kernels.items() if name.split()[0] == DEFAULT_FP8_VARIANT and isinstance(k, dict)]
+        per_score = [v for k in rows if (v := _number(k.get("instructions_per_score"))) is not None]
+        if per_score:
+            spilled = max(_number(k.get("stack_bytes")) or 0 for k in rows)
+            figures.append(
+                f"{DEFAULT_FP8_VARIANT} (default): {min(per_score):.2f}-{max(per_score):.2f} main-loop "
+                f"instructions per score over {len(per_score)} configs, {spilled:.0f} B spilled"
+            )
+    variants = _dig(result, "forward.variants")
+    if isinstance(variants, dict) and _number(_dig(result, "forward_speedup_vs_stock")) is None:
+        # A forward run without the stock baseline (e.g. CUDA graphs vs eager): its own times.
+        timed = [f"{name} {ms / 1000:.2f} s" for name, v in variants.items()
+                 if isinstance(v, dict) and (ms := _number(v.get("forward_ms"))) is not None]  # fmt: skip
+        if timed:
+            figures.append("per forward: " + ", ".join(timed))
+    return figures
+
+
+def benchmark_table(paths: list[Path]) -> Table:
+    """One row per benchmark result file with its :func:`key_figures`; files that cannot be read
+    or hold no known figure are left out rather than shown with an empty cell."""
+    table = Table("benchmark (committed results)", "key figures")
+    for path in paths:
+        try:
+            result = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        figures = key_figures(result) if isinstance(result, dict) else []
+        if figures:
+            table.add_row(path.name, "; ".join(figures))
+    return table
 
 
 def main() -> None:

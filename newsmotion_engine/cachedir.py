@@ -210,6 +210,29 @@ def current_umask() -> int:
     return mask
 
 
+def file_mode() -> int:
+    """The mode a plain ``open()`` gives a new file under the process umask (0644 under 022)."""
+    return 0o666 & ~current_umask()
+
+
+def copy_into_place(src: Path, target: Path) -> Path:
+    """Copy ``src`` to ``target`` atomically: into a temporary sibling, then renamed, so a watching
+    sensor or a reader never sees half a file; a failed copy leaves nothing behind. The file gets
+    :func:`file_mode` (a temporary file is created 0600, which would hide a kept portrait or driving
+    video from a Dagster daemon running as another user)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    try:
+        os.fchmod(fd, file_mode())
+        os.close(fd)
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
 def ensure(
     cache_dir: Path,
     read: Callable[[], T],

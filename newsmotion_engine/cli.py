@@ -16,7 +16,6 @@ The CLI is an edge of the program: each command decides the storage root once
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -162,6 +161,7 @@ def guidance_extract(
 ) -> None:
     """Add a custom loop: extract whole-body keypoints from VIDEO, cache them, and keep the video in
     motion/driving/ so the loop is rebuilt if the video changes."""
+    from newsmotion_engine import cachedir
     from newsmotion_engine.guidance import palette
     from newsmotion_engine.guidance.cache import VIDEO_SUFFIXES, ensure_guidance, find_driving_video
     from newsmotion_engine.ids import validate_id
@@ -189,10 +189,7 @@ def guidance_extract(
     if existing is not None and existing != target:
         existing.unlink()
     if video.resolve() != target.resolve():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{loop_id}.", suffix=".part", delete=False) as tmp:
-            shutil.copyfile(video, tmp.name)
-        Path(tmp.name).replace(target)
+        cachedir.copy_into_place(video, target)
     console.print(f"loop [bold]{loop_id}[/]: {cache.frames} frames at {cache.fps} fps -> {cache.path}")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from newsmotion_engine import skeleton
+from newsmotion_engine import cachedir, skeleton
 from newsmotion_engine.persona.cache import PersonaCache
 
 __all__ = ["write_preview", "preview_image"]
@@ -92,6 +92,7 @@ def write_preview(cache: PersonaCache, out_path: str | Path) -> Path:
         raise OSError(f"could not encode the preview for {cache.persona_id}")
     fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
     try:
+        os.fchmod(fd, cachedir.file_mode())  # mkstemp's 0600 would hide it from other users
         with os.fdopen(fd, "wb") as fh:
             fh.write(encoded.tobytes())
         os.replace(tmp, out_path)

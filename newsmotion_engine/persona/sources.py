@@ -1,16 +1,21 @@
 """Each persona's source portrait, kept in ``personas/sources/{persona_id}{suffix}``.
 
 The persona cache is derived from this file, so it can be rebuilt (e.g. when normalization
-changes) without the user re-supplying the image. Written only after the portrait proved usable.
+changes) without the user re-supplying the image. Written only after the portrait proved usable
+(``newsmotion persona add``); a portrait that reached ``sources/`` another way (the inbox sensor)
+and then failed processing is moved to ``personas/rejected/`` with the reason beside it
+(:func:`reject_source`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
+from newsmotion_engine import cachedir
 from newsmotion_engine.errors import BadInputError, NewsmotionError
 from newsmotion_engine.ids import SLUG_RE, validate_id
 from newsmotion_engine.storage import Storage
@@ -27,14 +32,7 @@ def install_source(storage: Storage, image: Path, persona_id: str) -> Path:
     target = folder / f"{persona_id}{image.suffix.lower()}"
     if image.resolve() == target.resolve():
         return target
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{persona_id}.", suffix=".part")
-    os.close(fd)
-    try:
-        shutil.copyfile(image, tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    cachedir.copy_into_place(image, target)
     for other in folder.glob(f"{persona_id}.*"):
         if other != target and other.stem == persona_id:
             other.unlink()
@@ -69,3 +67,76 @@ def add_persona(storage: Storage, image: Path, persona_id: str, *, force: bool =
     cache, built = ensure_persona(storage, persona_id, image=image, force=force, progress=progress)
     install_source(storage, image, persona_id)
     return cache, built
+
+
+REASON_SUFFIX = ".reason.txt"
+
+
+def _claim_copy(src: Path, folder: Path) -> Path:
+    """Put a copy of ``src`` into ``folder`` under its own name, or ``{stem}-2{suffix}``, ``-3``,
+    ... when that name (or its reason file) is taken. A hard link claims the name atomically and
+    never replaces an existing file (a filesystem without hard links gets an exclusive create +
+    copy, the same no-clobber rule). ``src`` stays where it is."""
+    for n in range(1, 10_000):
+        name = src.name if n == 1 else f"{src.stem}-{n}{src.suffix}"
+        target = folder / name
+        if (folder / f"{name}{REASON_SUFFIX}").exists():
+            continue
+        try:
+            os.link(src, target)
+            return target
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EXDEV, errno.ENOTSUP, errno.EMLINK):
+                raise
+        try:
+            with open(target, "xb") as out, open(src, "rb") as inp:
+                shutil.copyfileobj(inp, out)
+        except FileExistsError:
+            continue
+        except BaseException:
+            target.unlink(missing_ok=True)
+            raise
+        shutil.copymode(src, target)
+        return target
+    raise NewsmotionError(f"{folder}: no free name for {src.name} (9999 rejected copies already)")
+
+
+def reject_source(storage: Storage, persona_id: str, reason: str) -> Path:
+    """Move persona ``persona_id``'s source portrait (``personas/sources/{id}.*``) to
+    ``personas/rejected/`` and write ``{file name}.reason.txt`` beside it; returns the moved file's
+    path. An earlier rejected file of the same name is never overwritten: the new one is suffixed
+    (``anna-2.jpg``). Each step is atomic and the source leaves ``sources/`` last, so an
+    interruption leaves the portrait in place (at worst also in ``rejected/``), never lost.
+
+    Raises :class:`NewsmotionError` when the persona has no source portrait.
+
+    Example::
+
+        reject_source(Storage.from_env(), "anna", "no person detected")  # storage/personas/rejected/anna.jpg
+    """
+    validate_id(persona_id, "persona id")
+    source = storage.find_persona_source(persona_id)
+    if source is None:
+        raise NewsmotionError(f"persona {persona_id!r} has no source portrait in {storage.persona_sources} to reject")
+    folder = storage.persona_rejected
+    folder.mkdir(parents=True, exist_ok=True)
+    text = f"{reason.rstrip()}\n\npersona {persona_id}, rejected {cachedir.utc_now()}, was {source}\n"
+    # The reason is written under a temporary name first and renamed in once the portrait's name
+    # is claimed, so a reason file never stands beside the wrong (or no) portrait.
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{source.name}.", suffix=".part")
+    target: Path | None = None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), cachedir.file_mode())
+            fh.write(text)
+        target = _claim_copy(source, folder)
+        os.replace(tmp, folder / f"{target.name}{REASON_SUFFIX}")
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        if target is not None:
+            target.unlink(missing_ok=True)
+        raise
+    source.unlink()
+    return target
