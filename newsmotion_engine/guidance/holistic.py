@@ -24,9 +24,10 @@ Mapping (all coordinates normalized to the frame, origin top-left; "left" is the
   holistic test expects the left hand on the image's right for a person facing the camera).
   Confidence ``PART_CONFIDENCE`` when the hand was found.
 
-mediapipe's native code prints a few warning lines when a graph starts (absl logging, which
-ignores GLOG_minloglevel / TF_CPP_MIN_LOG_LEVEL); they are harmless and left alone rather than
-silencing the process's stderr.
+mediapipe's native code prints a dozen harmless lines when a graph starts (TFLite, absl), some from
+worker threads after the constructor returned: a detector's whole life (creation to ``close()``)
+runs inside :func:`newsmotion_engine.nativelog.filter_native_stderr`, which drops exactly those
+lines and writes back anything else printed to stderr meanwhile when the detector closes.
 
 A part that was not detected has confidence 0 and coordinates 0. Coordinates are not clipped: a
 body point mediapipe places just outside the frame keeps its (out-of-range) position and, as a rule,
@@ -35,10 +36,12 @@ a low visibility.
 
 from __future__ import annotations
 
+import contextlib
 from types import TracebackType
 
 import numpy as np
 
+from newsmotion_engine.nativelog import filter_native_stderr
 from newsmotion_engine.skeleton import (
     FACE_START,
     LEFT_HAND_START,
@@ -212,19 +215,26 @@ class HolisticDetector:
     """
 
     def __init__(self, static_image_mode: bool = False, min_detection_confidence: float = 0.5):
-        import mediapipe as mp  # lazy: the GPU machine's engine runs without mediapipe
-
         self.static_image_mode = bool(static_image_mode)
         self.min_detection_confidence = float(min_detection_confidence)
-        self._holistic = mp.solutions.holistic.Holistic(
-            static_image_mode=self.static_image_mode,
-            model_complexity=MEDIAPIPE_MODEL_COMPLEXITY,
-            smooth_landmarks=True,
-            enable_segmentation=False,
-            refine_face_landmarks=False,
-            min_detection_confidence=self.min_detection_confidence,
-            min_tracking_confidence=0.5,
-        )
+        # The graph's worker threads log after the constructor returns: filter for its whole life.
+        self._quiet = contextlib.ExitStack()
+        self._quiet.enter_context(filter_native_stderr())
+        try:
+            import mediapipe as mp  # lazy: the GPU machine's engine runs without mediapipe
+
+            self._holistic = mp.solutions.holistic.Holistic(
+                static_image_mode=self.static_image_mode,
+                model_complexity=MEDIAPIPE_MODEL_COMPLEXITY,
+                smooth_landmarks=True,
+                enable_segmentation=False,
+                refine_face_landmarks=False,
+                min_detection_confidence=self.min_detection_confidence,
+                min_tracking_confidence=0.5,
+            )
+        except BaseException:
+            self._quiet.close()
+            raise
 
     def detect(self, rgb: np.ndarray) -> np.ndarray:
         """Keypoints of the most prominent person in an RGB uint8 ``[H, W, 3]`` frame, as float32
@@ -239,8 +249,11 @@ class HolisticDetector:
     def close(self) -> None:
         """Release the mediapipe graph (idempotent)."""
         if self._holistic is not None:
-            self._holistic.close()
-            self._holistic = None
+            try:
+                self._holistic.close()
+            finally:
+                self._holistic = None
+                self._quiet.close()
 
     def __enter__(self) -> HolisticDetector:
         return self

@@ -24,13 +24,13 @@ All masks are uint8 alpha 0..255 at the size of the image they were computed on.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import cv2
 import numpy as np
 
+from newsmotion_engine.nativelog import filter_native_stderr
 from newsmotion_engine.skeleton import BODY, FACE68, FACE_START, PARTS
 
 __all__ = [
@@ -179,11 +179,11 @@ def despill(rgb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
 
 def selfie_segmentation(rgb: np.ndarray) -> np.ndarray:
     """mediapipe selfie segmentation: person probability float32 [H, W] in 0..1."""
-    os.environ.setdefault("GLOG_minloglevel", "2")  # before mediapipe's native library loads
-    import mediapipe as mp  # lazy: the GPU machine's engine runs without mediapipe
+    with filter_native_stderr():  # mediapipe's start-up log lines (see nativelog)
+        import mediapipe as mp  # lazy: the GPU machine's engine runs without mediapipe
 
-    with mp.solutions.selfie_segmentation.SelfieSegmentation(model_selection=SELFIE_MODEL) as seg:
-        result = seg.process(np.ascontiguousarray(rgb))
+        with mp.solutions.selfie_segmentation.SelfieSegmentation(model_selection=SELFIE_MODEL) as seg:
+            result = seg.process(np.ascontiguousarray(rgb))
     mask = result.segmentation_mask
     if mask is None:
         return np.zeros(rgb.shape[:2], np.float32)
