@@ -1,6 +1,8 @@
 """The shared cache mechanism: atomic writes, validation, typed errors, staleness."""
 
 import json
+import os
+import stat
 import threading
 
 import numpy as np
@@ -194,3 +196,38 @@ def test_cache_digest_is_content_not_time(tmp_path):
     _write(path, rows=6)
     assert cachedir.cache_digest(_read(path).metadata) != digest
     assert cachedir.cache_digest({**first.metadata, "params": {"p": 2}}) != digest
+
+
+@pytest.fixture()
+def umask_022():
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_cache_folders_and_files_follow_the_umask(tmp_path, umask_022):
+    """A Dagster webserver or daemon running as another user must be able to read every cache:
+    0755 folders and 0644 files under umask 022 (mkdtemp alone would give 0700)."""
+    path = _write(tmp_path / "caches" / "one")
+    assert _mode(path) == 0o755 and _mode(path.parent) == 0o755
+    assert {p.name: _mode(p) for p in path.iterdir()} == {"a.npy": 0o644, "note.txt": 0o644, "metadata.json": 0o644}
+    # A rebuild replaces the folder and keeps the modes.
+    _write(path, rows=2)
+    assert _mode(path) == 0o755 and _mode(path / "a.npy") == 0o644
+
+
+def test_copy_into_place_is_atomic_and_follows_the_umask(tmp_path, umask_022):
+    src = tmp_path / "take.mp4"
+    src.write_bytes(b"video bytes")
+    target = cachedir.copy_into_place(src, tmp_path / "driving" / "nod.mp4")
+    assert target.read_bytes() == b"video bytes" and _mode(target) == 0o644
+    assert sorted(p.name for p in target.parent.iterdir()) == ["nod.mp4"]  # no temp file left
+    with pytest.raises(FileNotFoundError):
+        cachedir.copy_into_place(tmp_path / "missing.mp4", tmp_path / "driving" / "x.mp4")
+    assert sorted(p.name for p in target.parent.iterdir()) == ["nod.mp4"]

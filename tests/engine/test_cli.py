@@ -1,6 +1,8 @@
 """The `newsmotion` command: happy paths and one-line errors with a non-zero exit."""
 
 import json
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -116,14 +118,21 @@ def test_persona_add_not_an_image(capsys, tmp_path, storage):
     assert not storage.persona_dir("fake").exists() and storage.find_persona_source("fake") is None
 
 
-def test_extract_custom_loop_records_its_frame(capsys, tmp_path, storage):
+def test_extract_custom_loop_records_its_frame(capfd, tmp_path, storage):
     from newsmotion_engine.guidance.cache import guidance_status, load_guidance
     from newsmotion_engine.samples import write_moving_photo_video
 
     video = tmp_path / "take.mp4"
     write_moving_photo_video(video, frames=12, width=640, height=360)
-    code, out, _ = run(capsys, "guidance", "extract", str(video), "--loop-id", "weather_point")
+    old_umask = os.umask(0o022)
+    try:
+        code, out, err = run(capfd, "guidance", "extract", str(video), "--loop-id", "weather_point")
+    finally:
+        os.umask(old_umask)
     assert code == 0
+    assert err == ""  # mediapipe's native start-up lines are filtered (fd-level capture)
+    # The kept driving video is readable by a Dagster daemon running as another user.
+    assert stat.S_IMODE((storage.driving_dir / "weather_point.mp4").stat().st_mode) == 0o644
     cache = load_guidance(storage, "weather_point")
     assert (cache.width, cache.height, cache.frames, cache.source_kind) == (640, 360, 12, "video")
     assert (storage.driving_dir / "weather_point.mp4").read_bytes() == video.read_bytes()
@@ -174,3 +183,59 @@ def test_scorecard_warns_about_an_unreadable_record_and_keeps_the_rest(capsys, a
     code, out, _ = run(capsys, "scorecard")
     assert code == 0 and "1 renders" in out
     assert "warning" in out and "welcome" in out and "schema_version" in out
+
+
+def test_persona_add_headshot_and_sideways_say_what_happened(capfd, tmp_path, storage):
+    """Both stdout and the process's stderr (fd level: mediapipe writes from C++) are checked."""
+    from PIL import Image
+
+    from newsmotion_engine.samples import astronaut_rgb
+
+    rgb = astronaut_rgb()
+    Image.fromarray(np.ascontiguousarray(rgb[:230])).save(tmp_path / "head.png")
+    Image.fromarray(np.ascontiguousarray(np.rot90(rgb, -1))).save(tmp_path / "turned.jpg")
+    code, out, err = run(capfd, "persona", "add", str(tmp_path / "head.png"), "--id", "head")
+    assert code == 0 and err == ""
+    assert "outside the photo (not visible): " in out and "left_hip" in out
+    code, out, err = run(capfd, "persona", "add", str(tmp_path / "turned.jpg"), "--id", "turned")
+    assert code == 0 and err == ""
+    assert "the photo was sideways: turned 90° counter-clockwise to upright" in out
+    code, out, _ = run(capfd, "caches", "--json")
+    rows = {r["id"]: r for r in json.loads(out)}
+    assert rows["head"]["status"] == "valid" and rows["turned"]["status"] == "valid"
+
+
+def test_persona_add_of_a_portrait_without_a_person_installs_nothing(capfd, tmp_path, storage):
+    from PIL import Image
+    from skimage import data
+
+    Image.fromarray(data.chelsea()).save(tmp_path / "cat.png")
+    code, _, err = run(capfd, "persona", "add", str(tmp_path / "cat.png"), "--id", "cat")
+    assert code == 1 and err.startswith("error: ") and "cat.png: no person detected" in err
+    assert err.count("\n") == 1  # one line: no mediapipe chatter around it
+    assert storage.find_persona_source("cat") is None and not storage.persona_dir("cat").exists()
+
+
+def test_tables_are_complete_when_piped(astronaut_png):
+    """CliRunner's stdout is not a terminal: no cell may be cut short ("astron…")."""
+    from typer.testing import CliRunner
+
+    from newsmotion_engine.cli import app
+    from newsmotion_engine.guidance import palette
+
+    runner = CliRunner()
+    long_id = "astronaut_anchor_with_a_rather_long_name"
+    assert runner.invoke(app, ["persona", "add", str(astronaut_png), "--id", long_id]).exit_code == 0
+    result = runner.invoke(app, ["render", "--persona", long_id, "--loop", "nod", "--width", "180", "--height", "320"])
+    assert result.exit_code == 0, result.output
+    outputs = {}
+    for args in (["scorecard"], ["caches"], ["persona", "list"], ["loops", "list"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        outputs[" ".join(args)] = result.output
+        assert "…" not in result.output, args
+    assert long_id in outputs["scorecard"] and long_id in outputs["caches"] and long_id in outputs["persona list"]
+    created = json.loads(runner.invoke(app, ["caches", "--json"]).output)
+    assert all(r["created"] in outputs["caches"] for r in created if r["created"])
+    for spec in palette.canonical_loops().values():
+        assert spec.description in outputs["loops list"]
