@@ -34,6 +34,7 @@ from newsmotion_assets.assets.reports import scorecard
 from newsmotion_assets.partitions import loop_partitions, persona_partitions
 from newsmotion_assets.resources import RendererResource, StorageResource, release_warm_backends
 from newsmotion_engine.bench.suites import sample_portrait
+from newsmotion_engine.cli import PipeConsole
 from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.guidance.cache import all_loop_ids
 from newsmotion_engine.persona.sources import install_source
@@ -44,7 +45,8 @@ SAMPLE_PERSONA = "astronaut"
 # The demo prints its own progress lines; Dagster's per-event debug log would drown them (the
 # full event log is in the instance: `make dev` shows it).
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-console = Console(width=max(Console().width, 150))
+# At least 150 columns on a terminal; complete lines when piped (`make demo | tee demo.log`).
+console = PipeConsole(width=max(Console().width, 150))
 
 
 def _instance() -> dg.DagsterInstance:

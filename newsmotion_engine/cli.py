@@ -201,6 +201,7 @@ def persona_add(
     force: Annotated[bool, typer.Option("--force", help="Rebuild, or replace a persona made from another portrait.")] = False,
 ) -> None:
     """Normalize a portrait once: matte, face mask, landmarks -> a memory-mappable persona cache."""
+    from newsmotion_engine.persona.landmarks import describe_turns
     from newsmotion_engine.persona.sources import add_persona
 
     store = Storage.from_env()
@@ -213,9 +214,9 @@ def persona_add(
         f"persona [bold]{persona_id}[/]: {'built' if rebuilt else 'current, reused'}; matte {cache.matte_method}; "
         f"visible {', '.join(cache.visible_parts)} -> {cache.path}"
     )
-    turned = (cache.metadata.get("source_image") or {}).get("upright_rotation_ccw", 0)
-    if turned:
-        console.print(f"  the photo was sideways: turned {turned}° counter-clockwise to upright")
+    turns = int((cache.metadata.get("source_image") or {}).get("upright_rotation_ccw", 0)) // 90
+    if turns:
+        console.print(f"  the photo was {describe_turns(turns)}: turned upright")
     if cache.metadata.get("out_of_view"):
         console.print(f"  outside the photo (not visible): {', '.join(cache.metadata['out_of_view'])}")
 
@@ -272,6 +273,7 @@ def persona_show(
 ) -> None:
     """Write a preview PNG (portrait, matte, face mask, landmarks) and print the persona's facts."""
     from newsmotion_engine.persona.cache import load_persona
+    from newsmotion_engine.persona.landmarks import describe_turns
     from newsmotion_engine.persona.preview import write_preview
 
     store = Storage.from_env()
@@ -284,6 +286,8 @@ def persona_show(
     table.add_row("visible parts", ", ".join(cache.visible_parts))
     table.add_row("coverage", ", ".join(f"{k} {v:.1%}" for k, v in meta.get("coverage", {}).items()))
     table.add_row("source size", str(meta.get("source_size")))
+    table.add_row("orientation", describe_turns(int((meta.get("source_image") or {}).get("upright_rotation_ccw", 0)) // 90))
+    table.add_row("outside the photo", ", ".join(meta.get("out_of_view") or []) or "-")
     table.add_row("created", str(meta.get("created_at")))
     console.print(table)
     console.print(f"preview -> {out}")

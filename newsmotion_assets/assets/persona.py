@@ -43,6 +43,8 @@ def persona_cache(context: dg.AssetExecutionContext, storage: StorageResource) -
             "digest": cache.digest,
             "matte_method": cache.matte_method,
             "visible_parts": ", ".join(cache.visible_parts),
+            "outside_the_photo": ", ".join(cache.metadata.get("out_of_view") or []) or "-",
+            "turned_upright_deg_ccw": int((cache.metadata.get("source_image") or {}).get("upright_rotation_ccw", 0)),
             **{f"coverage_{k}": round(float(v), 4) for k, v in coverage.items()},
             "bytes": dg.MetadataValue.int(cachedir.cache_bytes(cache.path)),
             "path": dg.MetadataValue.path(str(cache.path)),

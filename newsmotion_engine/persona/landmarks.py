@@ -133,5 +133,5 @@ def upright_turns(landmarks: np.ndarray, width: int, height: int) -> int:
 
 
 def describe_turns(turns: int) -> str:
-    """How the photo was oriented, given the turns that made it upright ("rotated 90° clockwise")."""
+    """How a photo was oriented, given the counter-clockwise quarter turns that made it upright."""
     return {0: "upright", 1: "rotated 90° clockwise", 2: "upside down", 3: "rotated 90° counter-clockwise"}[turns % 4]

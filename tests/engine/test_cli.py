@@ -199,7 +199,7 @@ def test_persona_add_headshot_and_sideways_say_what_happened(capfd, tmp_path, st
     assert "outside the photo (not visible): " in out and "left_hip" in out
     code, out, err = run(capfd, "persona", "add", str(tmp_path / "turned.jpg"), "--id", "turned")
     assert code == 0 and err == ""
-    assert "the photo was sideways: turned 90° counter-clockwise to upright" in out
+    assert "the photo was rotated 90° clockwise: turned upright" in out
     code, out, _ = run(capfd, "caches", "--json")
     rows = {r["id"]: r for r in json.loads(out)}
     assert rows["head"]["status"] == "valid" and rows["turned"]["status"] == "valid"
