@@ -28,11 +28,12 @@ __all__ = ["NOISE", "filter_native_stderr", "is_noise"]
 
 # Exactly the lines mediapipe's graphs print on a healthy start (absl lines: "W0000 00:00:<time>
 # <thread> <file>:<line>] <message>"); a new kind of message is shown, not guessed away.
+_ABSL = r"^[IW]\d{4} [\d:.]+\s+\d+ "  # severity, date, time, thread id
 NOISE = (
     re.compile(r"^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$"),
     re.compile(r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$"),
-    re.compile(r"^[IW]\d{4} [\d:.]+\s+\d+ inference_feedback_manager\.cc:\d+\] Feedback manager requires a model"),
-    re.compile(r"^[IW]\d{4} [\d:.]+\s+\d+ landmark_projection_calculator\.cc:\d+\] Using NORM_RECT without IMAGE_DIMENSIONS"),
+    re.compile(_ABSL + r"inference_feedback_manager\.cc:\d+\] Feedback manager requires a model"),
+    re.compile(_ABSL + r"landmark_projection_calculator\.cc:\d+\] Using NORM_RECT without IMAGE_DIMENSIONS"),
 )
 
 

@@ -16,13 +16,15 @@ metadata.json       see cachedir + extras below
 ==================  ===========================  ==============================================
 
 metadata.json extras: persona_id, canvas {width, height}, placement (canvas = source * scale +
-offset, of the upright image), source_size, source_image (format, mode, EXIF orientation, alpha
-matte, upright_rotation_ccw: degrees a sideways photo was turned), source_path (where the image was
-when built; status re-hashes it if it is still there), matte {method, green_border}, visible_parts,
-part_confidence, out_of_view (landmarks mediapipe guessed outside the photo, stored as not visible:
-see :mod:`newsmotion_engine.persona.landmarks`), coverage {person, face}, skeleton, tools
-{mediapipe, opencv, numpy, pillow}, build_s. ``source`` is {kind: "image", sha256, name}; ``params`` (:func:`persona_params`)
-holds every setting the output depends on, including :data:`PERSONA_VERSION`.
+offset), source_size, source_image (format, mode, EXIF orientation, alpha matte,
+upright_rotation_ccw: degrees a sideways photo was turned; placement and source_size are of the
+upright image), source_path (where the image was when built; status re-hashes it if it is still
+there), matte {method, green_border}, visible_parts, part_confidence, out_of_view (landmarks
+mediapipe guessed outside the photo, stored as not visible: see
+:mod:`newsmotion_engine.persona.landmarks`), coverage {person, face}, skeleton, tools {mediapipe,
+opencv, numpy, pillow}, build_s. ``source`` is {kind: "image", sha256, name}; ``params``
+(:func:`persona_params`) holds every setting the output depends on, including
+:data:`PERSONA_VERSION`.
 
 The write/lock/validate mechanics are :mod:`newsmotion_engine.cachedir`'s, shared with the guidance
 cache. Every function takes the :class:`~newsmotion_engine.storage.Storage` it works in. Builders
@@ -270,13 +272,15 @@ def _compute(image_path: Path, progress: Progress | None) -> _Built:
     person = image_mod.place_on_canvas(matte.alpha, placement, fill="zero")
     step(3)
     # Points mediapipe guessed outside the photo (a headshot's hips and feet) are "not visible".
-    landmarks, out_of_view = landmarks_mod.drop_out_of_view(_to_canvas(block_landmarks, placement), _view_bounds(placement))
+    landmarks, out_of_view = landmarks_mod.drop_out_of_view(
+        _to_canvas(block_landmarks, placement), _view_bounds(placement)
+    )
     face = matte_mod.face_mask(landmarks, person)
     step(4)
     extra = {
         "canvas": {"width": CANVAS_WIDTH, "height": CANVAS_HEIGHT},
         "placement": placement.as_dict(),
-        "source_size": {"width": portrait.info["width"], "height": portrait.info["height"]},
+        "source_size": {"width": int(rgb.shape[1]), "height": int(rgb.shape[0])},
         "source_image": {
             **{k: portrait.info[k] for k in ("format", "mode", "exif_orientation", "alpha_matte")},
             # Counter-clockwise degrees applied after EXIF orientation; placement is of the result.
