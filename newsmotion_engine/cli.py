@@ -201,7 +201,6 @@ def persona_add(
     force: Annotated[bool, typer.Option("--force", help="Rebuild, or replace a persona made from another portrait.")] = False,
 ) -> None:
     """Normalize a portrait once: matte, face mask, landmarks -> a memory-mappable persona cache."""
-    from newsmotion_engine.persona.landmarks import describe_turns
     from newsmotion_engine.persona.sources import add_persona
 
     store = Storage.from_env()
@@ -214,11 +213,22 @@ def persona_add(
         f"persona [bold]{persona_id}[/]: {'built' if rebuilt else 'current, reused'}; matte {cache.matte_method}; "
         f"visible {', '.join(cache.visible_parts)} -> {cache.path}"
     )
-    turns = int((cache.metadata.get("source_image") or {}).get("upright_rotation_ccw", 0)) // 90
+    for note in photo_notes(cache.metadata):
+        console.print(f"  {note}")
+
+
+def photo_notes(metadata: dict[str, Any]) -> list[str]:
+    """What a persona build did about its photo, for people: the orientation fix and the points
+    outside the photo (stored as not visible). ``[]`` for an upright photo showing every point."""
+    from newsmotion_engine.persona.landmarks import describe_turns
+
+    notes = []
+    turns = int((metadata.get("source_image") or {}).get("upright_rotation_ccw", 0)) // 90
     if turns:
-        console.print(f"  the photo was {describe_turns(turns)}: turned upright")
-    if cache.metadata.get("out_of_view"):
-        console.print(f"  outside the photo (not visible): {', '.join(cache.metadata['out_of_view'])}")
+        notes.append(f"the photo was {describe_turns(turns)}: turned upright")
+    if metadata.get("out_of_view"):
+        notes.append(f"outside the photo (not visible): {', '.join(metadata['out_of_view'])}")
+    return notes
 
 
 @persona_app.command("build")
@@ -235,7 +245,7 @@ def persona_build(
     ids = selected_ids(
         "persona", personas, all_personas, lambda: source_persona_ids(store), lambda i: persona_source_image(store, i)
     )
-    table = Table("persona", "matte", "visible parts", "action")
+    table = Table("persona", "matte", "visible parts", "photo", "action")
     with progress_bar() as bar:
         for persona_id in ids:
             task = bar.add_task(f"persona {persona_id}", total=None)
@@ -243,7 +253,13 @@ def persona_build(
                 store, persona_id, force=force, progress=lambda d, t, task=task: bar.update(task, completed=d, total=t)
             )
             bar.update(task, visible=False)
-            table.add_row(persona_id, cache.matte_method, ", ".join(cache.visible_parts), "built" if built else "current")
+            table.add_row(
+                persona_id,
+                cache.matte_method,
+                ", ".join(cache.visible_parts),
+                "; ".join(photo_notes(cache.metadata)) or "-",
+                "built" if built else "current",
+            )
     console.print(table)
 
 

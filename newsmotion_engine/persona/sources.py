@@ -116,8 +116,7 @@ def reject_source(storage: Storage, persona_id: str, reason: str) -> Path:
 
         reject_source(Storage.from_env(), "anna", "no person detected")  # storage/personas/rejected/anna.jpg
     """
-    validate_id(persona_id, "persona id")
-    source = storage.find_persona_source(persona_id)
+    source = storage.find_persona_source(persona_id)  # refuses an invalid id
     if source is None:
         raise NewsmotionError(f"persona {persona_id!r} has no source portrait in {storage.persona_sources} to reject")
     folder = storage.persona_rejected

@@ -203,6 +203,12 @@ def test_persona_add_headshot_and_sideways_say_what_happened(capfd, tmp_path, st
     code, out, _ = run(capfd, "caches", "--json")
     rows = {r["id"]: r for r in json.loads(out)}
     assert rows["head"]["status"] == "valid" and rows["turned"]["status"] == "valid"
+    # `persona build` (from the kept portraits) reports the same in its table.
+    code, out, err = run(capfd, "persona", "build", "head", "turned", "--force")
+    assert code == 0 and err == ""
+    head, turned = (next(line for line in out.splitlines() if f" {i} " in line) for i in ("head", "turned"))
+    assert "outside the photo (not visible): " in head and "left_hip" in head and "built" in head
+    assert "the photo was rotated 90° clockwise: turned upright" in turned
 
 
 def test_persona_add_of_a_portrait_without_a_person_installs_nothing(capfd, tmp_path, storage):

@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from newsmotion_engine import storage
 from newsmotion_engine.persona import landmarks as L
-from newsmotion_engine.persona.cache import build_persona, load_persona, persona_problems, persona_status
+from newsmotion_engine.persona.cache import ensure_persona, load_persona, persona_problems, persona_status
 from newsmotion_engine.samples import astronaut_rgb
 from newsmotion_engine.skeleton import BODY, FACE_START, LEFT_HAND_START, NUM_KEYPOINTS
 
@@ -113,21 +112,24 @@ def photos(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("name", ["headshot", "tight"])
-def test_headshot_builds_and_validates_in_every_path(photos, name):
+def test_headshot_builds_and_validates_in_every_path(photos, name, storage):
     import dagster as dg
 
     from newsmotion_assets.assets.persona import persona_cache, persona_cache_valid
     from newsmotion_assets.partitions import persona_partitions
+    from newsmotion_assets.resources import StorageResource
     from newsmotion_engine.persona.sources import install_source
 
-    install_source(photos[name], name)
+    install_source(storage, photos[name], name)
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(persona_partitions.name, [name])
-        result = dg.materialize([persona_cache, persona_cache_valid], partition_key=name, instance=instance)
+        result = dg.materialize(
+            [persona_cache, persona_cache_valid], partition_key=name, instance=instance, resources={"storage": StorageResource()}
+        )
         (check,) = result.get_asset_check_evaluations()
         assert check.passed, check.metadata
-    cache = load_persona(name)
-    assert persona_problems(cache) == [] and persona_status(name)[0] == "valid"
+    cache = load_persona(storage, name)
+    assert persona_problems(cache) == [] and persona_status(storage, name)[0] == "valid"
     assert {"body", "face"} <= set(cache.visible_parts)
     lm = np.asarray(cache.landmarks)
     # The hips and feet mediapipe guessed below the photo are stored as not visible.
@@ -138,7 +140,7 @@ def test_headshot_builds_and_validates_in_every_path(photos, name):
     assert lm[BODY["nose"], 2] > 0.5 and lm[BODY["left_shoulder"], 2] > 0.5
 
 
-def test_cache_with_out_of_view_landmarks_is_invalid_everywhere(photos):
+def test_cache_with_out_of_view_landmarks_is_invalid_everywhere(photos, storage):
     """A cache holding a visible landmark far outside the photo (what persona version 1 wrote for
     headshots: a hip at y = 2.06) shows "invalid (...)" in the CLI status and fails the asset
     check with the same problem text: both run persona_problems."""
@@ -146,11 +148,12 @@ def test_cache_with_out_of_view_landmarks_is_invalid_everywhere(photos):
 
     from newsmotion_assets.assets.persona import persona_cache, persona_cache_valid
     from newsmotion_assets.partitions import persona_partitions
+    from newsmotion_assets.resources import StorageResource
     from newsmotion_engine.cachedir import sha256_file
     from newsmotion_engine.persona.sources import install_source
 
-    install_source(photos["headshot"], "old")
-    build_persona(photos["headshot"], "old")
+    install_source(storage, photos["headshot"], "old")
+    ensure_persona(storage, "old", image=photos["headshot"])
     path = storage.persona_dir("old") / "landmarks.npy"
     lm = np.load(path)
     lm[BODY["left_hip"]] = (0.4, 2.06, 0.4)
@@ -160,13 +163,17 @@ def test_cache_with_out_of_view_landmarks_is_invalid_everywhere(photos):
     meta["files"]["landmarks.npy"]["sha256"] = sha256_file(path)
     meta_path.write_text(json.dumps(meta))
 
-    status, _, detail = persona_status("old")
+    status, _, detail = persona_status(storage, "old")
     assert status == "invalid" and "outside the portrait but are marked visible" in detail
     assert "far outside the canvas" in detail
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(persona_partitions.name, ["old"])
         result = dg.materialize(
-            [persona_cache, persona_cache_valid], partition_key="old", instance=instance, raise_on_error=False
+            [persona_cache, persona_cache_valid],
+            partition_key="old",
+            instance=instance,
+            resources={"storage": StorageResource()},  # root: $NEWSMOTION_STORAGE, the test's own folder
+            raise_on_error=False,
         )
         (check,) = result.get_asset_check_evaluations()
     assert not check.passed and check.metadata["problems"].value == detail
@@ -176,9 +183,9 @@ def test_cache_with_out_of_view_landmarks_is_invalid_everywhere(photos):
 
 
 @pytest.mark.parametrize("name, turned", [("clockwise", 90), ("counterclockwise", 270)])
-def test_sideways_photo_is_turned_upright(photos, name, turned):
-    upright, _ = build_persona(photos["upright"], "upright")
-    sideways, _ = build_persona(photos[name], name)
+def test_sideways_photo_is_turned_upright(photos, name, turned, storage):
+    upright, _ = ensure_persona(storage, "upright", image=photos["upright"])
+    sideways, _ = ensure_persona(storage, name, image=photos[name])
     assert sideways.metadata["source_image"]["upright_rotation_ccw"] == turned
     assert upright.metadata["source_image"]["upright_rotation_ccw"] == 0
     # A quarter turn of a square photo is lossless: the same canvas, the same person.

@@ -12,12 +12,6 @@ from PIL import Image
 
 from newsmotion_engine.errors import BadInputError, NewsmotionError
 from newsmotion_engine.persona.sources import REASON_SUFFIX, add_persona, install_source, reject_source
-from newsmotion_engine.storage import Storage
-
-
-@pytest.fixture()
-def store(isolated_storage) -> Storage:
-    return Storage(isolated_storage)
 
 
 @pytest.fixture()
@@ -38,71 +32,71 @@ def _portrait(path, value: int = 128):
     return path
 
 
-def test_install_source_respects_the_umask(tmp_path, store, umask_022):
-    target = install_source(_portrait(tmp_path / "anna.png"), "anna")
-    assert target == store.persona_sources / "anna.png"
+def test_install_source_respects_the_umask(tmp_path, storage, umask_022):
+    target = install_source(storage, _portrait(tmp_path / "anna.png"), "anna")
+    assert target == storage.persona_sources / "anna.png"
     assert _mode(target) == 0o644 and _mode(target.parent) == 0o755
     assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]  # no temp file left
 
 
-def test_install_source_under_a_stricter_umask(tmp_path, store):
+def test_install_source_under_a_stricter_umask(tmp_path, storage):
     old = os.umask(0o077)
     try:
-        target = install_source(_portrait(tmp_path / "anna.png"), "anna")
+        target = install_source(storage, _portrait(tmp_path / "anna.png"), "anna")
     finally:
         os.umask(old)
     assert _mode(target) == 0o600
 
 
-def test_reject_source_moves_the_file_and_writes_the_reason(tmp_path, store, umask_022):
-    source = install_source(_portrait(tmp_path / "anna.png"), "anna")
-    moved = reject_source(store, "anna", "no person detected (mediapipe holistic found no body or face)")
-    assert moved == store.persona_rejected / "anna.png"
-    assert not source.exists() and store.find_persona_source("anna") is None
+def test_reject_source_moves_the_file_and_writes_the_reason(tmp_path, storage, umask_022):
+    source = install_source(storage, _portrait(tmp_path / "anna.png"), "anna")
+    moved = reject_source(storage, "anna", "no person detected (mediapipe holistic found no body or face)")
+    assert moved == storage.persona_rejected / "anna.png"
+    assert not source.exists() and storage.find_persona_source("anna") is None
     assert moved.read_bytes() == (tmp_path / "anna.png").read_bytes()
-    reason = store.persona_rejected / f"anna.png{REASON_SUFFIX}"
+    reason = storage.persona_rejected / f"anna.png{REASON_SUFFIX}"
     text = reason.read_text()
     assert text.startswith("no person detected (mediapipe holistic found no body or face)\n")
     assert "persona anna" in text
     assert _mode(reason) == 0o644 and _mode(moved) == 0o644
-    assert sorted(p.name for p in store.persona_rejected.iterdir()) == ["anna.png", "anna.png.reason.txt"]
+    assert sorted(p.name for p in storage.persona_rejected.iterdir()) == ["anna.png", "anna.png.reason.txt"]
 
 
-def test_reject_source_never_overwrites_an_earlier_rejection(tmp_path, store):
+def test_reject_source_never_overwrites_an_earlier_rejection(tmp_path, storage):
     first = _portrait(tmp_path / "first.png", 10)
     second = _portrait(tmp_path / "second.png", 200)
-    install_source(first, "anna")
-    reject_source(store, "anna", "first reason")
-    install_source(second, "anna")
-    moved = reject_source(store, "anna", "second reason")
+    install_source(storage, first, "anna")
+    reject_source(storage, "anna", "first reason")
+    install_source(storage, second, "anna")
+    moved = reject_source(storage, "anna", "second reason")
     assert moved.name == "anna-2.png"
-    assert (store.persona_rejected / "anna.png").read_bytes() == first.read_bytes()
-    assert (store.persona_rejected / "anna.png.reason.txt").read_text().startswith("first reason")
+    assert (storage.persona_rejected / "anna.png").read_bytes() == first.read_bytes()
+    assert (storage.persona_rejected / "anna.png.reason.txt").read_text().startswith("first reason")
     assert moved.read_bytes() == second.read_bytes()
-    assert (store.persona_rejected / "anna-2.png.reason.txt").read_text().startswith("second reason")
+    assert (storage.persona_rejected / "anna-2.png.reason.txt").read_text().startswith("second reason")
 
 
-def test_reject_source_skips_a_name_whose_reason_is_left_over(tmp_path, store):
-    store.persona_rejected.mkdir(parents=True)
-    (store.persona_rejected / "anna.png.reason.txt").write_text("an orphan reason")
-    install_source(_portrait(tmp_path / "anna.png"), "anna")
-    assert reject_source(store, "anna", "why").name == "anna-2.png"
-    assert (store.persona_rejected / "anna.png.reason.txt").read_text() == "an orphan reason"
+def test_reject_source_skips_a_name_whose_reason_is_left_over(tmp_path, storage):
+    storage.persona_rejected.mkdir(parents=True)
+    (storage.persona_rejected / "anna.png.reason.txt").write_text("an orphan reason")
+    install_source(storage, _portrait(tmp_path / "anna.png"), "anna")
+    assert reject_source(storage, "anna", "why").name == "anna-2.png"
+    assert (storage.persona_rejected / "anna.png.reason.txt").read_text() == "an orphan reason"
 
 
-def test_reject_source_without_a_source_is_a_clear_error(store):
+def test_reject_source_without_a_source_is_a_clear_error(storage):
     with pytest.raises(NewsmotionError, match="persona 'ghost' has no source portrait"):
-        reject_source(store, "ghost", "why")
-    assert not store.persona_rejected.exists()
+        reject_source(storage, "ghost", "why")
+    assert not storage.persona_rejected.exists()
 
 
-def test_add_persona_of_a_bad_portrait_installs_nothing(tmp_path, store):
+def test_add_persona_of_a_bad_portrait_installs_nothing(tmp_path, storage):
     from skimage import data
 
     cat = tmp_path / "cat.png"
     Image.fromarray(data.chelsea()).save(cat)
     with pytest.raises(BadInputError, match="no person detected"):
-        add_persona(cat, "cat")
-    assert store.find_persona_source("cat") is None
-    assert not store.persona_dir("cat").exists()
-    assert not store.persona_rejected.exists()  # nothing was installed, so nothing to reject
+        add_persona(storage, cat, "cat")
+    assert storage.find_persona_source("cat") is None
+    assert not storage.persona_dir("cat").exists()
+    assert not storage.persona_rejected.exists()  # nothing was installed, so nothing to reject
