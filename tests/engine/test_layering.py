@@ -1,0 +1,34 @@
+"""The layering rules docs/ARCHITECTURE.md states, checked on the engine's source."""
+
+import ast
+from pathlib import Path
+
+import newsmotion_engine
+
+ENGINE = Path(newsmotion_engine.__file__).parent
+
+
+def _modules():
+    return sorted(ENGINE.rglob("*.py"))
+
+
+def _imported(tree: ast.AST) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_engine_never_imports_dagster():
+    offenders = [str(p.relative_to(ENGINE)) for p in _modules() if "dagster" in _imported(ast.parse(p.read_text()))]
+    assert offenders == []
+
+
+def test_only_storage_module_reads_the_storage_variable():
+    # The edges pick the root through Storage.from_env(); nothing else in the engine may read it.
+    readers = [str(p.relative_to(ENGINE)) for p in _modules() if "STORAGE_ENV" in p.read_text()
+               or any("environ" in line and "NEWSMOTION_STORAGE" in line for line in p.read_text().splitlines())]
+    assert readers == ["storage.py"]
