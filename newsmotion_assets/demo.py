@@ -27,10 +27,12 @@ from rich.table import Table
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
-from newsmotion_assets.assets.guidance import guidance_cache, guidance_cache_valid
-from newsmotion_assets.assets.persona import persona_cache, persona_cache_valid
+from newsmotion_assets.assets.backend import backend_guidance_cache, backend_persona_cache
+from newsmotion_assets.assets.guidance import guidance_cache
+from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.assets.render import render
 from newsmotion_assets.assets.reports import scorecard
+from newsmotion_assets.checks import guidance_cache_valid, persona_cache_valid
 from newsmotion_assets.partitions import loop_partitions, persona_partitions
 from newsmotion_assets.resources import RendererResource, StorageResource, release_warm_backends
 from newsmotion_engine.bench.suites import sample_portrait
@@ -81,21 +83,26 @@ def run_demo() -> None:
     loops = all_loop_ids(store)
     console.print(f"[bold]newsmotion demo[/] — storage {store.root}")
 
-    console.print("[bold]1/4 guidance caches[/] (Tier 1, per loop)")
+    # The backend is loaded once and kept warm for every run below (backend caches and renders).
+    resources = {"renderer": RendererResource(keep_warm=True), **on_store}
+    console.print("[bold]1/4 guidance caches[/] (Tier 1, per loop, with the backend's loop-side cache)")
     instance.add_dynamic_partitions(loop_partitions.name, loops)
     for loop_id in loops:
-        _materialize([guidance_cache, guidance_cache_valid], loop_id, instance, on_store, label=f"guidance_cache[{loop_id}]")
+        _materialize(
+            [guidance_cache, guidance_cache_valid, backend_guidance_cache], loop_id, instance, resources,
+            label=f"guidance_cache[{loop_id}]",
+        )
 
-    console.print("[bold]2/4 persona cache[/] (Tier 2, the sample anchor)")
+    console.print("[bold]2/4 persona cache[/] (Tier 2, the sample anchor, with the backend's persona-side cache)")
     sample = sample_portrait(store.persona_samples)
     install_source(store, sample, SAMPLE_PERSONA)
     instance.add_dynamic_partitions(persona_partitions.name, [SAMPLE_PERSONA])
     _materialize(
-        [persona_cache, persona_cache_valid], SAMPLE_PERSONA, instance, on_store, label=f"persona_cache[{SAMPLE_PERSONA}]"
+        [persona_cache, persona_cache_valid, backend_persona_cache], SAMPLE_PERSONA, instance, resources,
+        label=f"persona_cache[{SAMPLE_PERSONA}]",
     )
 
     console.print("[bold]3/4 renders[/] (warp backend, 720x1280 @ 30 fps; backend loaded once; unchanged clips skipped)")
-    resources = {"renderer": RendererResource(keep_warm=True), **on_store}
     for loop_id in loops:
         key = dg.MultiPartitionKey({"persona": SAMPLE_PERSONA, "loop": loop_id})
         result = _materialize([render], key, instance, resources, label=f"render[{SAMPLE_PERSONA} x {loop_id}]")

@@ -5,6 +5,8 @@ folder with the cursor state and sorts every file into: ready (complete, new or 
 last handled), waiting (size or mtime still changing: probably still being copied), or skipped (a
 reason: wrong type, too large, a name that cannot become an id). Skipped files are remembered by
 (size, mtime) so each is reported once, not on every tick, and re-examined only if it changes.
+``settled`` lists every usable file present and unchanged since it was ready (this scan or an
+earlier one), so a sensor can reconcile what is on disk with what it registered.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class ScanResult:
     ready: list[FileEntry] = field(default_factory=list)
     waiting: list[FileEntry] = field(default_factory=list)
     skipped: list[tuple[FileEntry, str]] = field(default_factory=list)
+    settled: list[FileEntry] = field(default_factory=list)
     cursor: str = "{}"
 
 
@@ -54,6 +57,9 @@ def scan_folder(
         state = {}
     seen: dict[str, list[int]] = state.get("seen", {})  # handled (ready or skipped) signatures
     pending: dict[str, list[int]] = state.get("pending", {})  # last signature of unsettled files
+    # Names in ``seen`` that were skipped; a cursor without this key predates it, so its seen files
+    # are examined once more to tell the usable ones apart.
+    bad: set[str] | None = set(state["bad"]) if "bad" in state else None
     result = ScanResult()
     new_pending: dict[str, list[int]] = {}
     present: set[str] = set()
@@ -68,6 +74,12 @@ def scan_folder(
             entry = FileEntry(path, stat.st_size, stat.st_mtime_ns)
             present.add(path.name)
             if seen.get(path.name) == entry.signature:
+                if bad is None:
+                    usable = _problem(entry, suffixes, max_bytes, name_ok) is None
+                else:
+                    usable = path.name not in bad
+                if usable:
+                    result.settled.append(entry)
                 continue
             problem = _problem(entry, suffixes, max_bytes, name_ok)
             if problem:
@@ -75,13 +87,16 @@ def scan_folder(
                 seen[path.name] = entry.signature
             elif pending.get(path.name) == entry.signature:
                 result.ready.append(entry)
+                result.settled.append(entry)
                 seen[path.name] = entry.signature
             else:
                 result.waiting.append(entry)
                 new_pending[path.name] = entry.signature
     # Forget files that were removed, so a file dropped again later is handled again.
     seen = {name: sig for name, sig in seen.items() if name in present}
-    result.cursor = json.dumps({"seen": seen, "pending": new_pending}, sort_keys=True)
+    usable = {e.path.name for e in result.settled}
+    state = {"seen": seen, "pending": new_pending, "bad": sorted(name for name in seen if name not in usable)}
+    result.cursor = json.dumps(state, sort_keys=True)
     return result
 
 

@@ -1,8 +1,13 @@
-"""Sensors that grow the partitions: driving videos -> loops, inbox portraits -> personas.
+"""Sensors that grow the partitions: driving videos -> loops, portraits -> personas.
 
 Both are on by default, keep a cursor (see :mod:`newsmotion_assets.folder_watch`) and never raise on
 what users drop: bad files are logged and skipped once; a file that only fails when processed
 (e.g. a video with no person in it) fails its own run, not the sensor.
+
+What is on disk is the truth, whichever way it got there: every driving video in
+``motion/driving/`` is a loop partition and every portrait in ``personas/sources/`` a persona
+partition, whether the sensor, ``newsmotion guidance extract`` or ``newsmotion persona add`` put
+it there; each gets its cache requested once per file content (run keys).
 """
 
 
@@ -16,12 +21,20 @@ from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.folder_watch import scan_folder
 from newsmotion_assets.partitions import loop_partitions, persona_partitions
 from newsmotion_assets.resources import StorageResource
+from newsmotion_engine.cachedir import sha256_file
 from newsmotion_engine.errors import BadInputError, InvalidIdError
 from newsmotion_engine.guidance import palette
 from newsmotion_engine.guidance.cache import VIDEO_SUFFIXES
 from newsmotion_engine.ids import slugify, validate_id
 from newsmotion_engine.persona.image import probe_portrait
-from newsmotion_engine.persona.sources import PORTRAIT_SUFFIXES, install_source
+from newsmotion_engine.persona.sources import (
+    PORTRAIT_SUFFIXES,
+    REASON_SUFFIX,
+    install_source,
+    rejection_reason,
+    source_persona_ids,
+)
+from newsmotion_engine.storage import Storage
 
 MAX_DRIVING_VIDEO_BYTES = 2 * 2**30
 
@@ -57,7 +70,11 @@ def loop_sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -
         context.log.info(f"waiting for {entry.path} to finish copying ({entry.size} bytes so far)")
 
     known = set(context.instance.get_dynamic_partitions(loop_partitions.name))
-    wanted = list(palette.LOOP_IDS) + [e.path.stem for e in scan.ready]
+    # New or changed videos, and settled ones whose loop is not a partition (removed by hand, or
+    # the instance is new): every video on disk ends up a loop.
+    videos = {e.path.name: e for e in scan.ready}
+    videos.update({e.path.name: e for e in scan.settled if e.path.stem not in known})
+    wanted = list(palette.LOOP_IDS) + [e.path.stem for e in videos.values()]
     new_ids = [loop_id for loop_id in dict.fromkeys(wanted) if loop_id not in known]
     requests = [
         # Run keys make each request once per content: canonical loops per palette version, driving
@@ -66,7 +83,7 @@ def loop_sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -
         for loop_id in palette.LOOP_IDS
     ] + [
         dg.RunRequest(partition_key=e.path.stem, run_key=f"video:{e.path.name}:{e.size}:{e.mtime_ns}")
-        for e in scan.ready
+        for e in videos.values()
     ]
     return dg.SensorResult(
         run_requests=requests,
@@ -104,8 +121,9 @@ def _claim_id(stem: str, taken: set[str]) -> str:
     target=persona_cache,
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=15,
-    description="Turns each portrait dropped into storage/personas/inbox/ into a persona partition "
-    "(id from the file name) and requests its cache.",
+    description="Copies each portrait dropped into storage/personas/inbox/ to personas/sources/ (id from "
+    "the file name), then makes every portrait in personas/sources/ (from the inbox or `newsmotion "
+    "persona add`) a persona partition and requests its cache once per content.",
 )
 def persona_inbox_sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -> dg.SensorResult:
     store = storage.store
@@ -113,6 +131,20 @@ def persona_inbox_sensor(context: dg.SensorEvaluationContext, storage: StorageRe
         state = json.loads(context.cursor) if context.cursor else {}
     except ValueError:
         state = {}
+    known = set(context.instance.get_dynamic_partitions(persona_partitions.name))
+    owners, scan_cursor = _ingest_inbox(context, store, state, known)
+    handled = state.get("sources", {})  # source file name -> [size, mtime_ns] when last requested
+    new_ids, requests, handled = _reconcile_sources(context, store, handled, known)
+    return dg.SensorResult(
+        run_requests=requests,
+        dynamic_partitions_requests=[persona_partitions.build_add_request(new_ids)] if new_ids else [],
+        cursor=json.dumps({"scan": scan_cursor, "ids": owners, "sources": handled}, sort_keys=True),
+    )
+
+
+def _ingest_inbox(context, store: Storage, state: dict, known: set[str]) -> tuple[dict[str, str], str]:
+    """Copy settled inbox portraits into ``personas/sources/``; returns the inbox name -> persona
+    id map and the scan cursor. Requests come from the sources (see ``_reconcile_sources``)."""
     owners: dict[str, str] = state.get("ids", {})  # inbox file name -> persona id it became
     scan = scan_folder(
         store.persona_inbox,
@@ -123,39 +155,98 @@ def persona_inbox_sensor(context: dg.SensorEvaluationContext, storage: StorageRe
     )
     for entry, problem in scan.skipped:
         context.log.warning(f"skipping {entry.path}: {problem}")
-    known = set(context.instance.get_dynamic_partitions(persona_partitions.name))
-    taken = known | set(owners.values())
-    new_ids, requests = [], []
+    taken = known | set(owners.values()) | set(_source_files(store))
     for entry in scan.ready:
+        rejected = _rejected_copy(store, entry.path)
+        if rejected is not None:
+            # Taking it in again would fail the same way; a different file under this name is new.
+            reason = rejection_reason(rejected) or "see the folder"
+            context.log.warning(f"skipping {entry.path}: this portrait was rejected ({reason}); it is in {rejected}")
+            continue
         persona_id = owners.get(entry.path.name)
         if persona_id is None:
-            persona_id = _claim_id(entry.path.stem, taken)
+            base = slugify(entry.path.stem) or "persona"
+            same = _source_files(store).get(base)
+            # Already ingested (a lost cursor, or dropped twice): the same persona, not a "-2".
+            persona_id = base if same is not None and _same_content(same, entry.path) else _claim_id(base, taken)
             taken.add(persona_id)
             owners[entry.path.name] = persona_id
+        current = store.find_persona_source(persona_id)
+        if current is not None and current.suffix == entry.path.suffix.lower() and _same_content(current, entry.path):
+            continue  # unchanged: copying would only make its cache look new
         try:
             install_source(store, entry.path, persona_id)
         except OSError as exc:  # e.g. the file vanished mid-copy: report it; dropping it again retries
             context.log.warning(f"could not copy {entry.path}: {exc}")
             continue
         context.log.info(f"{entry.path.name} -> persona {persona_id!r}")
+    return owners, scan.cursor
+
+
+def _reconcile_sources(context, store: Storage, handled: dict[str, list[int]], known: set[str]):
+    """Every source portrait becomes a partition; its cache is requested when the file is new or
+    replaced since the last tick, or was never materialized. Returns (new ids, requests, handled)."""
+    materialized = context.instance.get_materialized_partitions(persona_cache.key)
+    new_ids, requests, now = [], [], {}
+    for persona_id, path in _source_files(store).items():
+        try:
+            stat = path.stat()
+        except OSError:
+            continue  # removed between listing and stat (e.g. just rejected)
+        signature = [stat.st_size, stat.st_mtime_ns]
+        now[path.name] = signature
+        fresh = handled.get(path.name) != signature
+        changed = fresh and path.name in handled
         if persona_id not in known:
             new_ids.append(persona_id)
-        requests.append(
-            dg.RunRequest(partition_key=persona_id, run_key=f"persona:{entry.path.name}:{entry.size}:{entry.mtime_ns}")
-        )
-    return dg.SensorResult(
-        run_requests=requests,
-        dynamic_partitions_requests=[persona_partitions.build_add_request(new_ids)] if new_ids else [],
-        cursor=json.dumps({"scan": scan.cursor, "ids": owners}, sort_keys=True),
-    )
+        if changed or ((fresh or persona_id in new_ids) and persona_id not in materialized):
+            requests.append(
+                dg.RunRequest(partition_key=persona_id, run_key=f"source:{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
+            )
+    return new_ids, requests, now
 
 
-# Evaluates the assets' automation conditions (render: eager), so a re-materialized guidance or
-# persona cache re-renders its row/column of the grid. On by default, like the folder sensors.
+def _source_files(store: Storage) -> dict[str, Path]:
+    """persona id -> its source portrait, for every persona with one in ``personas/sources/``."""
+    found = {}
+    for persona_id in source_persona_ids(store):
+        try:
+            path = store.find_persona_source(persona_id)
+        except InvalidIdError:
+            continue  # a slug-shaped but reserved name ("con.png") put there by hand
+        if path is not None:
+            found[persona_id] = path
+    return found
+
+
+def _rejected_copy(store: Storage, path: Path) -> Path | None:
+    """The portrait in ``personas/rejected/`` with the same content as ``path``, if any."""
+    folder = store.persona_rejected
+    if not folder.is_dir():
+        return None
+    for rejected in sorted(folder.iterdir()):
+        if rejected.name.startswith(".") or rejected.name.endswith(REASON_SUFFIX) or not rejected.is_file():
+            continue
+        if _same_content(rejected, path):
+            return rejected
+    return None
+
+
+def _same_content(a: Path, b: Path) -> bool:
+    try:
+        return a.stat().st_size == b.stat().st_size and sha256_file(a) == sha256_file(b)
+    except OSError:
+        return False
+
+
+# Evaluates the assets' automation conditions (backend caches and render: eager once upstream
+# checks pass), so a re-materialized guidance or persona cache rebuilds its backend cache and
+# re-renders its row/column of the grid. On by default, like the folder sensors.
 render_automation_sensor = dg.AutomationConditionSensorDefinition(
     "render_automation_sensor",
     target=dg.AssetSelection.all(),
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=30,
-    description="Declarative automation: re-renders when an upstream cache is re-materialized.",
+    description="Declarative automation: builds backend caches and renders when an upstream cache is "
+    "(re-)materialized and its blocking checks passed.",
 )

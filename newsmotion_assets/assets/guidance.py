@@ -12,9 +12,8 @@ from newsmotion_assets.metadata import png_markdown, warm_load_ms
 from newsmotion_assets.partitions import loop_partitions
 from newsmotion_assets.resources import StorageResource
 from newsmotion_engine import cachedir, skeleton
-from newsmotion_engine.errors import CacheError
 from newsmotion_engine.guidance import draw
-from newsmotion_engine.guidance.cache import ensure_guidance, keypoint_problems, load_guidance
+from newsmotion_engine.guidance.cache import ensure_guidance, load_guidance
 
 
 @dg.asset(
@@ -55,23 +54,4 @@ def guidance_cache(context: dg.AssetExecutionContext, storage: StorageResource) 
             **{f"confidence_{part}": round(value, 3) for part, value in confidence.items()},
             "preview": png_markdown(draw.png_bytes(sheet), f"{loop_id} pose maps"),
         },
-    )
-
-
-@dg.asset_check(
-    asset=guidance_cache,
-    partitions_def=loop_partitions,
-    blocking=True,
-    description="Hashes match metadata.json; shapes, dtypes, no NaN, confidences in [0, 1].",
-)
-def guidance_cache_valid(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
-    loop_id = context.partition_key
-    try:
-        cache = load_guidance(storage.store, loop_id, verify=True)
-    except CacheError as exc:
-        return dg.AssetCheckResult(passed=False, metadata={"problem": str(exc)})
-    problems = keypoint_problems(cache.keypoints)
-    return dg.AssetCheckResult(
-        passed=not problems,
-        metadata={"problems": "; ".join(problems) or "none", "frames": cache.frames},
     )

@@ -2,7 +2,9 @@
 
 The asset builds through :func:`ensure_persona` (the same function ``newsmotion persona add`` and
 ``newsmotion render`` use) from the persona's kept portrait, and reports the cache's digest as its
-data version, so renders downstream show stale exactly when the appearance changed.
+data version, so renders downstream show stale exactly when the appearance changed. A portrait
+that cannot be used is rejected: moved to ``personas/rejected/`` with the reason, its partition
+removed.
 """
 
 
@@ -13,10 +15,11 @@ from newsmotion_assets.metadata import png_markdown, warm_load_ms
 from newsmotion_assets.partitions import persona_partitions
 from newsmotion_assets.resources import StorageResource
 from newsmotion_engine import cachedir
-from newsmotion_engine.errors import CacheError
+from newsmotion_engine.errors import BadInputError
 from newsmotion_engine.guidance.draw import png_bytes
-from newsmotion_engine.persona.cache import ensure_persona, load_persona, persona_problems, persona_source_image
+from newsmotion_engine.persona.cache import ensure_persona, load_persona, persona_source_image
 from newsmotion_engine.persona.preview import preview_image
+from newsmotion_engine.persona.sources import reject_source
 
 
 @dg.asset(
@@ -24,13 +27,25 @@ from newsmotion_engine.persona.preview import preview_image
     group_name="appearance",
     kinds={"python", "numpy"},
     description="One anchor's normalized portrait, person matte, face mask and 133 landmarks; "
-    "storage/motion/persona_caches/{persona}/. Source portrait: storage/personas/sources/{persona}.*",
+    "storage/motion/persona_caches/{persona}/. Source portrait: storage/personas/sources/{persona}.*; "
+    "a portrait that cannot be used moves to storage/personas/rejected/ and the persona is removed.",
 )
 def persona_cache(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
     store = storage.store
     persona_id = context.partition_key
     source = persona_source_image(store, persona_id)
-    cache, built = ensure_persona(store, persona_id, image=source)
+    try:
+        cache, built = ensure_persona(store, persona_id, image=source)
+    except BadInputError as exc:
+        # The portrait itself is unusable (no person, damaged file): retrying cannot help, so the
+        # persona stops existing instead of lingering as a partition with missing renders.
+        rejected = reject_source(store, persona_id, exc.problem)
+        context.instance.delete_dynamic_partition(persona_partitions.name, persona_id)
+        raise dg.Failure(
+            description=f"{source.name}: {exc.problem} (moved to {rejected}; persona {persona_id!r} removed)",
+            metadata={"rejected": dg.MetadataValue.path(str(rejected)), "reason": exc.problem},
+            allow_retries=False,
+        ) from None
     context.log.info(f"{persona_id}: {'built' if built else 'cache current, reused'} ({cache.path})")
     preview = preview_image(cache)
     preview = cv2.resize(preview, (preview.shape[1] // 2, preview.shape[0] // 2), interpolation=cv2.INTER_AREA)
@@ -52,18 +67,3 @@ def persona_cache(context: dg.AssetExecutionContext, storage: StorageResource) -
             "preview": png_markdown(png_bytes(preview), f"{persona_id} preview"),
         },
     )
-
-
-@dg.asset_check(
-    asset=persona_cache,
-    partitions_def=persona_partitions,
-    blocking=True,
-    description="Hashes match metadata.json; masks hold a person, face inside it, landmarks sane.",
-)
-def persona_cache_valid(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
-    try:
-        cache = load_persona(storage.store, context.partition_key, verify=True)
-    except CacheError as exc:
-        return dg.AssetCheckResult(passed=False, metadata={"problem": str(exc)})
-    problems = persona_problems(cache)
-    return dg.AssetCheckResult(passed=not problems, metadata={"problems": "; ".join(problems) or "none"})

@@ -10,8 +10,10 @@ digest as the data version, so the UI shows a render stale when an upstream cach
 import dagster as dg
 import numpy as np
 
+from newsmotion_assets.assets.backend import backend_guidance_cache, backend_persona_cache
 from newsmotion_assets.assets.guidance import guidance_cache
 from newsmotion_assets.assets.persona import persona_cache
+from newsmotion_assets.automation import eager_after_valid_upstream
 from newsmotion_assets.metadata import png_markdown
 from newsmotion_assets.partitions import render_partitions
 from newsmotion_assets.resources import RendererResource, StorageResource
@@ -23,15 +25,22 @@ from newsmotion_engine.video.frames import contact_sheet_from_video
 
 @dg.asset(
     partitions_def=render_partitions,
+    # The base caches are direct deps too (not only through the backend caches) so their blocking
+    # checks gate this asset's automation.
     deps=[
-        dg.AssetDep(guidance_cache, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("loop")),
-        dg.AssetDep(persona_cache, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("persona")),
+        dg.AssetDep(asset, partition_mapping=dg.MultiToSingleDimensionPartitionMapping(dimension))
+        for asset, dimension in (
+            (guidance_cache, "loop"),
+            (backend_guidance_cache, "loop"),
+            (persona_cache, "persona"),
+            (backend_persona_cache, "persona"),
+        )
     ],
     group_name="renders",
     kinds={"python", "mp4"},
     pool="gpu",
     backfill_policy=dg.BackfillPolicy.single_run(),
-    automation_condition=dg.AutomationCondition.eager(),
+    automation_condition=eager_after_valid_upstream(updates_from=[backend_guidance_cache, backend_persona_cache]),
     description="The loop performed by the persona: storage/motion/renders/{persona}/{loop}/{backend}.mp4 "
     "plus a telemetry .json beside it.",
 )

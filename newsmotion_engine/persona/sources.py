@@ -139,3 +139,12 @@ def reject_source(storage: Storage, persona_id: str, reason: str) -> Path:
         raise
     source.unlink()
     return target
+
+
+def rejection_reason(rejected: Path) -> str:
+    """The one-line reason :func:`reject_source` wrote beside a rejected portrait ("" if none)."""
+    try:
+        lines = rejected.with_name(f"{rejected.name}{REASON_SUFFIX}").read_text(encoding="utf-8").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[0].strip() if lines else ""

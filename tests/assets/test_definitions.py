@@ -10,8 +10,22 @@ ENGINE = pathlib.Path(__file__).resolve().parents[2] / "newsmotion_engine"
 
 def test_definitions_load_with_expected_graph():
     repo = defs.get_repository_def()
-    keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
-    assert {"guidance_cache", "persona_cache", "render", "benchmarks", "scorecard"} <= keys
+    graph = repo.asset_graph
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert keys == {
+        "guidance_cache", "backend_guidance_cache", "persona_cache", "backend_persona_cache", "render", "benchmarks",
+        "scorecard",
+    }  # fmt: skip
+    parents = lambda name: {k.to_user_string() for k in graph.get(dg.AssetKey(name)).parent_keys}  # noqa: E731
+    assert parents("backend_guidance_cache") == {"guidance_cache"}
+    assert parents("backend_persona_cache") == {"persona_cache"}
+    assert parents("render") == {"guidance_cache", "backend_guidance_cache", "persona_cache", "backend_persona_cache"}
+    for name in ("backend_guidance_cache", "backend_persona_cache", "render"):
+        node = graph.get(dg.AssetKey(name))
+        assert node.pools == {"gpu"} and node.automation_condition.get_label() == "eager_after_valid_upstream"
+    assert {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys} == {
+        ("guidance_cache", "guidance_cache_valid"), ("persona_cache", "persona_cache_valid"),
+    }  # fmt: skip
     assert {s.name for s in repo.sensor_defs} >= {"loop_sensor", "persona_inbox_sensor"}
     ours = [s for s in repo.sensor_defs if s.name in ("loop_sensor", "persona_inbox_sensor", "render_automation_sensor")]
     assert len(ours) == 3

@@ -57,3 +57,23 @@ def test_changed_and_removed_files_are_seen_again(tmp_path):
 
 def test_garbage_cursor_and_missing_folder(tmp_path):
     assert not _scan(tmp_path / "nope", "not json").ready
+
+
+def test_settled_lists_usable_files_until_they_change(tmp_path):
+    (tmp_path / "a.mp4").write_bytes(b"x" * 10)
+    (tmp_path / "notes.txt").write_text("hi")
+    first = _scan(tmp_path, None)
+    assert not first.settled  # still waiting
+    second = _scan(tmp_path, first.cursor)
+    third = _scan(tmp_path, second.cursor)
+    assert [e.path.name for e in second.settled] == [e.path.name for e in third.settled] == ["a.mp4"]
+    (tmp_path / "a.mp4").write_bytes(b"x" * 12)
+    assert not _scan(tmp_path, third.cursor).settled  # changed: waiting again
+
+
+def test_settled_from_a_cursor_without_the_bad_list(tmp_path):
+    (tmp_path / "a.mp4").write_bytes(b"x" * 10)
+    (tmp_path / "notes.txt").write_text("hi")
+    cursor = json.loads(_scan(tmp_path, _scan(tmp_path, None).cursor).cursor)
+    del cursor["bad"]  # as written before settled existed
+    assert [e.path.name for e in _scan(tmp_path, json.dumps(cursor)).settled] == ["a.mp4"]

@@ -1,6 +1,7 @@
 import dagster as dg
 
-from newsmotion_assets.assets.guidance import guidance_cache, guidance_cache_valid
+from newsmotion_assets.assets.guidance import guidance_cache
+from newsmotion_assets.checks import guidance_cache_valid
 from newsmotion_engine.guidance.cache import load_guidance
 from newsmotion_assets.partitions import loop_partitions
 from newsmotion_assets.resources import StorageResource

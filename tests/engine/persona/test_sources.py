@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from newsmotion_engine.errors import BadInputError, NewsmotionError
-from newsmotion_engine.persona.sources import REASON_SUFFIX, add_persona, install_source, reject_source
+from newsmotion_engine.persona.sources import REASON_SUFFIX, add_persona, install_source, reject_source, rejection_reason
 
 
 @pytest.fixture()
@@ -60,6 +60,8 @@ def test_reject_source_moves_the_file_and_writes_the_reason(tmp_path, storage, u
     assert "persona anna" in text
     assert _mode(reason) == 0o644 and _mode(moved) == 0o644
     assert sorted(p.name for p in storage.persona_rejected.iterdir()) == ["anna.png", "anna.png.reason.txt"]
+    assert rejection_reason(moved) == "no person detected (mediapipe holistic found no body or face)"
+    assert rejection_reason(tmp_path / "never-rejected.png") == ""
 
 
 def test_reject_source_never_overwrites_an_earlier_rejection(tmp_path, storage):
