@@ -54,7 +54,7 @@ def backend_guidance_cache(
             f"guidance_cache[{loop_id}]",
             lambda: load_guidance(store, loop_id, expected=loop_source(store, loop_id)),
         )
-        built[loop_id] = _prepare(backend, "prepare_guidance", guidance, spec)
+        built[loop_id] = backend.prepare_guidance(guidance, spec)
         digests[loop_id] = guidance.digest
         context.log.info(f"{backend.name} {loop_id}: {'built' if built[loop_id] else 'nothing to build'}")
     return _result(backend, spec, built, digests, backend.needs.guidance - BASE_GUIDANCE)
@@ -83,7 +83,7 @@ def backend_persona_cache(
             f"persona_cache[{persona_id}]",
             lambda: load_persona(store, persona_id, expected_source=source, expected_params=persona_params()),
         )
-        built[persona_id] = _prepare(backend, "prepare_persona", persona, spec)
+        built[persona_id] = backend.prepare_persona(persona, spec)
         digests[persona_id] = persona.digest
         context.log.info(f"{backend.name} {persona_id}: {'built' if built[persona_id] else 'nothing to build'}")
     return _result(backend, spec, built, digests, backend.needs.persona - BASE_PERSONA)
@@ -96,14 +96,6 @@ def _upstream(what: str, asset: str, load):
     if cache is None:
         raise CacheNotReadyError(what, state, detail, f"materialize {asset} first")
     return cache
-
-
-def _prepare(backend, method: str, cache, spec) -> bool:
-    prepare = getattr(backend, method, None)
-    if prepare is None:
-        # Backends that predate prepare_* still build their artifacts while rendering.
-        return False
-    return bool(prepare(cache, spec))
 
 
 def _result(backend, spec, built: dict[str, bool], digests: dict[str, str], artifacts: frozenset[str]) -> dg.MaterializeResult:

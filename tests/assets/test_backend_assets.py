@@ -1,5 +1,4 @@
 import dagster as dg
-import pytest
 
 from newsmotion_assets.assets.backend import backend_guidance_cache, backend_persona_cache
 from newsmotion_assets.assets.guidance import guidance_cache
@@ -8,7 +7,6 @@ from newsmotion_assets.partitions import loop_partitions, persona_partitions
 from newsmotion_assets.resources import RendererResource, StorageResource
 from newsmotion_engine.persona.sources import install_source
 from newsmotion_engine.render.wan_animate import caches as wan_caches
-from newsmotion_engine.render.wan_animate.backend import WanAnimateBackend
 
 STORAGE = {"storage": StorageResource()}  # root: $NEWSMOTION_STORAGE, this test's own folder
 WAN_TINY = RendererResource(
@@ -57,7 +55,6 @@ def test_missing_upstream_cache_names_the_asset_to_materialize():
         assert "materialize guidance_cache[nod] first" in message
 
 
-@pytest.mark.skipif(not hasattr(WanAnimateBackend, "prepare_guidance"), reason="backend prepare_* methods not merged yet")
 def test_wan_animate_tiny_builds_its_sub_caches_once(astronaut_png, storage):
     resources = {"renderer": WAN_TINY, **STORAGE}
     with dg.instance_for_test() as instance:

@@ -4,6 +4,7 @@ render, and reports the render's input digest as its data version."""
 import dagster as dg
 from PIL import Image
 
+from newsmotion_assets.assets.backend import backend_guidance_cache, backend_persona_cache
 from newsmotion_assets.assets.guidance import guidance_cache
 from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.assets.render import render
@@ -130,12 +131,9 @@ def test_wan_animate_tiny_through_the_resource(astronaut_png, storage):
         failed = dg.materialize([render], partition_key=KEY, instance=instance, resources=resources, raise_on_error=False)
         assert not failed.success
         assert any("materialize backend_guidance_cache[nod]" in str(e.event_specific_data) for e in failed.all_events)
-        # What the backend sub-cache assets do: the resource's backend prepares them.
-        from newsmotion_engine.render.job import load_render_inputs
-
-        renderer, spec = resources["renderer"], resources["renderer"].spec()
-        inputs = load_render_inputs(storage, "anchor", "nod")
-        assert renderer.loaded.prepare_guidance(inputs.guidance, spec) and renderer.loaded.prepare_persona(inputs.persona, spec)
+        # The backend sub-cache assets build them through the same resource.
+        assert dg.materialize([backend_guidance_cache], partition_key="nod", instance=instance, resources=resources).success
+        assert dg.materialize([backend_persona_cache], partition_key="anchor", instance=instance, resources=resources).success
         result = dg.materialize([render], partition_key=KEY, instance=instance, resources=resources)
         assert result.success
         (mat,) = result.asset_materializations_for_node("render")
