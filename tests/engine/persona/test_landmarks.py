@@ -115,7 +115,8 @@ def photos(tmp_path_factory) -> dict[str, Path]:
 def test_headshot_builds_and_validates_in_every_path(photos, name, storage):
     import dagster as dg
 
-    from newsmotion_assets.assets.persona import persona_cache, persona_cache_valid
+    from newsmotion_assets.assets.persona import persona_cache
+    from newsmotion_assets.checks import persona_cache_valid
     from newsmotion_assets.partitions import persona_partitions
     from newsmotion_assets.resources import StorageResource
     from newsmotion_engine.persona.sources import install_source
@@ -146,7 +147,8 @@ def test_cache_with_out_of_view_landmarks_is_invalid_everywhere(photos, storage)
     check with the same problem text: both run persona_problems."""
     import dagster as dg
 
-    from newsmotion_assets.assets.persona import persona_cache, persona_cache_valid
+    from newsmotion_assets.assets.persona import persona_cache
+    from newsmotion_assets.checks import persona_cache_valid
     from newsmotion_assets.partitions import persona_partitions
     from newsmotion_assets.resources import StorageResource
     from newsmotion_engine.cachedir import sha256_file
