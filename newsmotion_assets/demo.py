@@ -186,6 +186,14 @@ def key_figures(result: dict) -> list[str]:
                 f"{DEFAULT_FP8_VARIANT} (default): {min(per_score):.2f}-{max(per_score):.2f} main-loop "
                 f"instructions per score over {len(per_score)} configs, {spilled:.0f} B spilled"
             )
+    frames, wall_s, backend = _number(result.get("frames")), _number(result.get("wall_s")), result.get("backend")
+    if frames and wall_s is not None and isinstance(backend, dict):  # a whole clip through one backend (smoke run)
+        accels = backend.get("accelerations")
+        figures.append(
+            f"{frames:.0f} frames end to end in {wall_s:.3g} s ({backend.get('weights', 'weights unknown')}, "
+            f"preset {backend.get('preset', '?')}"
+            + (f", {len(accels)} accelerations)" if isinstance(accels, dict) else ")")
+        )
     variants = _dig(result, "forward.variants")
     if isinstance(variants, dict) and _number(_dig(result, "forward_speedup_vs_stock")) is None:
         # A forward run without the stock baseline (e.g. CUDA graphs vs eager): its own times.

@@ -32,6 +32,10 @@ def test_every_committed_result_has_key_figures():
     # The ones that had figures keep them.
     assert rows["warp.json"] == f"{json.loads((RESULTS / 'warp.json').read_text())['fps']:.4g} fps"
     assert "forward 1.48x stock" in rows["gpu_forward_tma_14b_h200.json"]
+    smoke = json.loads((RESULTS / "gpu_backend_smoke_registry_h200.json").read_text())
+    assert rows["gpu_backend_smoke_registry_h200.json"].startswith(
+        f"{smoke['frames']} frames end to end in {smoke['wall_s']:.3g} s (random weights, preset smoke, "
+    )
 
 
 def test_unknown_or_unreadable_results_are_left_out(tmp_path):
