@@ -103,7 +103,18 @@ class Clip:
     frames: Callable[[], Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray]]]
     matte: str  # how the matte is made ("none", "keyed", "exact")
     peak_px_per_frame: float
-    loop: bool = True  # seamless (the tail is infilled towards frame 0); False for a cut loop
+    loop: bool = True  # seamless (the tail is infilled towards frame 0); False for a window
+    window: tuple[int, int] | None = None  # [start, end) of the full clip, when cut
+
+
+def _window(speed: np.ndarray, frames: int | None) -> tuple[int, int] | None:
+    """The ``frames``-long window centred on the fastest motion (``speed[t]``: pixels moved from
+    frame t to t + 1), or ``None`` for the whole clip."""
+    total = len(speed)
+    if frames is None or frames >= total:
+        return None
+    start = int(np.clip(int(np.argmax(speed)) - frames // 2, 0, total - frames))
+    return (start, start + frames)
 
 
 def _sample_persona(root: Path, log: Log) -> Any:
@@ -145,15 +156,17 @@ def _warp_clip(loop_id: str, persona: Any, width: int, height: int, frames: int 
     from newsmotion_engine.skeleton import FACE_START
 
     kp = author_loop(loop_id)
-    if frames is not None:
-        kp = kp[:frames]
     portrait_hw = np.asarray(persona.portrait).shape[:2]
     kp_r = retarget(kp, persona.landmarks, loop_size=DEFAULT_LOOP_CANVAS, persona_size=(int(portrait_hw[1]), int(portrait_hw[0])))
     ox, oy, pw, ph = place_portrait(portrait_hw, width, height)
     px = kp_r[..., :2] * np.array([pw, ph]) + np.array([ox, oy])
     steps = np.linalg.norm(np.diff(np.concatenate([px, px[:1]]), axis=0), axis=-1)  # [T, 133], wrap included
     ok = kp_r[..., 2] >= 0.3
-    peak = float(steps[ok].max()) if ok.any() else 0.0
+    window = _window(np.where(ok, steps, 0.0).max(axis=1), frames)
+    if window is not None:
+        sl = slice(*window)
+        kp, kp_r, px, ok, steps = kp[sl], kp_r[sl], px[sl], ok[sl], steps[sl][:-1]
+    peak = float(steps[ok[: len(steps)]].max()) if ok.any() else 0.0
     face = px[:, FACE_START : FACE_START + 68]
     face_ok = ok[:, FACE_START : FACE_START + 68]
     spec = RenderSpec(width, height, background=background)
@@ -169,8 +182,9 @@ def _warp_clip(loop_id: str, persona: Any, width: int, height: int, frames: int 
         finally:
             backend.close()
 
-    return Clip(f"warp/{loop_id}", "warp", f"warp backend, astronaut performing {loop_id}", int(kp.shape[0]), gen,
-                "keyed", round(peak, 2), loop=frames is None)  # fmt: skip
+    desc = f"warp backend, {getattr(persona, 'persona_id', 'persona')} performing {loop_id}"
+    return Clip(f"warp/{loop_id}", "warp", desc, int(kp.shape[0]), gen, "keyed", round(peak, 2),
+                loop=window is None, window=window)  # fmt: skip
 
 
 def _box_mask(points: np.ndarray, width: int, height: int, grow: float = 0.25) -> np.ndarray:
@@ -205,7 +219,7 @@ def _unpadded_box(image: np.ndarray) -> tuple[int, int, int, int]:
 
 
 def _affine_clip(persona: Any, name: str, frames: int, width: int, height: int, *, amplitude: float, angle_deg: float,
-                 zoom: float, cutout: bool, background: tuple[int, int, int]) -> Clip:  # fmt: skip
+                 zoom: float, cutout: bool, background: tuple[int, int, int], window: int | None = None) -> Clip:  # fmt: skip
     """A clip of the persona's portrait moved by a known periodic similarity transform.
 
     ``cutout``: the person cut out with its matte over ``background``, the portrait scaled to the
@@ -247,11 +261,14 @@ def _affine_clip(persona: Any, name: str, frames: int, width: int, height: int, 
     pts = pts.reshape(-1, 2)[:: max(1, len(pts) // 2000)].astype(np.float64)
     hom = np.concatenate([pts, np.ones((len(pts), 1))], axis=1).T
     pos = np.stack([matrix(t) @ hom for t in range(frames + 1)])
-    peak = float(np.linalg.norm(np.diff(pos, axis=0), axis=1).max())
+    speed = np.linalg.norm(np.diff(pos, axis=0), axis=1).max(axis=-1)  # [frames]
+    span = _window(speed, window)
+    first, last = span or (0, frames)
+    peak = float(speed[first : max(first + 1, last - 1)].max())
 
     def gen() -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray]]:
         bg = np.array(canvas_colour, np.float32)
-        for t in range(frames):
+        for t in range(first, last):
             m = matrix(t)
             img = cv2.warpAffine(portrait, m, (width, height), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT,
                                  borderValue=canvas_colour)  # fmt: skip
@@ -267,7 +284,8 @@ def _affine_clip(persona: Any, name: str, frames: int, width: int, height: int, 
     what = "portrait cut out with its matte over chroma green" if cutout else "the photo (no matte) on a grey canvas"
     desc = (f"{what}, periodic similarity motion over {frames} frames: slide +-{amplitude * width:.0f} px, "
             f"rotate +-{angle_deg:g} deg, zoom +-{zoom * 100:g} %; ground-truth face mask moved along")  # fmt: skip
-    return Clip(name, "synthetic", desc, frames, gen, "exact" if cutout else "none", round(peak, 2))
+    return Clip(name, "synthetic", desc, last - first, gen, "exact" if cutout else "none", round(peak, 2),
+                loop=span is None, window=span)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -282,7 +300,7 @@ def _measure_clip(clip: Clip, ratio: int, config: InfillConfig, background: tupl
     infilled = set(schedule.infilled)
     infill = Infiller(ratio, clip.frames_count, loop=clip.loop, background=background, config=config)
     pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # truth (rgb, face) not yet compared
-    keys: dict[int, np.ndarray] = {}  # keyframes the hold baseline may need (first, last two)
+    keys: dict[int, np.ndarray] = {}  # keyframes the hold baseline may need (first, last three)
     rows: list[dict[str, Any]] = []
     emitted = 0
 
@@ -313,7 +331,7 @@ def _measure_clip(clip: Clip, ratio: int, config: InfillConfig, background: tupl
             pending[i] = (rgb, face)
             continue
         keys[i] = rgb
-        for old in [k for k in keys if k not in (0, i) and k < i - ratio]:
+        for old in sorted(k for k in keys if k != 0)[:-3]:  # output runs one keyframe behind
             del keys[old]
         take(infill.push(rgb, matte if clip.matte != "none" else None))
     take(infill.flush())
@@ -352,31 +370,42 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _timing(clip: Clip, config: InfillConfig, pairs: int) -> dict[str, Any]:
-    """Median per-pair flow and per-frame warp time on ``pairs`` keyframe pairs of ``clip``."""
+def _timing(clip: Clip, config: InfillConfig, pairs: int, torch_cpu: bool) -> dict[str, Any]:
+    """Median per-pair flow time and per-frame warp time (``t = 1/2``, with both neighbouring
+    pairs, as the streaming stage runs it) over ``pairs`` consecutive 1:2 keyframe pairs of
+    ``clip``; optionally the torch path on the CPU for one frame."""
     frames = []
     for i, item in enumerate(clip.frames()):
         frames.append(item)
-        if i >= 2 * pairs:
+        if i >= 2 * (pairs + 2):
             break
     flow, warp = [], []
-    for j in range(pairs):
+    chain: list[KeyframePair] = []
+    for j in range(pairs + 2):
         (a, ma, _), (b, mb, _) = frames[2 * j], frames[2 * j + 2]
         t0 = time.perf_counter()
-        pair = KeyframePair(a, b, alpha_a=ma, alpha_b=mb, config=config)
-        t1 = time.perf_counter()
-        pair.at(0.5)
-        t2 = time.perf_counter()
-        flow.append((t1 - t0) * 1e3)
-        warp.append((t2 - t1) * 1e3)
+        chain.append(KeyframePair(a, b, alpha_a=ma, alpha_b=mb, config=config, gap=2))
+        flow.append((time.perf_counter() - t0) * 1e3)
+    for j in range(1, pairs + 1):
+        t0 = time.perf_counter()
+        chain[j].at(0.5, before=chain[j - 1], after=chain[j + 1])
+        warp.append((time.perf_counter() - t0) * 1e3)
     f, w = statistics.median(flow), statistics.median(warp)
-    return {
+    out: dict[str, Any] = {
         "pairs_timed": pairs,
         "matte": clip.matte != "none",
         "flow_ms": round(f, 1),
         "warp_ms": round(w, 1),
         "ms_per_infilled_frame": {"1:2": round(f + w, 1), "1:3": round(f / 2 + w, 1)},
     }
+    if torch_cpu:
+        from newsmotion_engine.video.infill_torch import at_torch
+
+        at_torch(chain[1], 0.5, before=chain[0], after=chain[2], device="cpu")  # upload + first-call costs
+        t0 = time.perf_counter()
+        at_torch(chain[1], 0.5, before=chain[0], after=chain[2], device="cpu")
+        out["torch_cpu_warp_ms"] = round((time.perf_counter() - t0) * 1e3, 1)
+    return out
 
 
 @contextlib.contextmanager
@@ -400,6 +429,7 @@ def bench_infill(
     height: int = 1280,
     config: InfillConfig | None = None,
     timing_pairs: int = 3,
+    torch_cpu: bool = True,
     threads: int | None = 2,
     log: Log | None = None,
 ) -> dict[str, Any]:
@@ -413,12 +443,15 @@ def bench_infill(
             drawn figure).
         ratios: keyframe ratios to measure (2 = 1:2, 3 = 1:3).
         loops: canonical loops rendered with the warp backend (default: all seven).
-        frames: cut each warp loop to this many frames (default: the whole 120-frame loop; a cut
-            loop is infilled as a clip that does not loop: its last frame is a keyframe).
+        frames: measure each clip on a window of this many frames centred on its fastest motion
+            (default: the whole loop; a window is infilled as a clip that does not loop: its last
+            frame is a keyframe). Keeps the run short on a small machine.
         synthetic: also measure the synthetic large-motion clips.
         width, height: frame size (default 720x1280).
         config: the infill settings (default :class:`InfillConfig()`).
         timing_pairs: keyframe pairs timed for the speed figures.
+        torch_cpu: also time the torch warp path on the CPU (one frame; the GPU figure is
+            measured on the GPU machine).
         threads: OpenCV threads (process-wide; ``None`` leaves OpenCV's choice).
         log: progress lines.
 
@@ -445,11 +478,11 @@ def bench_infill(
         if synthetic:
             clips += [
                 _affine_clip(persona, "cutout/moderate", 120, width, height, amplitude=0.12, angle_deg=4, zoom=0.08,
-                             cutout=True, background=background),
+                             cutout=True, background=background, window=frames),
                 _affine_clip(persona, "cutout/fast", 60, width, height, amplitude=0.2, angle_deg=8, zoom=0.1,
-                             cutout=True, background=background),
+                             cutout=True, background=background, window=frames),
                 _affine_clip(persona, "photo/moderate", 120, width, height, amplitude=0.12, angle_deg=4, zoom=0.08,
-                             cutout=False, background=background),
+                             cutout=False, background=background, window=frames),
             ]  # fmt: skip
         results = []
         all_rows: dict[str, dict[str, list]] = {}
@@ -459,6 +492,7 @@ def bench_infill(
                 "kind": clip.kind,
                 "description": clip.description,
                 "frames": clip.frames_count,
+                "window": list(clip.window) if clip.window else "whole loop",
                 "matte": clip.matte,
                 "peak_px_per_frame": clip.peak_px_per_frame,
             }
@@ -477,7 +511,7 @@ def bench_infill(
         speed_clip = next((c for c in clips if c.matte == "exact"), clips[0])
         say(f"timing {timing_pairs} keyframe pairs of {speed_clip.name}")
         speed = {"clip": speed_clip.name, "width": width, "height": height, "threads": threads,
-                 **_timing(speed_clip, cfg, timing_pairs)}  # fmt: skip
+                 "load_average_1m": round(os.getloadavg()[0], 2), **_timing(speed_clip, cfg, timing_pairs, torch_cpu)}  # fmt: skip
 
     overall: dict[str, Any] = {}
     by_kind: dict[str, Any] = {}
@@ -514,7 +548,8 @@ def bench_infill(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Flow-infill quality (PSNR/SSIM of dropped frames) and speed.")
     parser.add_argument("--json", type=Path, help="write the result here (atomically)")
-    parser.add_argument("--frames", type=int, default=None, help="cut each warp loop to this many frames")
+    parser.add_argument("--frames", type=int, default=None,
+                        help="measure each clip on a window of this many frames around its fastest motion")
     parser.add_argument("--loops", default=None, help="comma-separated loop ids (default: all seven)")
     parser.add_argument("--ratios", default="2,3", help="keyframe ratios, e.g. 2,3")
     parser.add_argument("--no-synthetic", action="store_true", help="only the warp renders")

@@ -169,14 +169,14 @@ def test_quadratic_motion_follows_an_accelerating_pattern():
     inner[12:-12, 24:-24] = True
     results = {}
     for motion in ("linear", "quadratic"):
-        inf = Infiller(2, 7, loop=False, config=InfillConfig(motion=motion))
+        inf = Infiller(2, 7, loop=False, config=InfillConfig(flow=FlowConfig(preset="medium"), motion=motion))
         out = []
         for k in inf.schedule.keyframes:
             out += inf.push(clip[k])
         out += inf.flush()
         results[motion] = _psnr(out[3], clip[3], inner)
-    assert results["quadratic"] >= 35.0
-    assert results["quadratic"] > results["linear"] + 5
+    assert results["quadratic"] >= 35.0, results
+    assert results["quadratic"] > results["linear"] + 5, results
 
 
 # -------------------------------------------------------------------------------- matte path
@@ -246,3 +246,28 @@ def test_infiller_refuses_out_of_order_use():
     with pytest.raises(InfillError, match="already"):
         inf.push(frame)
     assert inf.flush() == [frame]  # the last keyframe; no loop, no tail
+
+
+# -------------------------------------------------------------------------------- torch path
+def test_torch_path_matches_the_opencv_path_on_cpu():
+    torch = pytest.importorskip("torch")
+    from newsmotion_engine.video.infill_torch import at_torch
+
+    tex = _texture(8)
+    clip = [_shifted(tex, 0.6 * i * i, 0.4 * i) for i in range(7)]
+    pairs = [KeyframePair(clip[k], clip[k + 2], gap=2) for k in (0, 2, 4)]
+    ref, _ = pairs[1].at(0.5, before=pairs[0], after=pairs[2])
+    got, alpha = at_torch(pairs[1], 0.5, before=pairs[0], after=pairs[2], device="cpu")
+    assert alpha is None and got.dtype == np.uint8 and got.shape == ref.shape
+    assert _psnr(got, ref) >= 45.0  # the same maths; only resampling rounding differs
+    # The matte path keeps the exact background on torch too.
+    (a, ma), (b, mb) = (_disc_frame(x, _texture(7)) for x in (51.5, 60.5))
+    rgb, alpha = at_torch(KeyframePair(a, b, alpha_a=ma, alpha_b=mb, background=GREEN), 0.5, device="cpu")
+    assert alpha is not None and (rgb[alpha == 0] == np.array(GREEN, np.uint8)).all() and (alpha == 0).sum() > 0.4 * H * W
+    # The streaming stage with the torch switch emits the same number of frames.
+    inf = Infiller(2, 6, device="cpu")
+    out = []
+    for k in inf.schedule.keyframes:
+        out += inf.push(clip[k])
+    assert len(out + inf.flush()) == 6
+    assert torch.is_tensor(torch.zeros(1))  # torch really ran here (importorskip passed)
