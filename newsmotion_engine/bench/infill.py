@@ -63,11 +63,14 @@ Log = Callable[[str], None]
 # --------------------------------------------------------------------------------------------
 def psnr(a: np.ndarray, b: np.ndarray, mask: np.ndarray | None = None) -> float:
     """PSNR in dB of two uint8 images (all channels), over the pixels where ``mask`` is true."""
-    d = a.astype(np.float32) - b.astype(np.float32)
-    sq = np.square(d)
-    if sq.ndim == 3:
-        sq = sq.mean(axis=-1)
-    mse = float(sq[mask].mean()) if mask is not None else float(sq.mean())
+    if mask is None:
+        count = a.size
+        sse = cv2.norm(a, b, cv2.NORM_L2SQR)
+    else:
+        m = mask.astype(np.uint8)
+        count = int(cv2.countNonZero(m)) * (a.shape[2] if a.ndim == 3 else 1)
+        sse = cv2.norm(a, b, cv2.NORM_L2SQR, mask=m)
+    mse = sse / max(count, 1)
     return _PSNR_CAP_DB if mse <= 1e-10 else min(_PSNR_CAP_DB, 10.0 * np.log10(255.0**2 / mse))
 
 
@@ -177,7 +180,7 @@ def _warp_clip(loop_id: str, persona: Any, width: int, height: int, frames: int 
         backend.load()
         try:
             for t, frame in enumerate(backend.frames(_Loop(loop_id, kp), persona, kp_r, spec)):
-                matte = np.where((frame != bg).any(axis=-1), 255, 0).astype(np.uint8)
+                matte = cv2.bitwise_not(cv2.inRange(frame, bg, bg))  # 255 wherever the colour is not exact
                 yield frame, matte, _box_mask(face[t][face_ok[t]], width, height)
         finally:
             backend.close()

@@ -379,12 +379,14 @@ class KeyframePair:
         self.matte = alpha_a is not None
         if self.matte:
             self.background = _check_background(background)
-            self._layers = (
-                self._premultiplied(a, _check_alpha("alpha_a", alpha_a, (h, w))),
-                self._premultiplied(b, _check_alpha("alpha_b", alpha_b, (h, w))),
-            )
+            ma = _check_alpha("alpha_a", alpha_a, (h, w))
+            mb = _check_alpha("alpha_b", alpha_b, (h, w))
+            self._layers = (self._premultiplied(a, ma), self._premultiplied(b, mb))
+            bx, by, bw, bh = cv2.boundingRect(cv2.max(ma, mb))
+            self._support = (bx, by, bx + bw, by + bh) if bw and bh else None
         else:
             self.background = None
+            self._support = None
             self._layers = (a, b)
 
         t0 = time.perf_counter()
@@ -407,16 +409,15 @@ class KeyframePair:
         self.v1 = _visibility(self._f10g, self._f01g, self._grid_g, self.config)
 
     def _premultiplied(self, frame: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-        """``[H, W, 4]`` uint8: the person colour premultiplied by its matte (un-mixed from the
-        background, ``<= alpha``) and the matte. uint8 keeps the per-frame resampling cheap; the
-        rounding (<= 0.5 levels) is below what the output's own rounding shows."""
-        a = alpha.astype(np.float32) * (1.0 / 255.0)
-        fg = frame.astype(np.float32) - self.background * (1.0 - a)[..., None]
-        fg = np.clip(fg, 0.0, alpha.astype(np.float32)[..., None])
-        out = np.empty(frame.shape[:2] + (4,), np.uint8)
-        out[..., :3] = np.minimum(fg + 0.5, alpha[..., None])
-        out[..., 3] = alpha
-        return out
+        """``[H, W, 4]`` uint8: the person colour premultiplied by its matte and the matte.
+
+        Un-mixing inverts the composite exactly as :meth:`at` applies it: ``P = frame - round(B
+        (1 - alpha))`` (saturating at 0), capped at ``alpha`` (a colour cannot exceed its
+        coverage; this also drops whatever the frame shows where the matte is 0). uint8 keeps the
+        per-frame resampling cheap; the rounding is the output's own."""
+        alpha3 = cv2.merge([alpha, alpha, alpha])
+        fg = cv2.min(cv2.subtract(frame, cv2.LUT(alpha3, self._background_lut())), alpha3)
+        return cv2.merge([fg, alpha])
 
     def _displacement(self, side: int, s: float, neighbour: KeyframePair | None) -> np.ndarray:
         """Where the pixels of keyframe a (``side`` 0) or b (1) are at fraction ``s`` of the way
@@ -440,10 +441,12 @@ class KeyframePair:
         acc *= (vis_u * vis_w)[..., None]
         return u * s + acc * (0.5 * (s * s - s))
 
-    def _side(self, disp_g: np.ndarray, vis_g: np.ndarray, layer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _side(
+        self, disp_g: np.ndarray, vis_g: np.ndarray, layer: np.ndarray, roi: tuple[int, int, int, int]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """One keyframe's contribution: its layer warped by the displacement field ``disp_g``
-        (coarse grid) at full resolution, and its unnormalized confidence (visibility x
-        convergence) on the coarse grid."""
+        (coarse grid) over the full-resolution box ``roi`` (x0, y0, x1, y1), and its
+        unnormalized confidence (visibility x convergence) on the coarse grid."""
         cfg = self.config
         g = self._scale_g
         p, residual = _source_points(disp_g, 1.0, self._grid_g, cfg.fixed_point_iters)
@@ -453,7 +456,8 @@ class KeyframePair:
             # Upsample the displacement (smooth), not the points, so pixel centres line up.
             size = (self.shape[1], self.shape[0])
             p = self._grid + cv2.resize(p - self._grid_g, size, interpolation=cv2.INTER_LINEAR) * g
-        sample = cv2.remap(layer, p, None, cfg.cv_interpolation, borderMode=cv2.BORDER_REPLICATE)
+        x0, y0, x1, y1 = roi
+        sample = cv2.remap(layer, p[y0:y1, x0:x1], None, cfg.cv_interpolation, borderMode=cv2.BORDER_REPLICATE)
         return sample, conf
 
     def _weight0(self, t: float, c0: np.ndarray, c1: np.ndarray) -> np.ndarray:
@@ -475,19 +479,52 @@ class KeyframePair:
         ``before``: the pair ending at a; ``after``: the pair starting at b (each optional; used
         by the quadratic motion model, see :class:`InfillConfig`)."""
         t = _check_t(t)
-        s0, c0 = self._side(self._displacement(0, t, before), self.v0, self._layers[0])
-        s1, c1 = self._side(self._displacement(1, 1.0 - t, after), self.v1, self._layers[1])
-        k0 = self._weight0(t, c0, c1)
+        d0 = self._displacement(0, t, before)
+        d1 = self._displacement(1, 1.0 - t, after)
+        roi = self._region(d0, d1)
+        if roi is None:  # both mattes empty: nothing but background
+            return self._background_image().copy(), np.zeros(self.shape[:2], np.uint8)
+        s0, c0 = self._side(d0, self.v0, self._layers[0], roi)
+        s1, c1 = self._side(d1, self.v1, self._layers[1], roi)
+        x0, y0, x1, y1 = roi
+        k0 = self._weight0(t, c0, c1)[y0:y1, x0:x1]
         blend = cv2.blendLinear(s0, s1, k0, 1.0 - k0)  # rounds and saturates to uint8
         if not self.matte:
             return blend, None
-        alpha = np.ascontiguousarray(blend[..., 3])
+        alpha = np.zeros(self.shape[:2], np.uint8)
+        alpha[y0:y1, x0:x1] = blend[..., 3]
+        rgb = self._background_image().copy()
+        a_roi = np.ascontiguousarray(blend[..., 3])
         # Premultiplied colour never exceeds its matte: where the matte is 0 nothing of the
         # person remains and the background below shows exactly.
-        fg = np.minimum(blend[..., :3], alpha[..., None])
+        fg = np.minimum(blend[..., :3], a_roi[..., None])
         # Composite P + B (1 - alpha): P is an integer, so rounding the sum equals P plus the
         # rounded background term, a per-alpha table; P <= alpha keeps the sum <= 255.
-        return cv2.add(fg, cv2.LUT(cv2.merge([alpha, alpha, alpha]), self._background_lut())), alpha
+        rgb[y0:y1, x0:x1] = cv2.add(fg, cv2.LUT(cv2.merge([a_roi, a_roi, a_roi]), self._background_lut()))
+        return rgb, alpha
+
+    def _region(self, d0: np.ndarray, d1: np.ndarray) -> tuple[int, int, int, int] | None:
+        """The output box that can hold any of the person (matte path; the whole frame without
+        mattes): both mattes' support grown by the largest displacement (every output pixel
+        samples within that distance of itself) plus the cubic kernel's reach. Outside it the
+        frame is exactly the background. ``None`` when both mattes are empty."""
+        h, w = self.shape[:2]
+        if not self.matte:
+            return (0, 0, w, h)
+        if self._support is None:
+            return None
+        reach = self._scale_g * max(float(np.abs(d0).max(initial=0.0)), float(np.abs(d1).max(initial=0.0)))
+        m = int(np.ceil(reach * np.sqrt(2.0))) + 3
+        x0, y0, x1, y1 = self._support
+        return (max(0, x0 - m), max(0, y0 - m), min(w, x1 + m), min(h, y1 + m))
+
+    def _background_image(self) -> np.ndarray:
+        img = self.__dict__.get("_bg_image")
+        if img is None:
+            img = np.empty(self.shape, np.uint8)
+            img[:] = self.background.astype(np.uint8)
+            self._bg_image = img
+        return img
 
     def _background_lut(self) -> np.ndarray:
         lut = self.__dict__.get("_bg_lut")
