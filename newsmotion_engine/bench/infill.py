@@ -13,7 +13,9 @@ Clips (all 720x1280 by default, seamless loops, so the loop's tail is infilled t
   (scikit-image's astronaut) performing each canonical loop (120 frames at 30 fps). Matte: keyed
   from the render (pixel != background colour; the warp backend composites over the exact
   colour). Face region: the box of the retargeted face keypoints, grown by 25 % per side (hair,
-  forehead), per true frame.
+  forehead), per true frame. ``peak_px_per_frame`` here is the largest step of any confident
+  retargeted keypoint (fingers included); the rendered pixels move less (the warp backend does
+  not yet follow the arms fully).
 - ``cutout/moderate`` and ``cutout/fast``: the persona's portrait cut out with its own matte over
   chroma green, moved by a known periodic similarity transform (side-to-side slide, a small
   rotation, a breathing zoom; sinusoidal in time, so it accelerates like real motion). Matte and
