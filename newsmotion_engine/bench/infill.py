@@ -38,7 +38,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -122,22 +121,13 @@ def _window(speed: np.ndarray, frames: int | None) -> tuple[int, int] | None:
     return (start, start + frames)
 
 
-def _sample_persona(root: Path, log: Log) -> Any:
-    """Build the sample persona (astronaut) in the storage rooted at ``root``."""
+def _sample_persona(store: Any, log: Log) -> Any:
+    """The sample persona (astronaut), built (or reused) in ``store``."""
     from newsmotion_engine.bench.suites import sample_portrait
-    from newsmotion_engine.persona.cache import build_persona
+    from newsmotion_engine.persona.cache import ensure_persona
 
     log("building the sample persona (astronaut)")
-    # The persona cache finds its storage through NEWSMOTION_STORAGE for now; scoped to this call.
-    old = os.environ.get("NEWSMOTION_STORAGE")
-    os.environ["NEWSMOTION_STORAGE"] = str(root)
-    try:
-        persona, _ = build_persona(sample_portrait(root / "samples"), "astronaut")
-    finally:
-        if old is None:
-            os.environ.pop("NEWSMOTION_STORAGE", None)
-        else:
-            os.environ["NEWSMOTION_STORAGE"] = old
+    persona, _ = ensure_persona(store, "astronaut", image=sample_portrait(store.persona_samples))
     return persona
 
 
@@ -414,12 +404,15 @@ def _timing(clip: Clip, config: InfillConfig, pairs: int, torch_cpu: bool) -> di
 
 
 @contextlib.contextmanager
-def _root(storage: Any) -> Iterator[Path]:
+def _storage(storage: Any) -> Iterator[Any]:
+    from newsmotion_engine.bench.suites import private_storage
+    from newsmotion_engine.storage import Storage
+
     if storage is None:
-        with tempfile.TemporaryDirectory(prefix="newsmotion-bench-infill-") as tmp:
-            yield Path(tmp)
+        with private_storage() as store:
+            yield store
     else:
-        yield Path(getattr(storage, "root", storage))
+        yield storage if isinstance(storage, Storage) else Storage(Path(storage))
 
 
 def bench_infill(
@@ -441,9 +434,8 @@ def bench_infill(
     """Measure the flow infill on dropped frames of real-motion clips (see the module docstring).
 
     Args:
-        storage: a ``Storage`` (or a folder) whose root holds the sample persona's cache; ``None``
-            (default) uses a private temporary folder, removed afterwards. Never ``./storage``
-            unless you pass it.
+        storage: the ``Storage`` (or its root folder) that holds the sample persona's cache;
+            ``None`` (default): a private temporary one, removed afterwards.
         persona: a loaded persona to use instead of building the sample one (tests pass a tiny
             drawn figure).
         ratios: keyframe ratios to measure (2 = 1:2, 3 = 1:3).
@@ -476,9 +468,9 @@ def bench_infill(
     background = BACKGROUND_CHROMA_GREEN
     loops = LOOP_IDS if loops is None else tuple(loops)
     started = time.perf_counter()
-    with _root(storage) as root:
+    with _storage(storage) as store:
         if persona is None:
-            persona = _sample_persona(root, say)
+            persona = _sample_persona(store, say)
         clips = [_warp_clip(loop_id, persona, width, height, frames, background) for loop_id in loops]
         if synthetic:
             clips += [
