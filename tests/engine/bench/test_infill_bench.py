@@ -55,6 +55,7 @@ def test_bench_infill_reports_quality_per_clip_and_overall(tmp_path):
     for clip in moving:  # real motion: the infill beats repeating the nearer keyframe
         assert clip["1:2"]["psnr_db"] > clip["1:2"]["hold_psnr_db"]
     assert res["overall"]["1:2"]["frames_infilled"] == 16
+    assert res["infill_psnr_db"] == res["overall"]["1:2"]["psnr_db"]
     assert set(res["by_kind"]["1:2"]) == {"warp", "synthetic"}
     assert res["speed"]["flow_ms"] > 0 and res["speed"]["ms_per_infilled_frame"]["1:2"] > 0
     assert res["meets_target"]["1:2"]["synthetic"]["psnr"] == (res["by_kind"]["1:2"]["synthetic"]["psnr_db"] >= 35)
