@@ -144,6 +144,9 @@ _HEADLINES = (
     ("forward_speedup_vs_stock", "forward {:.3g}x stock"),
     ("render.render_speedup_vs_stock", "render {:.3g}x stock"),
     ("render.ours.end_to_end_s", "end to end {:.4g} s"),
+    ("infill_psnr_db", "infill {:.3g} dB"),
+    ("infill_face_psnr_db", "face {:.3g} dB"),
+    ("infill_ms_per_frame_cpu", "{:.4g} ms/frame CPU"),
 )
 
 
