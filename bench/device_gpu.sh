@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one script the GPU device runs: the wan-animate GPU benchmark, results under $OUT.
 # Usage (device, repo root, with .whl carried; see ../shared/tools/device-wheels.sh):
-#   bash bench/device_gpu.sh forward|render|all|smoke|sweep [preset] [JSON of extra bench_gpu kwargs] [part after sweep]
+#   bash bench/device_gpu.sh forward|render|all|smoke|sweep|sparse [preset] [JSON of extra bench_gpu kwargs] [part after sweep]
 # e.g. bash bench/device_gpu.sh render 14b '{"width": 480, "height": 832, "steps": 20, "guidance_scale": 5.0}'
 # Writes $OUT/gpu_<part>.json (rewritten after every variant) and $OUT/gpu_<part>.log (smoke also
 # $OUT/gpu_backend_smoke.json). Copy the JSON into bench/results/ only from a real run.
@@ -41,6 +41,14 @@ ref = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.tran
 for name in FP8_VARIANTS:
     out = fp8_attention(q, k, v, variant=name)
     print(name, "rel err (4096 tokens):", float((out.float() - ref.float()).norm() / ref.float().norm()))
+PY
+  exit "${PIPESTATUS[0]}"
+fi
+if [ "$part" = sparse ]; then
+  # EXPERIMENTAL block-sparse attention: kernel per density at the 14B shape, then the 14B forward.
+  python3 - <<PY 2>&1 | tee "$out/gpu_sparse.log"
+from newsmotion_engine.bench.sparse import bench_sparse
+bench_sparse("$preset", json_path="$out/gpu_sparse.json")
 PY
   exit "${PIPESTATUS[0]}"
 fi

@@ -431,6 +431,19 @@ def bench_gpu_cmd(
     write_result(result, None)
 
 
+@bench_app.command("sparse")
+def bench_sparse_cmd(
+    preset: Annotated[str, typer.Option(help="Architecture preset for the forward rows: tiny, smoke, 14b.")] = "14b",
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here.")] = None,
+    forward: Annotated[bool, typer.Option(help="Also time the transformer forward with sparse attention.")] = True,
+) -> None:
+    """EXPERIMENTAL block-sparse attention (GPU): kernel ms per density vs dense, 14B forward speed-up."""
+    from newsmotion_engine.bench.sparse import bench_sparse
+
+    result = bench_sparse(preset, json_path=json_path, forward=forward, log=lambda m: console.print(f"[dim]{m}[/]"))
+    write_result(result, None)
+
+
 @bench_app.command("kernel-sass")
 def bench_kernel_sass_cmd(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here.")] = None,

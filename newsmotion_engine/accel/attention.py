@@ -225,6 +225,10 @@ class Fp8SelfAttnProcessor:
     def __init__(self, variant: str | None = None) -> None:
         self.variant, _ = _variant(variant)
 
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """BSHD attention after projections, norms and RoPE (subclasses change the kernel)."""
+        return fp8_attention(q, k, v, variant=self.variant)
+
     def __call__(self, attn: Any, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor | None = None,
                  attention_mask: torch.Tensor | None = None, rotary_emb: Any = None) -> torch.Tensor:  # fmt: skip
         if encoder_hidden_states is not None or attention_mask is not None:
@@ -237,7 +241,7 @@ class Fp8SelfAttnProcessor:
         q, k, v = (t.unflatten(2, (attn.heads, -1)) for t in (q, k, v))
         if rotary_emb is not None:
             q, k = _rotary(q, *rotary_emb), _rotary(k, *rotary_emb)
-        out = fp8_attention(q, k, v, variant=self.variant).flatten(2, 3).type_as(q)
+        out = self.attend(q, k, v).flatten(2, 3).type_as(q)
         out = attn.to_out[0](out)
         return attn.to_out[1](out)
 
@@ -337,9 +341,13 @@ def _build_kernel(autotune: bool = True):
     return T.autotuned(AUTOTUNE_CONFIGS) if autotune else T.attention_fwd
 
 
-def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None, **meta: Any) -> torch.Tensor:
+def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None,
+                  sparse: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, **meta: Any) -> torch.Tensor:  # fmt: skip
     """Run ``kernel`` (from :func:`_build_kernel`) on quantized inputs -> bf16 BSHD output.
-    ``meta`` (``BLOCK_M``, ``BLOCK_N``) is for the bare kernel; the autotuned one picks its own."""
+    ``meta`` (``BLOCK_M``, ``BLOCK_N``) is for the bare kernel; the autotuned one picks its own.
+    ``sparse``: a block layout's ``(kv_idx, kv_cnt, kv_tail)`` int32 tensors on the kernel's
+    device (:mod:`newsmotion_engine.accel.sparse`), built for the ``BLOCK_M`` / ``BLOCK_N`` given
+    in ``meta`` (the bare kernel only: the tile sizes must not change under the layout)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     _, var = _variant(variant)
@@ -362,8 +370,15 @@ def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None, **me
     def grid(m: dict[str, Any]) -> tuple[int, int]:
         return (math.ceil(S / m["BLOCK_M"]), B * H)
 
+    if sparse is None:
+        idx = cnt = tail = x.q_scale  # never read: SPARSE=False compiles the dense loop
+        max_k = 0
+    else:
+        idx, cnt, tail = sparse
+        max_k = idx.shape[-1]
+        meta["SPARSE"] = True
     kernel[grid](q_desc, k_desc, vt_desc, out, x.q_scale, x.v_scale, S, H,
-                 out.stride(0), out.stride(1), out.stride(2), D=D,
+                 out.stride(0), out.stride(1), out.stride(2), idx, cnt, tail, max_k, D=D,
                  QK_INT8=var.qk_int8, PV_FP8=var.pv_fp8, **meta)  # fmt: skip
     return out
 

@@ -68,8 +68,10 @@ def _softmax_pv(acc, l_i, m_i, s, c, vt_desc, bh, start_n, S,
 @triton.jit
 def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
                   stride_ob, stride_os, stride_oh,
+                  KV_IDX, KV_CNT, KV_TAIL, MAX_K,
                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  QK_INT8: tl.constexpr, PV_FP8: tl.constexpr, PIPELINE_QK: tl.constexpr = False):  # fmt: skip
+                  QK_INT8: tl.constexpr, PV_FP8: tl.constexpr, PIPELINE_QK: tl.constexpr = False,
+                  SPARSE: tl.constexpr = False):  # fmt: skip
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     start_m = pid_m * BLOCK_M
@@ -82,7 +84,22 @@ def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     n_full = (S // BLOCK_N) * BLOCK_N
-    if PIPELINE_QK:
+    if SPARSE:
+        # Block-sparse (accel/sparse.py): this query tile visits only the full key tiles its row of
+        # the layout lists (``KV_IDX[pid_m, :KV_CNT[pid_m]]``, ascending), plus the ragged last
+        # tile when ``KV_TAIL[pid_m]``. Same per-tile arithmetic as the dense loop.
+        n_kept = tl.load(KV_CNT + pid_m)
+        for i in range(0, n_kept):
+            start_n = tl.load(KV_IDX + pid_m * MAX_K + i) * BLOCK_N
+            s = _scores(q, k_desc, bh, start_n, BLOCK_N, D)
+            acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, vt_desc, bh, start_n, S,
+                                        D, BLOCK_N, False, QK_INT8, PV_FP8)  # fmt: skip
+        if n_full < S:
+            if tl.load(KV_TAIL + pid_m) != 0:
+                s = _scores(q, k_desc, bh, n_full, BLOCK_N, D)
+                acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, vt_desc, bh, n_full, S,
+                                            D, BLOCK_N, True, QK_INT8, PV_FP8)  # fmt: skip
+    elif PIPELINE_QK:
         # The next tile's Q K^T is issued before this tile's softmax, so the tensor cores work
         # while the exponentials run (FlashAttention-3's intra-warpgroup overlap; the SASS shows
         # the IGMMAs interleaved with MUFU.EX2). Costs one more score tile of registers.
@@ -100,7 +117,7 @@ def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
             s = _scores(q, k_desc, bh, start_n, BLOCK_N, D)
             acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, vt_desc, bh, start_n, S,
                                         D, BLOCK_N, False, QK_INT8, PV_FP8)  # fmt: skip
-    if n_full < S:
+    if not SPARSE and n_full < S:
         s = _scores(q, k_desc, bh, n_full, BLOCK_N, D)
         acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, vt_desc, bh, n_full, S,
                                     D, BLOCK_N, True, QK_INT8, PV_FP8)  # fmt: skip
@@ -127,4 +144,4 @@ def autotuned(configs: tuple[tuple[int, int, int, int, bool], ...]):
     cfgs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "PIPELINE_QK": pipe}, num_warps=w, num_stages=st,
                           pre_hook=_set_block_shapes)
             for bm, bn, w, st, pipe in configs]  # fmt: skip
-    return triton.autotune(configs=cfgs, key=["S", "D", "QK_INT8", "PV_FP8"])(attention_fwd)
+    return triton.autotune(configs=cfgs, key=["S", "D", "QK_INT8", "PV_FP8", "SPARSE"])(attention_fwd)

@@ -276,7 +276,9 @@ class Skip(NamedTuple):
 
 
 FORWARD_VARIANTS = ("stock_bf16", "attention_cudnn", "attention_fp8_triton", "compile_blocks", "fp8_linears", "all",
-                    "all_cudnn", "all_cudagraphs")  # fmt: skip
+                    "all_cudnn", "all_cudagraphs", "all_sparse50", "all_sparse30")  # fmt: skip
+# The sparse variants (experimental, accel/sparse.py) are measured only when asked for by name.
+DEFAULT_FORWARD_VARIANTS = FORWARD_VARIANTS[:8]
 
 
 def forward_variant_configs(best_attention: Attention | None, fp8_kernel: Attention | None, *, cuda: bool,
@@ -303,6 +305,13 @@ def forward_variant_configs(best_attention: Attention | None, fp8_kernel: Attent
         "all_cudnn": (fp8, cudnn, *compiled),
         "all_cudagraphs": (fp8, *best, Compile(cudagraphs=True)) if cuda else Skip("CUDA graphs need CUDA"),
     }
+    for name, density in (("all_sparse50", 0.5), ("all_sparse30", 0.3)):
+        if fp8_kernel is None:
+            table[name] = Skip(fp8_kernel_why)
+        else:
+            from newsmotion_engine.accel.sparse import SparseAttention
+
+            table[name] = (fp8, fp8_kernel, SparseAttention(density=density, variant=fp8_kernel.variant), *compiled)
     if table["all_cudnn"] == table["all"]:
         table["all_cudnn"] = Skip("same as 'all' (cuDNN is the best attention here)")
     return table
@@ -333,7 +342,7 @@ def _bench_forward(opts: Any, width: int, height: int, frames: int, warmup: int,
     from newsmotion_engine.accel.fp8 import fp8_compute_supported, module_weight_gib
     from newsmotion_engine.render.wan_animate.components import build_transformer, resolve_device, torch_dtype
 
-    variants = tuple(variants or FORWARD_VARIANTS)
+    variants = tuple(variants or DEFAULT_FORWARD_VARIANTS)
     attention_variants = tuple(attention_variants) if attention_variants else None
     unknown = set(variants) - set(FORWARD_VARIANTS)
     if unknown:

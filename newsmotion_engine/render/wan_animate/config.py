@@ -36,6 +36,9 @@ flat keys                  typed config (module)
 ``cfg_momentum``
 ``vae_tiling``             ``VaeTiling()`` when true (:mod:`accel.memory`)
 ``ffn_chunks``             ``FfnChunks(chunks)`` when not 0 (:mod:`accel.memory`)
+``sparse_attention``,      ``SparseAttention(density, dense_steps, global_frames)`` when the
+``sparse_dense_steps``,    density is under 1 (:mod:`accel.sparse`; experimental, off by
+``sparse_global_frames``   default)
 =========================  =============================================================
 
 The acceleration modules import torch, so they are imported only when such a key (or a backend)
@@ -270,6 +273,15 @@ def _ffn_chunks(v: dict[str, Any]) -> AccelConfig | None:
     return None if chunks == 0 and not isinstance(chunks, bool) else _config_class("memory", "FfnChunks")(chunks=chunks)
 
 
+def _sparse_attention(v: dict[str, Any]) -> AccelConfig | None:
+    density = v.get("sparse_attention", 1.0)
+    if density == 1.0 and not isinstance(density, bool):
+        return None  # dense: nothing to apply
+    return _config_class("sparse", "SparseAttention")(
+        density=density, dense_steps=v.get("sparse_dense_steps", 1), global_frames=v.get("sparse_global_frames", 1),
+    )  # fmt: skip
+
+
 # Flat option keys per technique -> the parser building its typed config (None = not used).
 ACCELERATION_KEYS: dict[tuple[str, ...], Callable[[dict[str, Any]], AccelConfig | None]] = {
     ("fp8",): _fp8,
@@ -279,6 +291,7 @@ ACCELERATION_KEYS: dict[tuple[str, ...], Callable[[dict[str, Any]], AccelConfig 
     ("cfg_start", "cfg_stop", "cfg_every", "cfg_momentum"): _cfg,
     ("vae_tiling",): _vae_tiling,
     ("ffn_chunks",): _ffn_chunks,
+    ("sparse_attention", "sparse_dense_steps", "sparse_global_frames"): _sparse_attention,
 }
 FLAT_ACCELERATION_KEYS = tuple(k for keys in ACCELERATION_KEYS for k in keys)
 
