@@ -147,6 +147,8 @@ _HEADLINES = (
     ("infill_psnr_db", "infill {:.3g} dB"),
     ("infill_face_psnr_db", "face {:.3g} dB"),
     ("infill_ms_per_frame_cpu", "{:.4g} ms/frame CPU"),
+    ("forward_speedup_vs_stock_sparse50", "sparse attention 0.5 (experimental): forward {:.3g}x stock"),
+    ("forward_speedup_vs_stock_sparse30", "0.3: {:.3g}x"),
 )
 
 
