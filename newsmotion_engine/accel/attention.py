@@ -241,7 +241,14 @@ class Fp8SelfAttnProcessor:
         q, k, v = (t.unflatten(2, (attn.heads, -1)) for t in (q, k, v))
         if rotary_emb is not None:
             q, k = _rotary(q, *rotary_emb), _rotary(k, *rotary_emb)
-        out = self.attend(q, k, v).flatten(2, 3).type_as(q)
+        group = getattr(self, "ulysses_group", None)  # set by accel.context_parallel
+        if group is None:
+            out = self.attend(q, k, v)
+        else:
+            from newsmotion_engine.accel.context_parallel import ulysses_attention
+
+            out = ulysses_attention(q, k, v, self.attend, group)
+        out = out.flatten(2, 3).type_as(q)
         out = attn.to_out[0](out)
         return attn.to_out[1](out)
 
