@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one script the GPU device runs: the wan-animate GPU benchmark, results under $OUT.
 # Usage (device, repo root, with .whl carried; see ../shared/tools/device-wheels.sh):
-#   bash bench/device_gpu.sh forward|render|all|smoke|sweep|sparse [preset] [JSON of extra bench_gpu kwargs] [part after sweep]
+#   bash bench/device_gpu.sh forward|render|all|smoke|sweep|sparse|cp [preset] [JSON of extra bench_gpu kwargs] [part after sweep]
 # e.g. bash bench/device_gpu.sh render 14b '{"width": 480, "height": 832, "steps": 20, "guidance_scale": 5.0}'
 # Writes $OUT/gpu_<part>.json (rewritten after every variant) and $OUT/gpu_<part>.log (smoke also
 # $OUT/gpu_backend_smoke.json). Copy the JSON into bench/results/ only from a real run.
@@ -50,6 +50,13 @@ if [ "$part" = sparse ]; then
 from newsmotion_engine.bench.sparse import bench_sparse
 bench_sparse("$preset", json_path="$out/gpu_sparse.json")
 PY
+  exit "${PIPESTATUS[0]}"
+fi
+if [ "$part" = cp ]; then
+  # Context parallelism: every GPU of this host (torchrun), preset $preset; on one GPU world size 1.
+  n=$(nvidia-smi -L | wc -l)
+  python3 -m torch.distributed.run --standalone --nproc-per-node "$n" -m newsmotion_engine.bench.context_parallel \
+    --preset "$preset" --json "$out/gpu_cp_${n}gpu.json" $([ "$preset" = 14b ] || echo --check) 2>&1 | tee "$out/gpu_cp.log"
   exit "${PIPESTATUS[0]}"
 fi
 if [ "$part" = sweep ]; then
