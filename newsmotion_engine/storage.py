@@ -122,5 +122,12 @@ class Storage:
         return self.motion_dir / "bench"
 
     @property
+    def bench_history_dir(self) -> Path:
+        """Every scheduled benchmark run kept as ``{suite}/{UTC time}.json`` (the studio's trend
+        chart); ``bench_dir`` holds only the latest."""
+        return self.bench_dir / "history"
+
+    @property
     def studio_dir(self) -> Path:
+        """The studio: a static offline site (``newsmotion studio build``)."""
         return self.motion_dir / "studio"

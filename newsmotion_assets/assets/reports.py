@@ -22,7 +22,7 @@ def benchmarks(context: dg.AssetExecutionContext, storage: StorageResource) -> d
     summary = {}
     for name in SUITES:
         context.log.info(f"running bench suite {name}")
-        result = run_suite(name, folder / f"{name}.json", log=context.log.info)
+        result = run_suite(name, folder / f"{name}.json", log=context.log.info, history_dir=storage.store.bench_history_dir)
         summary.update({f"{name}.{k}": v for k, v in result.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
     return dg.MaterializeResult(metadata={k: round(float(v), 4) for k, v in summary.items()})
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import tempfile
+from datetime import datetime, timezone
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -66,12 +67,20 @@ def _warp(log: Log) -> dict[str, Any]:
 SUITES: dict[str, Callable[[Log], dict[str, Any]]] = {"guidance": _guidance, "persona": _persona, "warp": _warp}
 
 
-def run_suite(name: str, json_path: Path | None = None, *, log: Log = print) -> dict[str, Any]:
-    """Run one suite; write its result to ``json_path`` atomically when given."""
+def run_suite(
+    name: str, json_path: Path | None = None, *, log: Log = print, history_dir: Path | None = None
+) -> dict[str, Any]:
+    """Run one suite; write its result to ``json_path`` atomically when given, and keep a dated
+    copy as ``{history_dir}/{name}/{UTC time}.json`` when ``history_dir`` is given (the nightly
+    runs' trend)."""
     result = SUITES[name](log)
-    if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = json_path.with_name(f".{json_path.name}.tmp")
+    targets = [json_path] if json_path is not None else []
+    if history_dir is not None:
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
+        targets.append(history_dir / name / f"{stamp}.json")
+    for path in targets:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(json.dumps(result, indent=2) + "\n")
-        tmp.replace(json_path)
+        tmp.replace(path)
     return result

@@ -254,4 +254,28 @@ def stroke_sizes(width: int, height: int) -> dict[str, int]:
             "hand_radius": s.hand_r, "face_radius": s.face_r}
 
 
-__all__ = ["draw_pose", "draw_pose_video", "contact_sheet", "png_bytes", "stroke_sizes"]
+def pose_style(conf_threshold: float = 0.3) -> dict:
+    """What :func:`draw_pose` draws, as plain data (JSON-able), so another renderer (the studio's
+    browser overlay) draws the same skeleton in the same colours without a copy of these tables:
+    the OpenPose-18 body built from COCO points (``-1`` = the neck, mid-shoulders), its limbs and
+    colours, the hand bones and hues, the dot colours, the limb opacity and the stroke sizes at
+    ``ref_size`` px (scale by ``min(width, height) / ref_size``)."""
+    return {
+        "openpose_from_coco": [int(i) for i in _OPENPOSE_FROM_COCO],
+        "limbs": _LIMBS.tolist(),
+        "colors": [list(c) for c in _COLORS],
+        "hand_starts": [sk.LEFT_HAND_START, sk.RIGHT_HAND_START],
+        "hand_edges": _HAND_EDGES.tolist(),
+        "hand_colors": [list(c) for c in _HAND_COLORS],
+        "hand_dot": list(_HAND_DOT),
+        "face": [sk.PARTS["face"].start, sk.PARTS["face"].stop],
+        "face_dot": list(_FACE_DOT),
+        "limb_opacity": _LIMB_OPACITY,
+        "ref_size": _REF_SIZE,
+        "sizes": {"limb_half_width": _STICK_HALF_WIDTH, "body_radius": _BODY_RADIUS, "hand_line": _HAND_LINE,
+                  "hand_radius": _HAND_RADIUS, "face_radius": _FACE_RADIUS},
+        "conf_threshold": conf_threshold,
+    }
+
+
+__all__ = ["draw_pose", "draw_pose_video", "contact_sheet", "png_bytes", "pose_style", "stroke_sizes"]

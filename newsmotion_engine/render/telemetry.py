@@ -114,6 +114,12 @@ class RenderTelemetry:
         "guidance_cache", "persona_cache",
     )  # fmt: skip
 
+    # The badges the studio shows on each render's card, in order.
+    BADGES: ClassVar[tuple[str, ...]] = (
+        "backend", "weights", "fps_achieved", "wall_s", "peak_vram_gib", "guidance_cache", "persona_cache",
+        "pose_fidelity_pck",
+    )  # fmt: skip
+
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
             raise ValueError(f"outcome {self.outcome!r} is not one of {OUTCOMES}")
@@ -136,6 +142,24 @@ class RenderTelemetry:
     @property
     def persona_cache(self) -> str | None:
         return self.provenance.persona_cache if self.provenance else None
+
+    @property
+    def peak_vram_gib(self) -> float | None:
+        """Peak GPU memory of the render, when the backend measured one (its ``last_render`` report
+        in ``backend_info``; CPU backends have none)."""
+        last = self.backend_info.get("last_render")
+        value = last.get("peak_vram_gib") if isinstance(last, dict) else None
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    @property
+    def pose_fidelity_pck(self) -> float | None:
+        """PCK@0.05 of the keypoints re-extracted from the clip against the ones the backend was
+        asked to follow, when the record carries a pose-fidelity measurement (a ``pose_fidelity``
+        number, or a mapping with ``pck``); ``None`` for records without one."""
+        fidelity = self.to_dict().get("pose_fidelity")
+        if isinstance(fidelity, dict):
+            fidelity = fidelity.get("pck", fidelity.get("pck@0.05"))
+        return float(fidelity) if isinstance(fidelity, (int, float)) and not isinstance(fidelity, bool) else None
 
     def row(self, columns: tuple[str, ...] | None = None) -> dict[str, Any]:
         """``{column: value}`` for :attr:`COLUMNS` (or the given ones), scalars only."""

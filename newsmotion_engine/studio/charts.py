@@ -1,0 +1,294 @@
+"""The scorecard as charts (matplotlib, no pyplot state): SVG for the studio, PNG for Dagster.
+
+- seconds per stage of every render (telemetry: retarget, backend, encoder wait, mux) and of the
+  GPU render benchmarks (stock pipeline vs ours: denoise, decode, ...);
+- speed-ups vs stock from the committed ``bench/results/*.json`` (every ``variants.*``
+  ``speedup_vs_stock``);
+- the nightly benchmark's trend (``motion/bench/history/{suite}/*.json`` plus the latest
+  ``motion/bench/{suite}.json``) for each suite's headline figures.
+
+Each chart function returns a :class:`Chart` or ``None`` when there is nothing to draw.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.backends.backend_svg import FigureCanvasSVG
+from matplotlib.figure import Figure
+
+from newsmotion_engine.render.telemetry import RenderTelemetry
+from newsmotion_engine.storage import Storage
+
+__all__ = [
+    "TREND_FIGURES",
+    "Chart",
+    "bench_history",
+    "gpu_stage_chart",
+    "load_bench_results",
+    "scorecard_charts",
+    "speedup_chart",
+    "stage_seconds_chart",
+    "trend_chart",
+]
+
+# Headline figures of each nightly suite, drawn over time (name in the result -> axis label).
+TREND_FIGURES: dict[str, dict[str, str]] = {
+    "warp": {"fps": "warp fps (best of 5)", "render_only_fps": "warp render-only fps"},
+    "guidance": {"load_ms_p50": "guidance cache load p50 (ms)", "draw_ms_per_frame": "pose drawing (ms/frame)"},
+    "persona": {"load_ms_p50": "persona cache load p50 (ms)", "build_s": "persona build (s)"},
+}
+
+_BG, _PANEL, _TEXT, _MUTED, _GRID = "#14161b", "#1c1f26", "#e6e8ee", "#9aa3b2", "#2c313c"
+_PALETTE = ("#4cc2ff", "#ffb547", "#7ee787", "#ff7b9c", "#b69cff", "#5ad1c4")
+_STYLE = {
+    "figure.facecolor": _BG, "axes.facecolor": _PANEL, "axes.edgecolor": _GRID, "axes.labelcolor": _TEXT,
+    "text.color": _TEXT, "xtick.color": _MUTED, "ytick.color": _MUTED, "grid.color": _GRID,
+    "axes.grid": True, "grid.linewidth": 0.6, "font.size": 9, "axes.titlesize": 10,
+    "axes.titleweight": "bold", "axes.spines.top": False, "axes.spines.right": False,
+    "svg.fonttype": "path", "legend.frameon": False, "axes.axisbelow": True,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One chart: ``name`` (file stem), ``title``, ``caption`` (where the numbers come from),
+    ``svg`` (text, inline-able) and ``png`` (bytes)."""
+
+    name: str
+    title: str
+    caption: str
+    svg: str
+    png: bytes
+
+
+def _render(fig: Figure, name: str, title: str, caption: str) -> Chart:
+    svg = io.BytesIO()
+    FigureCanvasSVG(fig).print_svg(svg)
+    png = io.BytesIO()
+    FigureCanvasAgg(fig).print_png(png)
+    text = svg.getvalue().decode("utf-8")
+    text = text[text.find("<svg") :]  # inline: no XML prolog or doctype
+    return Chart(name, title, caption, text, png.getvalue())
+
+
+def _figure(width: float, height: float) -> Figure:
+    with matplotlib.rc_context(_STYLE):
+        return Figure(figsize=(width, height), dpi=110, layout="constrained")
+
+
+# ------------------------------------------------------------------------------ stages
+def stage_seconds_chart(records: list[RenderTelemetry]) -> Chart | None:
+    """Seconds per stage of each render, stacked: retarget, backend (frames), encoder wait, mux."""
+    if not records:
+        return None
+    stages = (("retarget", "retarget_ms"), ("backend frames", "render_ms"), ("encoder wait", "encode_wait_ms"), ("mux", "mux_ms"))
+    labels = [f"{t.persona_id}/{t.loop_id} · {t.backend}" for t in records]
+    with matplotlib.rc_context(_STYLE):
+        fig = _figure(8, 0.9 + 0.32 * len(records))
+        ax = fig.add_subplot()
+        left = [0.0] * len(records)
+        for (label, attr), color in zip(stages, _PALETTE):
+            values = [getattr(t, attr) / 1000.0 for t in records]
+            _barh(ax, labels, values, left=left, color=color, label=label, height=0.6)
+            left = [a + b for a, b in zip(left, values)]
+        for y, (total, t) in enumerate(zip(left, records)):
+            ax.text(total, y, f"  {t.wall_s:.2f} s wall", va="center", color=_MUTED, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds")
+        ax.set_xlim(0, max(left) * 1.25 or 1)
+        ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=4, fontsize=8)
+    return _render(fig, "stages", "Seconds per stage, per render", "From each render's telemetry (RenderTelemetry).")
+
+
+def load_bench_results(folder: Path) -> list[tuple[str, dict[str, Any]]]:
+    """``[(file stem, result)]`` for every readable JSON object in ``folder`` (others skipped)."""
+    out = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            out.append((path.stem, data))
+    return out
+
+
+def _short(stem: str) -> str:
+    return re.sub(r"_(14b|1\.3b|smoke|tiny)_h200$", "", stem.removeprefix("gpu_"))
+
+
+def _walk(value: Any, path: tuple[str, ...] = ()):
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _walk(item, path + (str(key),))
+    else:
+        yield path, value
+
+
+# Presets whose benchmarks time toy shapes (a check that the paths run, not a speed figure).
+_TOY_PRESETS = ("tiny", "smoke")
+
+
+def _real_results(results: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    return [(stem, data) for stem, data in results if data.get("preset") not in _TOY_PRESETS]
+
+
+def _barh(ax, labels: list[str], values: list[float], **kw) -> None:
+    # Numeric positions: two bars with the same label must stay two bars.
+    ax.barh(range(len(labels)), values, **kw)
+    ax.set_yticks(range(len(labels)), labels)
+
+
+def speedup_chart(results: list[tuple[str, dict[str, Any]]]) -> Chart | None:
+    """Every ``...variants.{name}.speedup_vs_stock`` in the committed results (toy presets left
+    out), one bar each."""
+    bars: list[tuple[str, float]] = []
+    for stem, data in _real_results(results):
+        short = _short(stem)
+        for path, value in _walk(data):
+            if len(path) >= 3 and path[-1] == "speedup_vs_stock" and path[-3] == "variants" and isinstance(value, (int, float)):
+                part = path[0] if len(path) > 3 and not short.startswith(path[0]) else ""
+                bars.append((f"{short}{' ' + part if part else ''} · {path[-2]}", float(value)))
+    if not bars:
+        return None
+    with matplotlib.rc_context(_STYLE):
+        fig = _figure(8, 0.9 + 0.24 * len(bars))
+        ax = fig.add_subplot()
+        names = [b[0] for b in bars]
+        values = [b[1] for b in bars]
+        colors = [_PALETTE[2] if v >= 1.0 else _PALETTE[3] for v in values]
+        _barh(ax, names, values, color=colors, height=0.65)
+        ax.axvline(1.0, color=_TEXT, linewidth=1, linestyle="--")
+        for y, v in enumerate(values):
+            ax.text(v, y, f" {v:.2f}x", va="center", fontsize=7.5, color=_TEXT)
+        ax.invert_yaxis()
+        ax.set_ylim(len(bars) - 0.5, -0.5)
+        ax.set_xlabel("speed-up vs stock diffusers (1.0 = stock; green faster, red slower)")
+        ax.set_xlim(0, max(values) * 1.15)
+        ax.tick_params(axis="y", labelsize=7.5)
+    return _render(
+        fig, "speedups", "Speed-ups vs stock",
+        "Every variants.*.speedup_vs_stock in the committed bench/results/*.json, 14B architecture with random "
+        "weights on one H200 (tiny/smoke-preset checks left out: they time toy shapes).",
+    )
+
+
+def gpu_stage_chart(results: list[tuple[str, dict[str, Any]]]) -> Chart | None:
+    """Seconds per stage of the GPU render benchmarks: stock pipeline vs each of our variants."""
+    rows: list[tuple[str, dict[str, float]]] = []
+    for stem, data in _real_results(results):
+        render = data.get("render")
+        if not isinstance(render, dict) or not isinstance(render.get("stock"), dict):
+            continue
+        stock = render["stock"]
+        rows.append((f"{_short(stem)} · stock", {k: stock[k] for k in ("pipeline_s", "text_encode_s") if isinstance(stock.get(k), (int, float))}))
+        for name, variant in (render.get("variants") or {}).items():
+            if isinstance(variant, dict):
+                rows.append((f"{_short(stem)} · {name}", {k: variant[k] for k in ("denoise_s", "decode_s") if isinstance(variant.get(k), (int, float))}))
+    rows = [r for r in rows if r[1]]
+    if not rows:
+        return None
+    stages = ["pipeline_s", "text_encode_s", "denoise_s", "decode_s"]
+    names = {"pipeline_s": "stock pipeline", "text_encode_s": "text encode", "denoise_s": "denoise", "decode_s": "VAE decode"}
+    with matplotlib.rc_context(_STYLE):
+        fig = _figure(8, 0.9 + 0.34 * len(rows))
+        ax = fig.add_subplot()
+        labels = [r[0] for r in rows]
+        left = [0.0] * len(rows)
+        for stage, color in zip(stages, (_PALETTE[5], _PALETTE[4], _PALETTE[0], _PALETTE[1])):
+            values = [r[1].get(stage, 0.0) for r in rows]
+            if any(values):
+                _barh(ax, labels, values, left=left, color=color, label=names[stage], height=0.6)
+                left = [a + b for a, b in zip(left, values)]
+        for y, total in enumerate(left):
+            ax.text(total, y, f" {total:.1f} s", va="center", fontsize=8, color=_MUTED)
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds (one segment)")
+        ax.set_xlim(0, max(left) * 1.15)
+        ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=4, fontsize=8)
+        ax.tick_params(axis="y", labelsize=7.5)
+    return _render(fig, "gpu_stages", "GPU render: seconds per stage", "render.stock and render.variants of the committed GPU render benchmarks (random weights; H200).")
+
+
+# ------------------------------------------------------------------------------ trend
+def _stamp(text: str) -> datetime | None:
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
+def bench_history(storage: Storage) -> dict[str, list[tuple[datetime, dict[str, Any]]]]:
+    """``{suite: [(when, result)]}`` oldest first: the kept nightly runs, plus the latest result
+    file when no kept run has the same content (runs from before history was kept)."""
+    history: dict[str, list[tuple[datetime, dict[str, Any]]]] = {}
+    for suite in TREND_FIGURES:
+        points = []
+        folder = storage.bench_history_dir / suite
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            when = _stamp(path.stem)
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if when and isinstance(data, dict):
+                points.append((when, data))
+        latest = storage.bench_dir / f"{suite}.json"
+        try:
+            data = json.loads(latest.read_text())
+        except (OSError, ValueError):
+            data = None
+        if isinstance(data, dict) and all(data != p[1] for p in points):
+            points.append((datetime.fromtimestamp(latest.stat().st_mtime, timezone.utc), data))
+        if points:
+            history[suite] = sorted(points, key=lambda p: p[0])
+    return history
+
+
+def trend_chart(history: dict[str, list[tuple[datetime, dict[str, Any]]]]) -> Chart | None:
+    """One small panel per headline figure of each suite, over time."""
+    series = []
+    for suite, points in history.items():
+        for key, label in TREND_FIGURES.get(suite, {}).items():
+            xy = [(when, float(d[key])) for when, d in points if isinstance(d.get(key), (int, float))]
+            if xy:
+                series.append((label, xy))
+    if not series:
+        return None
+    cols = 2
+    rows = (len(series) + cols - 1) // cols
+    with matplotlib.rc_context(_STYLE):
+        fig = _figure(8, 0.4 + 1.9 * rows)
+        for i, ((label, xy), color) in enumerate(zip(series, _PALETTE * 4)):
+            ax = fig.add_subplot(rows, cols, i + 1)
+            xs, ys = [p[0] for p in xy], [p[1] for p in xy]
+            ax.plot(xs, ys, marker="o", color=color, linewidth=1.6, markersize=4)
+            ax.set_title(label, loc="left", fontsize=9)
+            ax.annotate(f"{ys[-1]:.3g}", (xs[-1], ys[-1]), textcoords="offset points", xytext=(4, 4), fontsize=8, color=_TEXT)
+            ax.tick_params(axis="x", labelsize=7, rotation=20)
+            ax.set_ylim(bottom=0, top=max(ys) * 1.3 or 1)
+            if len(xs) == 1:
+                ax.set_xticks(xs, [xs[0].strftime("%Y-%m-%d %H:%M")])
+    runs = max(len(p) for p in history.values())
+    return _render(fig, "trend", "Nightly benchmark trend", f"storage/motion/bench/history (kept runs, up to {runs} per suite) and the latest motion/bench/*.json.")
+
+
+def scorecard_charts(storage: Storage, records: list[RenderTelemetry], bench_results: Path) -> list[Chart]:
+    """Every chart that has data, in the order the scorecard page shows them."""
+    results = load_bench_results(bench_results)
+    charts = [
+        stage_seconds_chart(records),
+        gpu_stage_chart(results),
+        speedup_chart(results),
+        trend_chart(bench_history(storage)),
+    ]
+    return [c for c in charts if c is not None]
