@@ -14,12 +14,13 @@ from newsmotion_assets.assets.backend import backend_guidance_cache, backend_per
 from newsmotion_assets.assets.guidance import guidance_cache
 from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.automation import eager_after_valid_upstream
-from newsmotion_assets.metadata import png_markdown
+from newsmotion_assets.metadata import png_markdown, studio_url
 from newsmotion_assets.partitions import render_partitions
 from newsmotion_assets.resources import RendererResource, StorageResource
 from newsmotion_engine.guidance.draw import png_bytes
 from newsmotion_engine.render.job import render_persona_loop
 from newsmotion_engine.render.telemetry import RenderTelemetry
+from newsmotion_engine.studio.paths import render_page
 from newsmotion_engine.video.frames import contact_sheet_from_video
 
 
@@ -62,7 +63,8 @@ def render(context: dg.AssetExecutionContext, renderer: RendererResource, storag
             )
         # Per partition: each materialization event carries its own clip's digest and outcome.
         context.add_asset_metadata(
-            {"input_digest": tele.input_digest, "outcome": tele.outcome, "path": dg.MetadataValue.path(tele.output)},
+            {"input_digest": tele.input_digest, "outcome": tele.outcome, "path": dg.MetadataValue.path(tele.output),
+             "studio_page": studio_url(render_page(persona_id, loop_id, tele.backend))},
             partition_key=key,
         )
         records.append(tele)

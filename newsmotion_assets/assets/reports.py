@@ -5,10 +5,12 @@ import dagster as dg
 import pandas as pd
 
 from newsmotion_assets.assets.render import render
+from newsmotion_assets.metadata import images_markdown
 from newsmotion_assets.resources import StorageResource
-from newsmotion_engine.bench.scorecard import build_scorecard, export_scorecard
+from newsmotion_engine.bench.scorecard import bench_results_dir, build_scorecard, export_scorecard, render_records
 from newsmotion_engine.bench.suites import SUITES, run_suite
 from newsmotion_engine.render.telemetry import RenderTelemetry
+from newsmotion_engine.studio.charts import scorecard_charts
 
 
 @dg.asset(
@@ -66,5 +68,6 @@ def scorecard(context: dg.AssetExecutionContext, storage: StorageResource) -> dg
             ),
             "json": dg.MetadataValue.path(str(json_path)),
             "csv": dg.MetadataValue.path(str(csv_path)),
+            "chart": images_markdown([(c.png, c.title) for c in scorecard_charts(store, render_records(store), bench_results_dir())]),
         }
     )

@@ -5,11 +5,9 @@
 - :mod:`.pose`: the keypoints a render followed, pose re-extraction and pose error;
 - :mod:`.charts`: the scorecard's charts (SVG + PNG);
 - :mod:`.site`: the pages (Jinja templates in ``templates/``, CSS/JS in ``static/``) and the build;
+- :mod:`.paths`: where each page lives;
 - :mod:`.server`: ``newsmotion studio serve``, the site on localhost (HTTP range requests, so videos seek).
 
-No Dagster here: the ``studio`` asset calls :func:`build_studio`.
+No Dagster here: the ``studio`` asset calls :func:`.site.build_studio`. Nothing is imported
+eagerly: :mod:`.paths` is cheap for the render asset to import.
 """
-
-from newsmotion_engine.studio.site import StudioReport, ab_page, build_studio, render_page
-
-__all__ = ["StudioReport", "ab_page", "build_studio", "render_page"]

@@ -46,30 +46,16 @@ from newsmotion_engine.render.telemetry import RenderTelemetry, cell_text
 from newsmotion_engine.storage import Storage
 from newsmotion_engine.studio import charts as C
 from newsmotion_engine.studio.catalog import RenderEntry, group_by_pair, scan_renders
+from newsmotion_engine.studio.paths import ab_page, pair_dir, render_page
 from newsmotion_engine.studio.compare import HEATMAP_NAME, Comparison, compare_clips, comparison_key
 from newsmotion_engine.studio.pose import PoseTracker, followed_keypoints
 from newsmotion_engine.videoio import iter_frames
 
-__all__ = ["StudioReport", "build_studio", "render_page", "ab_page", "pair_dir"]
+__all__ = ["StudioReport", "build_studio", "badges", "telemetry_rows"]
 
 _HERE = Path(__file__).parent
 THUMB_WIDTH = 240
 Log = Callable[[str], None]
-
-
-def render_page(persona_id: str, loop_id: str, backend: str) -> str:
-    """A render's page, relative to the site root."""
-    return f"render/{persona_id}/{loop_id}/{backend}.html"
-
-
-def ab_page(persona_id: str, loop_id: str, a: str, b: str) -> str:
-    """The A/B page of two backends' renders, relative to the site root."""
-    return f"ab/{persona_id}/{loop_id}/{a}.vs.{b}.html"
-
-
-def pair_dir(persona_id: str, loop_id: str, a: str, b: str) -> str:
-    """Where an A/B pair's heatmap clip and comparison record live, relative to the site root."""
-    return f"ab/{persona_id}/{loop_id}/{a}.vs.{b}"
 
 
 @dataclass(frozen=True)

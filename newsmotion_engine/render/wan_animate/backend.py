@@ -370,6 +370,9 @@ class WanAnimateBackend:
         prep_s = time.perf_counter() - t0
 
         h, w = spec.height // 8, spec.width // 8
+        on_cuda = getattr(comps.device, "type", str(comps.device)) == "cuda"
+        if on_cuda:  # the render's own peak (telemetry's peak_vram_gib), not the process's
+            torch.cuda.reset_peak_memory_stats(comps.device)
         gen = torch.Generator("cpu").manual_seed(spec.seed)
         emitted = 0
         previous = None
@@ -395,4 +398,6 @@ class WanAnimateBackend:
         stats["cfg_flops_saved"] = round(1 - (stats["cond_passes"] + stats["uncond_passes"]) / plain, 4) if plain else 0.0
         for key in ("denoise_s", "decode_s", "prep_s"):
             stats[key] = round(stats[key], 3)
+        if on_cuda:
+            stats["peak_vram_gib"] = round(torch.cuda.max_memory_allocated(comps.device) / 2**30, 3)
         self.last_render = stats
