@@ -47,6 +47,7 @@ def test_render_partition_skip_data_version_then_scorecard(astronaut_png, storag
         assert mat.metadata["renders"].value == 1 and mat.metadata["weights"].value == "none"
         assert mat.metadata["rendered"].value == 1 and mat.metadata["skipped"].value == 0
         assert "data:image/png;base64," in mat.metadata["contact_sheet"].value
+        assert mat.metadata["studio_page"].value == "http://127.0.0.1:8765/render/anchor/nod/warp.html"
         mp4 = storage.render_path("anchor", "nod", "warp")
         info = probe_video(mp4)
         assert (info["codec"], info["width"], info["height"], info["frames"]) == ("h264", 360, 640, 120)
@@ -83,6 +84,7 @@ def test_render_partition_skip_data_version_then_scorecard(astronaut_png, storag
         table = mat.metadata["renders"].value
         assert [c.name for c in table.schema.columns] == list(RenderTelemetry.SUMMARY)
         assert table.records[0].data["persona_id"] == "anchor" and table.records[0].data["frames"] == 120
+        assert mat.metadata["chart"].value.startswith("![Seconds per stage, per render](data:image/png;base64,")
     release_warm_backends()
 
 
