@@ -35,6 +35,7 @@ __all__ = [
     "gpu_stage_chart",
     "load_bench_results",
     "scorecard_charts",
+    "speedup_bars",
     "speedup_chart",
     "stage_seconds_chart",
     "trend_chart",
@@ -148,9 +149,10 @@ def _barh(ax, labels: list[str], values: list[float], **kw) -> None:
     ax.set_yticks(range(len(labels)), labels)
 
 
-def speedup_chart(results: list[tuple[str, dict[str, Any]]]) -> Chart | None:
-    """Every ``...variants.{name}.speedup_vs_stock`` in the committed results (toy presets left
-    out), one bar each."""
+def speedup_bars(results: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, float]]:
+    """``[(label, speed-up)]``: every ``...variants.{name}.speedup_vs_stock`` in the results, toy
+    presets left out; the label is the file (without ``gpu_`` and the machine suffix), the part
+    when the file name does not say it, and the variant."""
     bars: list[tuple[str, float]] = []
     for stem, data in _real_results(results):
         short = _short(stem)
@@ -158,6 +160,12 @@ def speedup_chart(results: list[tuple[str, dict[str, Any]]]) -> Chart | None:
             if len(path) >= 3 and path[-1] == "speedup_vs_stock" and path[-3] == "variants" and isinstance(value, (int, float)):
                 part = path[0] if len(path) > 3 and not short.startswith(path[0]) else ""
                 bars.append((f"{short}{' ' + part if part else ''} · {path[-2]}", float(value)))
+    return bars
+
+
+def speedup_chart(results: list[tuple[str, dict[str, Any]]]) -> Chart | None:
+    """:func:`speedup_bars`, one bar each, against the stock line at 1.0."""
+    bars = speedup_bars(results)
     if not bars:
         return None
     with matplotlib.rc_context(_STYLE):
