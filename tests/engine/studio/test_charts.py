@@ -20,7 +20,7 @@ def test_speedups_take_every_variant_and_leave_toy_presets_out(tmp_path):
     _write(tmp_path / "gpu_smoke_h200.json", {"preset": "smoke", "forward": {"variants": {"all": {"speedup_vs_stock": 28.0}}}})
     _write(tmp_path / "gpu_attn_render_14b_h200.json", {"preset": "14b", "render": {"variants": {"all": {"speedup_vs_stock": 2.0}}}})
     results = C.load_bench_results(tmp_path)
-    assert C.speedup_bars(results) == [("attn_render · all", 2.0), ("forward · all", 1.45), ("forward · fp8", 0.96)]
+    assert C.speedup_bars(results) == [("attn_render render · all", 2.0), ("forward · all", 1.45), ("forward · fp8", 0.96)]
     chart = C.speedup_chart(results)
     assert chart is not None and chart.svg.startswith("<svg") and chart.png.startswith(b"\x89PNG")
     assert C.speedup_chart([]) is None
