@@ -1,0 +1,38 @@
+"""The card badges come from RenderTelemetry's BADGES columns: what each says for a CPU render, a
+GPU render with random weights, and a record carrying a pose-fidelity measurement."""
+
+import dataclasses
+
+from newsmotion_engine.render.telemetry import RenderTelemetry
+from newsmotion_engine.studio.catalog import RenderEntry
+from newsmotion_engine.studio.site import badges
+
+from .conftest import make_render
+
+
+def _texts(tele, state="ok"):
+    entry = RenderEntry(tele.persona_id, tele.loop_id, tele.backend, tele.output, tele, state, problems=("x",) if state != "ok" else ())
+    return [b["text"] for b in badges(entry)]
+
+
+def test_badges(storage):
+    warp = make_render(storage, "anna", "nod", "warp")
+    assert _texts(warp) == ["warp", "no weights", "90 fps", "VRAM -", "cache hit"]
+    gpu = make_render(storage, "anna", "nod", "wan-animate", weights="random weights",
+                      extra_info={"last_render": {"peak_vram_gib": 23.497}})  # fmt: skip
+    assert _texts(gpu) == ["wan-animate", "random weights", "30.0 s", "VRAM 23.5 GiB", "cache hit"]
+    assert _texts(warp, "truncated")[:2] == ["warp", "clip truncated"]
+    assert set(RenderTelemetry.BADGES) >= {"backend", "weights", "peak_vram_gib", "pose_fidelity_pck"}
+
+
+def test_pose_fidelity_when_the_record_has_one(storage):
+    warp = make_render(storage, "anna", "nod", "warp")
+    assert warp.pose_fidelity_pck is None
+
+    @dataclasses.dataclass(frozen=True)
+    class WithFidelity(RenderTelemetry):  # a record that carries the measurement
+        pose_fidelity: dict | None = None
+
+    measured = WithFidelity(**{**{f.name: getattr(warp, f.name) for f in dataclasses.fields(warp)}, "pose_fidelity": {"pck": 0.93}})
+    assert measured.pose_fidelity_pck == 0.93
+    assert _texts(measured)[-1] == "PCK 0.93"
