@@ -143,6 +143,17 @@ def badges(entry: RenderEntry) -> list[dict[str, str]]:
     return out
 
 
+def _meta(entry: RenderEntry) -> str:
+    """``288×512 · 4.0 s``: the clip's size and length (the telemetry's when the clip is gone)."""
+    tele = entry.telemetry
+    width, height = entry.width or (tele.width if tele else None), entry.height or (tele.height if tele else None)
+    frames, fps = entry.frames, entry.fps or (tele.fps if tele else None)
+    parts = [f"{width}×{height}" if width and height else "size unknown"]
+    if frames:
+        parts.append(f"{frames / fps:.1f} s" if fps else f"{frames} frames")
+    return " · ".join(parts)
+
+
 def _thumbnail(entry: RenderEntry, dst: Path) -> bool:
     """The clip's middle frame (or its last decodable one), ``THUMB_WIDTH`` wide, as JPEG."""
     target = max(0, (entry.frames_on_disk or entry.frames or 1) // 2)
@@ -202,7 +213,7 @@ class _Builder:
             video = f"media/{base}.mp4"
         if entry.clip_state in ("ok", "truncated") and _thumbnail(entry, self.tmp / "thumbs" / f"{base}.jpg"):
             thumb = f"thumbs/{base}.jpg"
-        return {"entry": entry, "video": video, "thumb": thumb, "badges": badges(entry),
+        return {"entry": entry, "video": video, "thumb": thumb, "badges": badges(entry), "meta": _meta(entry),
                 "page": render_page(entry.persona_id, entry.loop_id, entry.backend)}  # fmt: skip
 
     def comparison(self, a: RenderEntry, b: RenderEntry) -> tuple[Comparison | None, str | None]:
