@@ -479,6 +479,7 @@ def render_cmd(
     height: Annotated[int, typer.Option(help="Output height (even).")] = 1280,
     fps: Annotated[int, typer.Option(help="Output frame rate.")] = 30,
     background: Annotated[str, typer.Option(help="Background colour #RRGGBB (default chroma green).")] = "#00B140",
+    keyframes: Annotated[int, typer.Option(help="Generate every N-th frame and infill the rest by optical flow (1 = every frame).")] = 1,
     option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="Backend option KEY=VALUE (JSON value), repeatable.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Render even when the clip is current (same inputs).")] = False,
 ) -> None:
@@ -491,7 +492,7 @@ def render_cmd(
     from newsmotion_engine.render.job import check_render_request, ensure_render_inputs, render_persona_loop
 
     store = Storage.from_env()
-    spec = RenderSpec(width=width, height=height, fps=fps, background=background)
+    spec = RenderSpec(width=width, height=height, fps=fps, background=background, keyframes=keyframes)
     if out is not None and out.suffix.lower() != ".mp4":
         raise BadInputError(out, "output must be an .mp4 file")
     engine = get_backend(backend, **parse_options(option or []))
