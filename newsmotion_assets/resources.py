@@ -63,6 +63,8 @@ class RendererResource(dg.ConfigurableResource):
     height: int = 1280
     fps: int = 30
     background: str = "#00B140"
+    # Sparse keyframes (render-level, any backend): generate every N-th frame, infill the rest.
+    keyframes: int = 1
     keep_warm: bool = False
 
     _backend: Backend | None = PrivateAttr(default=None)
@@ -92,4 +94,5 @@ class RendererResource(dg.ConfigurableResource):
         return self._backend
 
     def spec(self) -> RenderSpec:
-        return RenderSpec(width=self.width, height=self.height, fps=self.fps, background=self.background)
+        return RenderSpec(width=self.width, height=self.height, fps=self.fps, background=self.background,
+                          keyframes=self.keyframes)  # fmt: skip

@@ -481,6 +481,7 @@ def render_cmd(
     height: Annotated[int, typer.Option(help="Output height (even).")] = 1280,
     fps: Annotated[int, typer.Option(help="Output frame rate.")] = 30,
     background: Annotated[str, typer.Option(help="Background colour #RRGGBB (default chroma green).")] = "#00B140",
+    keyframes: Annotated[int, typer.Option(help="Generate every N-th frame and infill the rest by optical flow (1 = every frame).")] = 1,
     option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="Backend option KEY=VALUE (JSON value), repeatable.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Render even when the clip is current (same inputs).")] = False,
 ) -> None:
@@ -493,7 +494,7 @@ def render_cmd(
     from newsmotion_engine.render.job import check_render_request, ensure_render_inputs, render_persona_loop
 
     store = Storage.from_env()
-    spec = RenderSpec(width=width, height=height, fps=fps, background=background)
+    spec = RenderSpec(width=width, height=height, fps=fps, background=background, keyframes=keyframes)
     if out is not None and out.suffix.lower() != ".mp4":
         raise BadInputError(out, "output must be an .mp4 file")
     engine = get_backend(backend, **parse_options(option or []))
@@ -567,6 +568,56 @@ def calibrate_teacache_cmd(
         console.print(f"wrote {json_path}")
     console.print(f"{result['pairs']} recorded pairs, relative RMSE of the fit {result['fit_rel_rmse']:.3f}; weights: {result['weights']}")
     console.print("use: -o teacache=0.15 -o 'teacache_coefficients=" + json.dumps([round(c, 6) for c in result["coefficients"]]) + "'")
+
+
+def _register_approximation_calibration(name: str, values_help: str, default: str) -> None:
+    """``newsmotion calibrate NAME``: the approximation at each of ``--values`` vs the exact run."""
+
+    def command(
+        persona: Annotated[str, typer.Option("--persona", help="Persona id.")],
+        loop: Annotated[str, typer.Option("--loop", help="Loop id.")],
+        values: str = typer.Option(default, "--values", help=values_help),  # closure values: no Annotated here
+        option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="wan-animate option KEY=VALUE (e.g. model_path=..., steps=4).")] = None,
+        width: Annotated[int, typer.Option(help="Render width (even).")] = 720,
+        height: Annotated[int, typer.Option(help="Render height (even).")] = 1280,
+        json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the comparison here.")] = None,
+    ) -> None:
+        from newsmotion_engine.render import RenderSpec
+        from newsmotion_engine.render.job import check_render_request
+        from newsmotion_engine.render.wan_animate.calibrate import calibrate_approximation
+
+        store = Storage.from_env()
+        try:
+            tried = [json.loads(v) for v in values.split(",") if v.strip()]
+        except ValueError:
+            raise click.UsageError(f"--values expects comma-separated numbers, got {values!r}") from None
+        check_render_request(store, persona, loop)
+        with progress_bar() as bar:
+            def progress(label: str):
+                task = bar.add_task(f"{persona} x {loop}: {label}", total=None)
+                return lambda d, t: bar.update(task, completed=d, total=t)
+
+            result = calibrate_approximation(store, persona, loop, parse_options(option or []), RenderSpec(width=width, height=height),
+                                             approximation=name, values=tried, on_step=step_tasks(bar), progress=progress)  # fmt: skip
+        if json_path is not None:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps(result, indent=2) + "\n")
+            console.print(f"wrote {json_path}")
+        table = Table("setting", "PSNR dB (min)", "SSIM (min)", "speed-up")
+        for label, run in result["runs"].items():
+            if label != "exact":
+                table.add_row(label, f"{run['psnr_db']:.2f} ({run['psnr_db_min']:.2f})", f"{run['ssim']:.4f} ({run['ssim_min']:.4f})",
+                              f"{run['speedup_vs_exact']:.2f}x")  # fmt: skip
+        console.print(table)
+        console.print(f"weights: {result['weights']}")
+
+    command.__doc__ = f"Render exactly and with {name} at each of --values; PSNR / SSIM of every frame vs the exact run."
+    calibrate_app.command(name)(command)
+
+
+_register_approximation_calibration("pyramid", "pyramid_low_steps values to try, comma-separated.", "1,2")
+_register_approximation_calibration("sparse-attention", "Attention densities to try, comma-separated.", "0.5,0.3")
+_register_approximation_calibration("keyframes", "Keyframe ratios to try, comma-separated.", "2,3")
 
 
 @app.command("backends")

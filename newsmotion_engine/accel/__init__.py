@@ -10,7 +10,9 @@ frozen config class and registers its apply/remove handler in :mod:`.registry`:
 - :mod:`.teacache`: ``TeaCache``, a diffusers ``ModelHook`` that skips denoiser calls.
 - :mod:`.cfg`: ``CFGSchedule``, CFG window and one-pass CFG with guidance momentum.
 - :mod:`.memory`: ``VaeTiling`` (tiled VAE decode) and ``FfnChunks`` (chunked feed-forward).
+- :mod:`.sparse`: ``SparseAttention``, EXPERIMENTAL block-sparse attention in the FP8 kernel.
+- :mod:`.pyramid`: ``PyramidCascade``, EXPERIMENTAL first denoising steps at a lower resolution.
 
-``registry`` and ``cfg`` import no torch; the other modules import torch (and diffusers / triton
+``registry``, ``cfg`` and ``pyramid`` import no torch; the other modules import torch (and diffusers / triton
 where needed): import them only where used.
 """

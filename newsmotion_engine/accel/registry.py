@@ -19,11 +19,17 @@ order config (module)                       apply                       remove
                                                                         otherwise irreversible)
 20    ``FfnChunks`` (:mod:`.memory`)        chunk each block's FFN      unwrap
 30    ``Attention`` (:mod:`.attention`)     pick the attention kernel   restore processors/backend
+35    ``SparseAttention`` (:mod:`.sparse`)  block-sparse tile layout    dense again
+                                            (experimental)
 40    ``TeaCache`` (:mod:`.teacache`)       register the TeaCache hook  remove the hook
+45    ``PyramidCascade`` (:mod:`.pyramid`)  first steps at low          full resolution
+                                            resolution (experimental)   throughout
 50    ``CFGSchedule`` (:mod:`.cfg`)         attach the CFG schedule to  plain CFG again
                                             the components (read at
                                             sampling time)
 60    ``VaeTiling`` (:mod:`.memory`)        tiled VAE encode/decode     untiled again
+90    ``ContextParallel``                   split a segment's tokens    one process again
+      (:mod:`.context_parallel`)            across GPUs (Ulysses)
 100   ``Compile`` (:mod:`.compile`)         regional ``torch.compile``  drop the compiled forwards
                                             (last: sees final modules)
 ====  ==================================  ==========================  ==========================

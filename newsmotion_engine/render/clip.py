@@ -21,6 +21,7 @@ import numpy as np
 
 from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.render.base import Backend, RenderSpec
+from newsmotion_engine.render.keyframes import InfillStats, clip_schedule, driving_keypoints, infill_frames
 from newsmotion_engine.render.retarget import retarget
 from newsmotion_engine.render.telemetry import RenderProvenance, RenderTelemetry
 from newsmotion_engine.video.encode import VideoEncoder, check_output_folder
@@ -116,7 +117,12 @@ def render_clip(
     if encoder_preset:
         enc_opts["preset"] = encoder_preset
     with VideoEncoder(out_path, spec.width, spec.height, spec.fps, **enc_opts) as enc:
-        frames = iter(backend.frames(guidance, persona, retargeted, spec))
+        # Sparse keyframes (spec.keyframes > 1): the backend renders the keyframes' poses only and
+        # the infill stage fills the frames between (a pass-through at 1).
+        schedule = clip_schedule(total, spec)
+        keyframe_stats = InfillStats()
+        frames = iter(infill_frames(backend.frames(guidance, persona, driving_keypoints(retargeted, schedule), spec),
+                                    schedule, spec, stats=keyframe_stats))  # fmt: skip
         while True:
             t0 = time.perf_counter()
             try:
@@ -156,6 +162,7 @@ def render_clip(
         output=str(out_path),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         provenance=provenance,
+        keyframes=dict(keyframe_stats) if schedule.ratio > 1 else None,
     )
     try:
         telemetry.write(json_path)

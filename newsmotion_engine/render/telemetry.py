@@ -76,6 +76,9 @@ class RenderTelemetry:
     (weights, device, settings). ``provenance`` is ``None`` when ``render_clip`` was called without
     caches (benchmarks on synthetic inputs). ``outcome`` is ``"skipped"`` only on the record a
     render call returns when the clip on disk was already current; files always say ``"rendered"``.
+    ``keyframes`` is ``None`` for an every-frame render; with sparse keyframes it is the infill
+    stage's record (:class:`~newsmotion_engine.render.keyframes.InfillStats`: ratio, keyframes
+    generated, frames infilled, flow / warp ms).
     """
 
     persona_id: str | None
@@ -99,6 +102,7 @@ class RenderTelemetry:
     output: str
     created_at: str
     provenance: RenderProvenance | None = None
+    keyframes: dict[str, Any] | None = None
     outcome: str = "rendered"
     schema_version: int = SCHEMA_VERSION
 

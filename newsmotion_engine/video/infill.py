@@ -62,7 +62,7 @@ import cv2
 import numpy as np
 
 from newsmotion_engine.errors import NewsmotionError
-from newsmotion_engine.render.base import BACKGROUND_CHROMA_GREEN
+from newsmotion_engine.render.base import BACKGROUND_CHROMA_GREEN, MAX_KEYFRAME_RATIO
 
 __all__ = [
     "MAX_RATIO",
@@ -77,7 +77,7 @@ __all__ = [
     "keyframe_schedule",
 ]
 
-MAX_RATIO = 8
+MAX_RATIO = MAX_KEYFRAME_RATIO
 _PRESETS = {
     "ultrafast": cv2.DISOPTICAL_FLOW_PRESET_ULTRAFAST,
     "fast": cv2.DISOPTICAL_FLOW_PRESET_FAST,

@@ -31,6 +31,7 @@ import numpy as np
 from newsmotion_engine import cachedir
 from newsmotion_engine.errors import CacheError, NewsmotionError
 from newsmotion_engine.render.base import BackendCacheError, BackendNeeds, InvalidSpecError, RenderSpec
+from newsmotion_engine.render.keyframes import clip_schedule, driving_keypoints
 from newsmotion_engine.render.wan_animate import caches as C
 from newsmotion_engine.render.wan_animate.config import NAME, RANDOM_WEIGHTS_LABEL, WanAnimateOptions
 from newsmotion_engine.skeleton import FACE_START
@@ -157,7 +158,14 @@ class WanAnimateBackend:
         return Path(self.options.cache_root) if self.options.cache_root else None
 
     def _plan(self, frames: int) -> C.SegmentPlan:
-        return C.plan_segments(frames, self.options.segment_length, self.options.prev_frames)
+        return C.plan_segments(frames, self.options.segment_length, self.options.prev_frames, fit=True)
+
+    @staticmethod
+    def _driving(guidance: Any, spec: RenderSpec) -> np.ndarray:
+        """The loop's keypoints this render is driven by: every frame, or the keyframes only
+        (``spec.keyframes > 1``, the render-level sparse-keyframe stage)."""
+        kp = np.asarray(guidance.keypoints)
+        return driving_keypoints(kp, clip_schedule(kp.shape[0], spec))
 
     def guidance_params(self, guidance: Any, spec: RenderSpec, plan: C.SegmentPlan) -> tuple[dict, dict]:
         """(source, params) of the guidance sub-cache for this loop, size and model."""
@@ -171,6 +179,8 @@ class WanAnimateBackend:
             "prompt": loop_prompt(guidance, o.prompt),
             "negative_prompt": o.negative_prompt,
         }
+        if spec.keyframes > 1:  # the pose video is the keyframes' poses: its own sub-cache
+            params["keyframes"] = spec.keyframes
         return source, params
 
     def persona_params(self, persona: Any, spec: RenderSpec) -> tuple[dict, dict]:
@@ -186,8 +196,8 @@ class WanAnimateBackend:
     def _guidance_location(self, guidance: Any, spec: RenderSpec, frames: int | None = None):
         self.load()
         self._check_spec(spec)
-        plan = self._plan(int(np.asarray(guidance.keypoints).shape[0]) if frames is None else frames)
-        path = C.guidance_artifacts_dir(Path(guidance.path), spec.width, spec.height, self._cache_root())
+        plan = self._plan(int(self._driving(guidance, spec).shape[0]) if frames is None else frames)
+        path = C.guidance_artifacts_dir(Path(guidance.path), spec.width, spec.height, self._cache_root(), spec.keyframes)
         return plan, path, *self.guidance_params(guidance, spec, plan)
 
     def _persona_location(self, persona: Any, spec: RenderSpec):
@@ -247,7 +257,7 @@ class WanAnimateBackend:
         from newsmotion_engine.render.wan_animate.components import load_text_encoder
 
         comps = self.components
-        kp = np.asarray(guidance.keypoints)
+        kp = self._driving(guidance, spec)
         T = kp.shape[0]
         poses = []
         for k in range(plan.segments):

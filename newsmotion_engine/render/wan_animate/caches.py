@@ -96,8 +96,15 @@ class SegmentPlan:
                 "segments": self.segments}  # fmt: skip
 
 
-def plan_segments(frames: int, segment_frames: int, prev_frames: int) -> SegmentPlan:
-    """Segments of ``segment_frames`` overlapping by ``prev_frames`` covering ``frames``."""
+def plan_segments(frames: int, segment_frames: int, prev_frames: int, *, fit: bool = False) -> SegmentPlan:
+    """Segments of ``segment_frames`` overlapping by ``prev_frames`` covering ``frames``.
+
+    ``fit=True``: a clip shorter than one segment gets one segment of its own length, rounded up
+    to the model's ``4k + 1`` (a 60-keyframe clip denoises 61 frames, not 77): no work is spent on
+    frames that are thrown away. The stock pipeline (``fit=False``) always runs whole segments.
+    """
+    if fit and frames < segment_frames:
+        segment_frames = max(5, VAE_SCALE_TEMPORAL * math.ceil((frames - 1) / VAE_SCALE_TEMPORAL) + 1)
     eff = segment_frames - prev_frames
     rest = max(frames - prev_frames, 1)
     segments = max(1, math.ceil(rest / eff))
@@ -109,9 +116,11 @@ def persona_artifacts_dir(persona_path: Path, width: int, height: int, root: Pat
     return base / BACKEND_DIR / f"{width}x{height}"
 
 
-def guidance_artifacts_dir(guidance_path: Path, width: int, height: int, root: Path | None = None) -> Path:
+def guidance_artifacts_dir(guidance_path: Path, width: int, height: int, root: Path | None = None,
+                           keyframes: int = 1) -> Path:  # fmt: skip
+    """``{guidance}/wan-animate/{W}x{H}`` (``{W}x{H}-k{N}`` for the pose video of 1:N keyframes)."""
     base = root / "guidance" / guidance_path.name if root else guidance_path
-    return base / BACKEND_DIR / f"{width}x{height}"
+    return base / BACKEND_DIR / (f"{width}x{height}" if keyframes == 1 else f"{width}x{height}-k{keyframes}")
 
 
 def source_digest(cache: Any) -> str:

@@ -1,4 +1,10 @@
-"""TeaCache calibration: fit the rescale polynomial from a recorded full run.
+"""Calibration against real weights: TeaCache's rescale polynomial, and the quality of the
+approximations that ship off by default (pyramid cascade, block-sparse attention, sparse keyframes).
+
+:func:`calibrate_approximation` renders a user's persona x loop exactly and with each setting of
+one approximation and reports PSNR / SSIM per frame against the exact run (``newsmotion calibrate
+pyramid | sparse-attention | keyframes``): the number a user with real weights needs before
+turning one on. :func:`calibrate_teacache` fits TeaCache's polynomial from a recorded full run:
 
 TeaCache decides to skip a transformer call from the relative change of the modulated timestep
 embedding, mapped through a polynomial onto the expected relative change of the model output.
@@ -9,6 +15,7 @@ and fits the polynomial with least squares (TeaCache, Liu et al. 2024, arXiv:241
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -85,3 +92,101 @@ def calibrate_teacache(
         "size": [spec.width, spec.height],
         "render_wall_s": tele.wall_s,
     }
+
+
+# Approximations whose picture quality needs real weights to judge: each is rendered beside the
+# exact run and compared frame by frame. Flat option keys (CLI -o) per approximation.
+APPROXIMATIONS: dict[str, str] = {
+    "pyramid": "pyramid_low_steps",
+    "sparse-attention": "sparse_attention",
+    "keyframes": "keyframes",  # a render-level setting (RenderSpec.keyframes), not a backend option
+}
+
+
+def calibrate_approximation(
+    storage: Storage,
+    persona_id: str,
+    loop_id: str,
+    options: dict[str, Any],
+    spec: RenderSpec,
+    *,
+    approximation: str,
+    values: list[Any],
+    on_step: Callable[[str], Callable[[int, int], None]] | None = None,
+    progress: Callable[[str], Callable[[int, int], None]] | None = None,
+) -> dict[str, Any]:
+    """Render ``loop_id`` on ``persona_id`` exactly, then with ``approximation`` at each of
+    ``values``, and compare every frame with the exact run: PSNR / SSIM (mean and worst frame)
+    and the wall-time speed-up, per value.
+
+    ``approximation``: ``"pyramid"`` (values: ``pyramid_low_steps``), ``"sparse-attention"``
+    (values: densities) or ``"keyframes"`` (values: keyframe ratios). ``options`` is the flat
+    wan-animate mapping (CLI ``-o``: ``model_path=...``, ``steps``...); the approximation's own keys
+    must not be in it. With random weights the numbers measure numerical drift only: every result
+    carries the weights label.
+    """
+    from newsmotion_engine.render import wan_animate
+    from newsmotion_engine.render.job import ensure_render_inputs, render_persona_loop
+    from newsmotion_engine.render.wan_animate.config import WanAnimateOptions
+
+    if approximation not in APPROXIMATIONS:
+        raise NewsmotionError(f"unknown approximation {approximation!r}: use one of {', '.join(APPROXIMATIONS)}")
+    key = APPROXIMATIONS[approximation]
+    if key in options:
+        raise NewsmotionError(f"calibration compares against the exact run: leave {key} out of the options")
+    if not values:
+        raise NewsmotionError(f"calibrate {approximation}: give at least one value to try")
+    runs: list[tuple[str, dict[str, Any], RenderSpec]] = [("exact", dict(options), spec)]
+    for v in values:
+        if key == "keyframes":
+            runs.append((f"keyframes={v}", dict(options), dataclasses.replace(spec, keyframes=v)))
+        else:
+            runs.append((f"{key}={v}", {**options, key: v}, spec))
+    results: dict[str, Any] = {}
+    weights = None
+    with tempfile.TemporaryDirectory(prefix="newsmotion-calibrate-") as tmp:
+        paths = {}
+        for name, opts, run_spec in runs:
+            backend = wan_animate.create(WanAnimateOptions.from_mapping(opts))
+            backend.load()
+            try:
+                inputs = ensure_render_inputs(storage, persona_id, loop_id, backend, run_spec, on_step=on_step)
+                out = Path(tmp) / f"{len(paths)}.mp4"
+                tele = render_persona_loop(storage, persona_id, loop_id, backend, run_spec, inputs=inputs, out_path=out,
+                                           force=True, progress=progress(name) if progress else None)  # fmt: skip
+                weights = backend.describe().get("weights")
+            finally:
+                backend.close()
+            paths[name] = out
+            results[name] = {"wall_s": tele.wall_s}
+        exact_s = results["exact"]["wall_s"]
+        for name, _, _ in runs[1:]:
+            results[name].update(_compare_clips(paths["exact"], paths[name]))
+            results[name]["speedup_vs_exact"] = round(exact_s / results[name]["wall_s"], 3) if results[name]["wall_s"] else None
+    return {
+        "calibration": approximation,
+        "option": key,
+        "values": values,
+        "runs": results,
+        "weights": weights,
+        "options": options,
+        "persona_id": persona_id,
+        "loop_id": loop_id,
+        "size": [spec.width, spec.height],
+    }
+
+
+def _compare_clips(reference: Path, other: Path) -> dict[str, Any]:
+    """PSNR / SSIM of ``other``'s frames against ``reference``'s, streamed (two frames in memory)."""
+    from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
+    from newsmotion_engine.videoio import iter_frames
+
+    psnr, ssim = [], []
+    for a, b in zip(iter_frames(reference), iter_frames(other)):
+        psnr.append(min(float(peak_signal_noise_ratio(a, b, data_range=255)), 100.0))  # identical frames: inf -> 100
+        ssim.append(float(structural_similarity(a, b, channel_axis=2, data_range=255)))
+    if not psnr:
+        raise NewsmotionError(f"{other}: no frames to compare")
+    return {"frames": len(psnr), "psnr_db": round(float(np.mean(psnr)), 2), "psnr_db_min": round(min(psnr), 2),
+            "ssim": round(float(np.mean(ssim)), 4), "ssim_min": round(min(ssim), 4)}  # fmt: skip

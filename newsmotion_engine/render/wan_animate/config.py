@@ -39,6 +39,8 @@ flat keys                  typed config (module)
 ``sparse_attention``,      ``SparseAttention(density, dense_steps, global_frames)`` when the
 ``sparse_dense_steps``,    density is under 1 (:mod:`accel.sparse`; experimental, off by
 ``sparse_global_frames``   default)
+``pyramid_low_steps``,     ``PyramidCascade(low_steps, factor)`` when ``pyramid_low_steps`` is
+``pyramid_factor``         not 0 (:mod:`accel.pyramid`; experimental, off by default)
 =========================  =============================================================
 
 The acceleration modules import torch, so they are imported only when such a key (or a backend)
@@ -282,6 +284,13 @@ def _sparse_attention(v: dict[str, Any]) -> AccelConfig | None:
     )  # fmt: skip
 
 
+def _pyramid(v: dict[str, Any]) -> AccelConfig | None:
+    low = v.get("pyramid_low_steps", 0)
+    if low == 0 and not isinstance(low, bool):
+        return None  # off
+    return _config_class("pyramid", "PyramidCascade")(low_steps=low, factor=v.get("pyramid_factor", 2))
+
+
 # Flat option keys per technique -> the parser building its typed config (None = not used).
 ACCELERATION_KEYS: dict[tuple[str, ...], Callable[[dict[str, Any]], AccelConfig | None]] = {
     ("fp8",): _fp8,
@@ -292,6 +301,7 @@ ACCELERATION_KEYS: dict[tuple[str, ...], Callable[[dict[str, Any]], AccelConfig 
     ("vae_tiling",): _vae_tiling,
     ("ffn_chunks",): _ffn_chunks,
     ("sparse_attention", "sparse_dense_steps", "sparse_global_frames"): _sparse_attention,
+    ("pyramid_low_steps", "pyramid_factor"): _pyramid,
 }
 FLAT_ACCELERATION_KEYS = tuple(k for keys in ACCELERATION_KEYS for k in keys)
 

@@ -91,7 +91,9 @@ def render_segment(
     t0 = time.perf_counter()
     with torch.no_grad():
         latents = denoise.denoise_segment(components.transformer, components.new_scheduler(), noise.to(dev), inputs,
-                                          steps=steps, cfg=strategy, dtype=dtype)  # fmt: skip
+                                          steps=steps, cfg=strategy, dtype=dtype,
+                                          pyramid=getattr(components, "pyramid", None),
+                                          new_scheduler=components.new_scheduler)  # fmt: skip
     if getattr(dev, "type", "cpu") == "cuda":
         torch.cuda.synchronize(dev)
     t1 = time.perf_counter()

@@ -33,3 +33,29 @@ def test_calibration_refuses_a_skipping_run(astronaut_png, storage):
     install_source(storage, astronaut_png, "anchor")
     with pytest.raises(NewsmotionError, match="records a full run"):
         calibrate_teacache(storage, "anchor", "nod", {**TINY, "teacache": 0.15}, RenderSpec(width=64, height=128))
+
+
+def test_pyramid_calibration_compares_every_frame_with_the_exact_run(astronaut_png, tmp_path, storage):
+    install_source(storage, astronaut_png, "anchor")
+    out = tmp_path / "pyramid.json"
+    argv = ["calibrate", "pyramid", "--persona", "anchor", "--loop", "nod", "--width", "64", "--height", "128",
+            "--values", "1", "--json", str(out)] + [f"-o{k}={json.dumps(v)}" for k, v in {**TINY, "steps": 2}.items()]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 0
+    result = json.loads(out.read_text())
+    run = result["runs"]["pyramid_low_steps=1"]
+    assert result["calibration"] == "pyramid" and "random weights" in result["weights"]
+    assert run["frames"] == 120 and 0 < run["ssim"] <= 1 and run["psnr_db"] > 0 and run["speedup_vs_exact"] > 0
+
+
+@pytest.mark.parametrize(("name", "options", "match"), [
+    ("pyramid", {"pyramid_low_steps": 1}, "leave pyramid_low_steps out"),
+    ("blur", {}, "unknown approximation"),
+])  # fmt: skip
+def test_approximation_calibration_refuses_bad_requests(storage, name, options, match):
+    from newsmotion_engine.render.wan_animate.calibrate import calibrate_approximation
+
+    with pytest.raises(NewsmotionError, match=match):
+        calibrate_approximation(storage, "anchor", "nod", {**TINY, **options}, RenderSpec(width=64, height=128),
+                                approximation=name, values=[1])  # fmt: skip
