@@ -40,6 +40,7 @@ import cv2
 import jinja2
 import numpy as np
 
+from newsmotion_engine.cachedir import cache_lock
 from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.guidance.draw import pose_style
 from newsmotion_engine.render.telemetry import RenderTelemetry, cell_text
@@ -266,11 +267,14 @@ def build_studio(
     final = storage.studio_dir
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".studio.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        report = _build(storage, tmp, final, bench_results, pose, log)
-        _swap(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    # One build at a time (the asset and the CLI may both run): the second waits, then reuses the
+    # first's comparisons.
+    with cache_lock(final, timeout=3600):
+        try:
+            report = _build(storage, tmp, final, bench_results, pose, log)
+            _swap(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return StudioReport(**{**report, "root": final, "index": final / "index.html"})
 
 

@@ -5,6 +5,7 @@ import json
 import re
 
 import numpy as np
+import pytest
 
 from newsmotion_engine.guidance.cache import ensure_guidance
 from newsmotion_engine.persona.cache import ensure_persona
@@ -73,7 +74,7 @@ def test_build_lists_every_render_and_pairs_and_survives_bad_ones(storage, tmp_p
     # A second build reuses the comparison and leaves no temporary folders behind.
     again = build_studio(storage, bench_results=tmp_path / "no-results", pose=False)
     assert again.reused_comparisons == 1
-    assert sorted(p.name for p in site.parent.iterdir() if p.name.startswith(".studio")) == []
+    assert [p.name for p in site.parent.iterdir() if p.name.startswith(".studio") and not p.name.endswith(".lock")] == []
 
 
 def test_render_page_carries_the_followed_skeleton(storage, astronaut_png, tmp_path):
@@ -91,3 +92,19 @@ def test_render_page_carries_the_followed_skeleton(storage, astronaut_png, tmp_p
     assert (shoulders[..., 2] >= 0.3).all() and ((shoulders[..., :2] > 0) & (shoulders[..., :2] < 1)).all()
     page = (storage.studio_dir / render_page("nobody", "nod", "warp")).read_text()
     assert _data(page)["keypoints"] is None and "Skeleton overlay unavailable" in page and "persona" in page
+
+
+def test_a_failed_build_keeps_the_previous_site(storage, tmp_path, monkeypatch):
+    make_render(storage, "anna", "nod", "warp")
+    build_studio(storage, bench_results=tmp_path / "none", pose=False)
+    before = (storage.studio_dir / "index.html").read_text()
+    make_render(storage, "anna", "wave", "warp")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("chart failed")
+
+    monkeypatch.setattr("newsmotion_engine.studio.charts.scorecard_charts", broken)
+    with pytest.raises(RuntimeError, match="chart failed"):
+        build_studio(storage, bench_results=tmp_path / "none", pose=False)
+    assert (storage.studio_dir / "index.html").read_text() == before
+    assert [p.name for p in storage.studio_dir.parent.iterdir() if p.name.endswith((".tmp", ".old"))] == []
