@@ -80,6 +80,7 @@ def render_clip(
     encoder_threads: int | None = None,
     encoder_preset: str | None = None,
     sink: Callable[..., Any] | None = None,
+    infill_device: str | None = None,
 ) -> RenderTelemetry:
     """Render ``guidance`` (a motion loop) on ``persona`` with ``backend`` into ``out_path``.
 
@@ -99,6 +100,8 @@ def render_clip(
             defaults: auto, ffmpeg's thread choice, libx264 superfast).
         sink: what takes the frames instead of :class:`VideoEncoder` (same constructor and
             attributes); benchmarks on a machine without ffmpeg pass a frame counter.
+        infill_device: where the sparse-keyframe infill warps (``None``: OpenCV on the CPU;
+            ``"cuda"``: torch on the GPU); see :func:`~newsmotion_engine.render.keyframes.infill_frames`.
 
     Returns:
         The :class:`RenderTelemetry` written beside the mp4.
@@ -137,7 +140,7 @@ def render_clip(
         schedule = clip_schedule(total, spec)
         keyframe_stats = InfillStats()
         frames = iter(infill_frames(backend.frames(guidance, persona, driving_keypoints(retargeted, schedule), spec),
-                                    schedule, spec, stats=keyframe_stats))  # fmt: skip
+                                    schedule, spec, stats=keyframe_stats, device=infill_device))  # fmt: skip
         while True:
             t0 = time.perf_counter()
             try:
