@@ -75,6 +75,7 @@ class FrameSink:
 
 
 def _variants() -> dict[str, dict[str, Any]]:
+    from newsmotion_engine.accel.memory import VaeTiling
     from newsmotion_engine.accel.pyramid import PyramidCascade
     from newsmotion_engine.accel.sparse import SparseAttention
 
@@ -82,6 +83,9 @@ def _variants() -> dict[str, dict[str, Any]]:
         # Sparse keyframes alone on top of the dense kernels (no approximation of the model).
         "keyframes_1to2": {"keyframes": 2, "accel": ()},
         "keyframes_1to3": {"keyframes": 3, "accel": ()},
+        # The same with a 512-px tiled VAE decode: the decode's activations stay small (peak VRAM).
+        "keyframes_1to2_vae512": {"keyframes": 2, "accel": (VaeTiling(tile=512, stride=448),)},
+        "keyframes_1to3_vae512": {"keyframes": 3, "accel": (VaeTiling(tile=512, stride=448),)},
         # Experimental approximations (off by default; quality needs real weights), each alone on 1:2.
         "keyframes_1to3_sparse50_pyramid1": {"keyframes": 3, "accel": (SparseAttention(density=0.5), PyramidCascade(low_steps=1)),
                                              "experimental": True},  # fmt: skip
