@@ -239,7 +239,10 @@ def _pipeline(backend: Any, jobs: Sequence[RenderJob], works: list[Any], finish:
                 return
             job, work, segments = item
             try:
-                finish(job, _StageView(backend, work, segments, stream))
+                # Decode, infill and the sink all run on the decode stream: on the denoise stream
+                # (the thread's default) their GPU work would queue behind the next denoise.
+                with _on(stream):
+                    finish(job, _StageView(backend, work, segments, stream))
             except BaseException as exc:  # noqa: BLE001 - re-raised by render_queue
                 errors.append(exc)
                 stop.set()
@@ -282,6 +285,15 @@ def _pipeline(backend: Any, jobs: Sequence[RenderJob], works: list[Any], finish:
         threads[0].join()
     if errors:
         raise errors[0]
+
+
+def _on(stream: Any) -> Any:
+    """``torch.cuda.stream(stream)``, or nothing on the CPU."""
+    if stream is None:
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.cuda.stream(stream)
 
 
 def _decode_stream(backend: Any) -> Any:

@@ -117,7 +117,8 @@ def denoise_latents(
                                           pyramid=getattr(components, "pyramid", None),
                                           new_scheduler=components.new_scheduler)  # fmt: skip
     if getattr(dev, "type", "cpu") == "cuda":
-        torch.cuda.synchronize(dev)
+        # This stream only: a device-wide sync would also wait for the render queue's decode stream.
+        torch.cuda.current_stream(dev).synchronize()
     tc = teacache_stats(components.transformer)
     stats = {"denoise_s": time.perf_counter() - t0, **strategy.stats(),
              "teacache_computed": tc["computed"], "teacache_skipped": tc["skipped"]}  # fmt: skip
