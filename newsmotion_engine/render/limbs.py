@@ -304,11 +304,17 @@ def cut_arms(
         behind |= (union > 0) & (((cols > mid_x) & (cols < right_most)) | ((cols < mid_x) & (cols > left_most)))
         torso_f = behind.astype(np.float32)
         filled = _fill_behind(portrait, alpha, union, torso_f)
-        body_rgb = body_rgb * (1.0 - union[..., None]) + filled * union[..., None]
-        # Outside the torso the body gives way to the background, but only where the arm layer
-        # is opaque: at rest, arm over body must give back the portrait (no background leaking
-        # through the layer's antialiased rim).
-        body_alpha = alpha * (1.0 - (union >= 0.999) * (1.0 - torso_f))
+        # The body changes only where the arm layer is opaque: at rest, arm over body gives back
+        # the portrait (no fill or background showing through the layer's antialiased rim).
+        opaque = union >= 0.999
+        body_rgb[opaque] = filled[opaque]
+        # Outside the torso the body gives way to the background; inside it, the fill is solid
+        # only where the matte is (the arm's soft outline is the person's edge: at rest the arm
+        # layer's own soft alpha must not show a fill through it).
+        # On the layer's antialiased rim (coverage u < 1, arm alpha = alpha * u) the body keeps
+        # what makes "arm over body" equal the portrait: 1 - (1 - alpha) / (1 - alpha * u).
+        rim = 1.0 - (1.0 - alpha) / np.maximum(1.0 - alpha * union, 1e-6)
+        body_alpha = np.where(opaque, torso_f * (alpha >= 0.98), np.clip(rim, 0.0, 1.0)).astype(np.float32)
     bg = np.asarray(background, np.float32)
     body = np.clip(body_rgb * body_alpha[..., None] + bg * (1.0 - body_alpha[..., None]) + 0.5, 0, 255).astype(np.uint8)
 
@@ -448,11 +454,12 @@ def draw_arm(frame: np.ndarray, layer: ArmLayer, verts: np.ndarray) -> None:
     half = np.round((Q - (x0 + 0.5, y0 + 0.5)) * 8.0).astype(np.int32)  # /2 for half res, *16 for shift 4
     for k in layer.draw_order[good[layer.draw_order]]:
         cv2.fillConvexPoly(ids, half[k], int(k) + 1, cv2.LINE_8, 4)
-    covered = (ids > 0).astype(np.uint8)
-    # Extend ids past the mesh's edge (its affine maps continue there), so bilinear upsampling
-    # of the map never mixes in an empty pixel inside the covered area.
-    grown = cv2.dilate(ids, _K3, iterations=2)
-    ids = np.where(covered > 0, ids, grown)
+    # Extend ids past the mesh's edge (its affine maps continue there): coverage one half-res
+    # pixel past it, maps two, so bilinear upsampling never mixes in an empty pixel where the
+    # layer is drawn (the layer is transparent past its matte anyway).
+    grown = cv2.dilate(ids, _K3, iterations=3)
+    covered = (cv2.dilate(ids, _K3, iterations=1) > 0).astype(np.uint8)
+    ids = np.where(ids > 0, ids, grown)
     g = tab[ids]  # [hh, hw, 6]
     xs = (x0 + 2.0 * np.arange(hw) + 0.5).astype(np.float32)[None, :]
     ys = (y0 + 2.0 * np.arange(hh) + 0.5).astype(np.float32)[:, None]

@@ -47,6 +47,11 @@ from newsmotion_engine.skeleton import BODY, FACE_START, LEFT_HAND_START, NUM_KE
 __all__ = ["WarpBackend", "WarpOptions", "PreparedPersona", "place_portrait"]
 
 _HEAD_POINTS = np.array(list(range(0, 5)) + list(range(FACE_START, FACE_START + 68)))
+# The points the head's rigid motion is fitted to: nose, eyes and the inner face (nose, eyes,
+# mouth of the iBUG 68), not the ears, jaw line or brows. Under a nod or a turn the inner face
+# travels furthest while the ears (near the pivot) and the outline barely move; fitted to
+# everything, a nod shrinks to half and turns into a zoom.
+_HEAD_FIT_POINTS = np.array(list(range(0, 3)) + list(range(FACE_START + 27, FACE_START + 68)))
 _ARM_CHAINS = (
     (BODY["left_shoulder"], BODY["left_elbow"], BODY["left_wrist"], LEFT_HAND_START),
     (BODY["right_shoulder"], BODY["right_elbow"], BODY["right_wrist"], RIGHT_HAND_START),
@@ -486,11 +491,11 @@ class WarpBackend:
         T = kp_px.shape[0]
         out = np.zeros((T, 2), dtype=np.complex128)
         out[:, 0] = 1.0
-        rest_ok = prep.rest_ok[_HEAD_POINTS]
-        rest_c = prep.rest_px[_HEAD_POINTS, 0] + 1j * prep.rest_px[_HEAD_POINTS, 1]
-        cur_c = kp_px[:, _HEAD_POINTS, 0] + 1j * kp_px[:, _HEAD_POINTS, 1]
+        rest_ok = prep.rest_ok[_HEAD_FIT_POINTS]
+        rest_c = prep.rest_px[_HEAD_FIT_POINTS, 0] + 1j * prep.rest_px[_HEAD_FIT_POINTS, 1]
+        cur_c = kp_px[:, _HEAD_FIT_POINTS, 0] + 1j * kp_px[:, _HEAD_FIT_POINTS, 1]
         for t in range(T):
-            sel = rest_ok & kp_ok[t, _HEAD_POINTS]
+            sel = rest_ok & kp_ok[t, _HEAD_FIT_POINTS]
             if sel.sum() >= 2:
                 out[t] = _similarity(rest_c[sel], cur_c[t, sel])
         return out
