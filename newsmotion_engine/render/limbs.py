@@ -85,6 +85,13 @@ class ArmLayer:
     iterations: int = 3
 
     @property
+    def orientation(self) -> float:
+        """The sign of the rest triangles' area (all alike: the grid mesh is consistent)."""
+        v, t = self.mesh.rest, self.mesh.triangles[0]
+        e1, e2 = v[t[1]] - v[t[0]], v[t[2]] - v[t[0]]
+        return float(np.sign(e1[0] * e2[1] - e2[0] * e1[1]))
+
+    @property
     def rest_crop(self) -> np.ndarray:
         """Rest vertices in the layer crop's pixels."""
         return self.mesh.rest - np.asarray(self.origin, np.float64)
@@ -234,14 +241,22 @@ def cut_arms(
     face_keep = (cv2.dilate((face > 0.3).astype(np.uint8), np.ones((5, 5), np.uint8)) == 0).astype(np.float32)
     cuts = []
     union = np.zeros((H, W), np.float32)
+    # The arm's radius: the distance from the upper-arm bone to the matte's outer edge. Arms are
+    # alike, and one side may have something held against it (its edge then lies far out), so
+    # the smaller measurement serves both; bounded by plausible proportions of the shoulders.
+    measured = []
+    for side, parts, joints, hand_pts, carried in plans:
+        a, b = rest_px[joints[0][0]], rest_px[joints[0][1]]
+        d = _outer_radius(alpha, a, b, 1.0 if a[0] >= mid_x else -1.0, 0.6 * sw)
+        if d is not None:
+            measured.append(d)
+    r = float(np.clip(1.15 * min(measured) if measured else 0.18 * sw, 0.08 * sw, 0.25 * sw))
     for side, parts, joints, hand_pts, carried in plans:
         def pos(j: int) -> np.ndarray:
             return rest_px[hand_pts].mean(axis=0) if j == _HAND_CENTRE else rest_px[j]
 
         bones = np.array([[pos(a), pos(b)] for a, b in joints])
         away = 1.0 if bones[0, 0, 0] >= mid_x else -1.0
-        r = _outer_radius(alpha, bones[0, 0], bones[0, 1], away, 0.6 * sw)
-        r = float(np.clip(1.15 * r if r else 0.2 * sw, 0.08 * sw, 0.35 * sw))
         # Capsule segments (the animated bones, then a carried forearm) and the bone moving each.
         segs = [tuple(seg) for seg in bones]
         seg_bone = list(range(len(bones)))
@@ -258,12 +273,12 @@ def cut_arms(
         for k, ((a, b), rad) in enumerate(zip(segs, radii)):
             cap = _capsule((H, W), a, b, rad)
             # On the side away from the body the arm ends at the matte's edge, wherever that is
-            # within twice the radius: no sliver of sleeve is left behind on the body.
+            # within 1.5 radii: no sliver of sleeve is left behind on the body.
             u = (b - a) / max(float(np.linalg.norm(b - a)), 1e-9)
             n = np.array([-u[1], u[0]])
             n = n if n[0] * away >= 0 else -n
             outside = ((xx - a[0]) * n[0] + (yy - a[1]) * n[1]) > 0
-            cap = np.maximum(cap, _capsule((H, W), a, b, 2 * rad) * outside)
+            cap = np.maximum(cap, _capsule((H, W), a, b, 1.5 * rad) * outside)
             if k < len(parts) and parts[k].endswith("hand"):
                 hull = cv2.convexHull(np.round(rest_px[hand_pts]).astype(np.int32))
                 hm = np.zeros((H, W), np.uint8)
@@ -284,26 +299,27 @@ def cut_arms(
         lh, rh = BODY["left_hip"], BODY["right_hip"]
         lhp = rest_px[lh] if shown(lh) is None else np.array([ls[0], bottom])
         rhp = rest_px[rh] if shown(rh) is None else np.array([rs[0], bottom])
-        # The torso's sides run down from about the shoulder joints (which sit inside the arms),
-        # widened a little: what an arm uncovers there is body, not background.
+        # The torso's sides run down from about the shoulder joints (which sit inside the arms).
         up = 0.35 * sw
-        grow = np.array([0.4 * max(c[-1] for c in cuts) * np.sign(ls[0] - rs[0]), 0.0])
-        poly = np.array([rs - grow, rs - grow - (0, up), ls + grow - (0, up), ls + grow, lhp + grow, rhp - grow])
+        poly = np.array([rs, rs - (0, up), ls - (0, up), ls, lhp, rhp])
         torso = np.zeros((H, W), np.uint8)
         cv2.fillPoly(torso, [np.round(poly * 16).astype(np.int32)], 255, cv2.LINE_8, 4)
         behind = torso > 0
-        # Something held beside the arm (a helmet, a desk) is in the matte too: an arm pixel with
-        # more of the person further out along its row has that behind it, not the background.
-        outer = ((alpha > 0.5) & (union <= 0) & ~behind).astype(np.uint8)
-        # Only substantial things count, not a sliver of the arm the capsule missed.
-        k = max(3, int(0.5 * max(c[-1] for c in cuts)) | 1)
-        outer = cv2.erode(outer, np.ones((1, k), np.uint8)) > 0
-        cols = np.arange(W)[None, :]
-        right_most = np.where(outer & (cols > mid_x), cols, -1).max(axis=1)[:, None]
-        left_most = np.where(outer & (cols < mid_x), cols, W).min(axis=1)[:, None]
-        behind |= (union > 0) & (((cols > mid_x) & (cols < right_most)) | ((cols < mid_x) & (cols > left_most)))
+        # Elsewhere under an arm: whatever is nearer, the rest of the person (a torso side, a
+        # held helmet, a coat the forearm lies on) or the background around the person. A lifted
+        # arm uncovers the body where it lay on the body and the background where it stuck out.
+        rest_body = ((alpha > 0.5) & (union <= 0)).astype(np.uint8)
+        rest_bg = (alpha <= 0.5).astype(np.uint8)
+        d_body = cv2.distanceTransform(1 - rest_body, cv2.DIST_L2, 3)
+        d_bg = cv2.distanceTransform(1 - rest_bg, cv2.DIST_L2, 3)
+        behind |= (union > 0) & (d_body <= d_bg)
         torso_f = behind.astype(np.float32)
-        filled = _fill_behind(portrait, alpha, union, torso_f)
+        # One fill per arm, from what lies around that arm.
+        filled = portrait.astype(np.float32)
+        for cut in cuts:
+            region = cut[7]
+            one = _fill_behind(portrait, alpha, region, torso_f)
+            filled[region > 0] = one[region > 0]
         # The body changes only where the arm layer is opaque: at rest, arm over body gives back
         # the portrait (no fill or background showing through the layer's antialiased rim).
         opaque = union >= 0.999
@@ -334,7 +350,7 @@ def cut_arms(
         rgba = np.empty((y1 - y0, x1 - x0, 4), np.uint8)
         rgba[..., :3] = np.clip(portrait[y0:y1, x0:x1].astype(np.float32) * crop_a[..., None] + 0.5, 0, 255)
         rgba[..., 3] = np.clip(crop_a * 255 + 0.5, 0, 255)
-        cell = int(np.clip(round(0.45 * r), 6, 24))
+        cell = int(np.clip(round(0.5 * r), 6, 32))
         cover = cv2.dilate((crop_a > 1e-3).astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
         verts, tris = grid_mesh(cover, cell, origin=(x0, y0))
         # Part of each triangle: the nearest bone to its centre.
@@ -383,12 +399,24 @@ def _fill_behind(portrait: np.ndarray, alpha: np.ndarray, hole: np.ndarray, tors
     out = portrait.astype(np.float32)
     if ys.size == 0:
         return out
-    m = 8
+    m = 12
     x0, y0, x1, y1 = max(0, xs.min() - m), max(0, ys.min() - m), min(W, xs.max() + 1 + m), min(H, ys.max() + 1 + m)
     known = (alpha[y0:y1, x0:x1] > 0.6) & (hole[y0:y1, x0:x1] <= 0)
     if not known.any():
         return out
     crop = portrait[y0:y1, x0:x1]
+    # Fill from the garment's typical colour, not from a badge or a strap that happens to touch
+    # the hole: only known pixels near the hole and near their median colour (Lab) seed it.
+    lab = cv2.cvtColor(crop, cv2.COLOR_RGB2LAB).astype(np.float32)
+    ring = cv2.dilate((hole[y0:y1, x0:x1] > 0).astype(np.uint8), np.ones((3, 3), np.uint8), iterations=m) > 0
+    near = known & ring
+    if near.sum() >= 16:
+        med = np.median(lab[near], axis=0)
+        # Shading varies more than hue on a garment: lightness counts a quarter.
+        dist = np.linalg.norm((lab - med) * (0.25, 1.0, 1.0), axis=2)
+        typical = known & (dist < 30.0)
+        if (typical & ring).sum() >= max(16, 0.1 * near.sum()):
+            known = typical
     h, w = crop.shape[:2]
     sw_, sh_ = max(1, w // 2), max(1, h // 2)
     small = cv2.resize(crop, (sw_, sh_), interpolation=cv2.INTER_AREA)
@@ -417,8 +445,9 @@ def pose_arm(layer: ArmLayer, rest_px: np.ndarray, dst_px: np.ndarray) -> np.nda
     return layer.mesh.solve(targets, guess, layer.iterations)
 
 
-def draw_arm(frame: np.ndarray, layer: ArmLayer, verts: np.ndarray) -> None:
-    """Composite the arm, deformed to ``verts``, over ``frame`` (uint8 ``[H, W, 3]``, in place)."""
+def draw_arm(frame: np.ndarray, layer: ArmLayer, verts: np.ndarray, scale: int = 2) -> None:
+    """Composite the arm, deformed to ``verts``, over ``frame`` (uint8 ``[H, W, 3]``, in place).
+    ``scale``: the triangle-id raster and the map are computed every ``scale`` pixels."""
     H, W = frame.shape[:2]
     lo = np.floor(verts.min(axis=0)).astype(int) - 2
     hi = np.ceil(verts.max(axis=0)).astype(int) + 2
@@ -434,7 +463,8 @@ def draw_arm(frame: np.ndarray, layer: ArmLayer, verts: np.ndarray) -> None:
     e1, e2 = Q[:, 1] - Q[:, 0], Q[:, 2] - Q[:, 0]
     f1, f2 = P[:, 1] - P[:, 0], P[:, 2] - P[:, 0]
     det = e1[:, 0] * e2[:, 1] - e2[:, 0] * e1[:, 1]
-    good = np.abs(det) > 1e-3
+    # Folded-flat or flipped triangles (a fold of the mesh) are not drawn: no mirrored texture.
+    good = (np.abs(det) > 1e-3) & (np.sign(det) == layer.orientation)
     inv_det = np.where(good, 1.0 / np.where(good, det, 1.0), 0.0)
     # E^-1 = [[e2y, -e2x], [-e1y, e1x]] / det
     i00, i01 = e2[:, 1] * inv_det, -e2[:, 0] * inv_det
@@ -448,10 +478,12 @@ def draw_arm(frame: np.ndarray, layer: ArmLayer, verts: np.ndarray) -> None:
     tab[1:, 2] = P[:, 0, 0] - a00 * Q[:, 0, 0] - a01 * Q[:, 0, 1]
     tab[1:, 3], tab[1:, 4] = a10, a11
     tab[1:, 5] = P[:, 0, 1] - a10 * Q[:, 0, 0] - a11 * Q[:, 0, 1]
-    # Rasterize triangle ids at half resolution: pixel (u, v) is centred on full-res x0 + 2u + 0.5.
-    hw, hh = -(-(x1 - x0) // 2), -(-(y1 - y0) // 2)
+    # Rasterize triangle ids at 1/scale resolution: coarse pixel (u, v) is centred on full-res
+    # x0 + (u + 0.5) * scale - 0.5 (cv2.resize's convention, so upsampling the map is exact).
+    S = int(scale)
+    hw, hh = -(-(x1 - x0) // S), -(-(y1 - y0) // S)
     ids = np.zeros((hh, hw), np.uint16)
-    half = np.round((Q - (x0 + 0.5, y0 + 0.5)) * 8.0).astype(np.int32)  # /2 for half res, *16 for shift 4
+    half = np.round(((Q - (x0 - 0.5, y0 - 0.5)) / S - 0.5) * 16.0).astype(np.int32)  # 4 fractional bits
     for k in layer.draw_order[good[layer.draw_order]]:
         cv2.fillConvexPoly(ids, half[k], int(k) + 1, cv2.LINE_8, 4)
     # Extend ids past the mesh's edge (its affine maps continue there): coverage one half-res
@@ -461,18 +493,24 @@ def draw_arm(frame: np.ndarray, layer: ArmLayer, verts: np.ndarray) -> None:
     covered = (cv2.dilate(ids, _K3, iterations=1) > 0).astype(np.uint8)
     ids = np.where(ids > 0, ids, grown)
     g = tab[ids]  # [hh, hw, 6]
-    xs = (x0 + 2.0 * np.arange(hw) + 0.5).astype(np.float32)[None, :]
-    ys = (y0 + 2.0 * np.arange(hh) + 0.5).astype(np.float32)[:, None]
+    xs = (x0 + (np.arange(hw) + 0.5) * S - 0.5).astype(np.float32)[None, :]
+    ys = (y0 + (np.arange(hh) + 0.5) * S - 0.5).astype(np.float32)[:, None]
     coarse = np.empty((hh, hw, 2), np.float32)
     coarse[..., 0] = g[..., 0] * xs + g[..., 1] * ys + g[..., 2]
     coarse[..., 1] = g[..., 3] * xs + g[..., 4] * ys + g[..., 5]
     bw, bh = x1 - x0, y1 - y0
-    fine = cv2.resize(coarse, (2 * hw, 2 * hh), interpolation=cv2.INTER_LINEAR)[:bh, :bw]
-    cover = cv2.resize(covered, (2 * hw, 2 * hh), interpolation=cv2.INTER_NEAREST)[:bh, :bw]
+    fine = cv2.resize(coarse, (S * hw, S * hh), interpolation=cv2.INTER_LINEAR)[:bh, :bw]
+    cover = cv2.resize(covered, (S * hw, S * hh), interpolation=cv2.INTER_NEAREST)[:bh, :bw]
     m1, m2 = cv2.convertMaps(fine, None, cv2.CV_16SC2)
     rgba = cv2.remap(layer.layer, m1, m2, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-    rgba = cv2.bitwise_and(rgba, rgba, mask=cover)
-    # Premultiplied "over": frame * (1 - a) + rgb.
-    inv = 255 - rgba[..., 3]
+    a = rgba[..., 3]
+    a &= cover * 255  # cover is 0/1: 0 or 255 keeps or clears the alpha bits
+    # Premultiplied "over", frame * (1 - a) + rgb: a plain copy where the arm is opaque (most of
+    # it), a blend only on its soft rim.
     roi = frame[y0:y1, x0:x1]
-    roi[:] = cv2.add(cv2.multiply(roi, cv2.merge([inv, inv, inv]), scale=1.0 / 255.0), rgba[..., :3])
+    cv2.copyTo(np.ascontiguousarray(rgba[..., :3]), (a == 255).view(np.uint8), roi)
+    ys, xs = np.nonzero((a > 0) & (a < 255))
+    if ys.size:
+        w = (255 - a[ys, xs]).astype(np.uint16)[:, None]
+        blended = (roi[ys, xs].astype(np.uint16) * w + 127) // 255 + rgba[ys, xs, :3]
+        roi[ys, xs] = np.minimum(blended, 255).astype(np.uint8)
