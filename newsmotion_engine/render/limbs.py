@@ -358,7 +358,17 @@ def cut_arms(
         sb = np.asarray(seg_bone)
         dist_t = np.stack([_seg_dist(cent, a, b) for a, b in segs], axis=1)
         tri_part = sb[np.argmin(dist_t, axis=1)]
-        draw_order = np.argsort(tri_part, kind="stable")
+        # Only triangles with something of the arm in them are drawn (the rest of the mesh only
+        # carries the deformation); the draw grows ids past the drawn ones for the soft edge.
+        tri_box = np.concatenate([np.floor(verts[tris].min(axis=1)), np.ceil(verts[tris].max(axis=1))], axis=1)
+        tri_box = (tri_box - (x0, y0, x0, y0)).astype(int)
+        tri_box[:, 0::2] = np.clip(tri_box[:, 0::2], 0, x1 - x0)
+        tri_box[:, 1::2] = np.clip(tri_box[:, 1::2], 0, y1 - y0)
+        integral = cv2.integral((crop_a > 1e-3).astype(np.uint8))
+        content = (integral[tri_box[:, 3], tri_box[:, 2]] - integral[tri_box[:, 1], tri_box[:, 2]]
+                   - integral[tri_box[:, 3], tri_box[:, 0]] + integral[tri_box[:, 1], tri_box[:, 0]]) > 0  # fmt: skip
+        order = np.argsort(tri_part, kind="stable")
+        draw_order = order[content[order]]
         dist_s = np.stack([_seg_dist(verts, a, b) for a, b in segs], axis=1)
         # Per bone: the distance to the nearest segment it moves.
         dist_v = np.stack([dist_s[:, sb == k].min(axis=1) for k in range(len(bones))], axis=1)
@@ -492,25 +502,32 @@ def draw_arm(frame: np.ndarray, layer: ArmLayer, verts: np.ndarray, scale: int =
     grown = cv2.dilate(ids, _K3, iterations=3)
     covered = (cv2.dilate(ids, _K3, iterations=1) > 0).astype(np.uint8)
     ids = np.where(ids > 0, ids, grown)
-    g = tab[ids]  # [hh, hw, 6]
+    # Each coarse pixel's triangle's map, gathered with a nearest-neighbour remap of the table
+    # (vectorized in OpenCV, much faster than numpy fancy indexing).
+    idx = ids.astype(np.float32)
+    zero = np.zeros_like(idx)
+    lin_x = cv2.remap(tab[None, :, 0:3], idx, zero, cv2.INTER_NEAREST)
+    lin_y = cv2.remap(tab[None, :, 3:6], idx, zero, cv2.INTER_NEAREST)
     xs = (x0 + (np.arange(hw) + 0.5) * S - 0.5).astype(np.float32)[None, :]
     ys = (y0 + (np.arange(hh) + 0.5) * S - 0.5).astype(np.float32)[:, None]
     coarse = np.empty((hh, hw, 2), np.float32)
-    coarse[..., 0] = g[..., 0] * xs + g[..., 1] * ys + g[..., 2]
-    coarse[..., 1] = g[..., 3] * xs + g[..., 4] * ys + g[..., 5]
+    coarse[..., 0] = lin_x[..., 0] * xs + lin_x[..., 1] * ys + lin_x[..., 2]
+    coarse[..., 1] = lin_y[..., 0] * xs + lin_y[..., 1] * ys + lin_y[..., 2]
     bw, bh = x1 - x0, y1 - y0
     fine = cv2.resize(coarse, (S * hw, S * hh), interpolation=cv2.INTER_LINEAR)[:bh, :bw]
     cover = cv2.resize(covered, (S * hw, S * hh), interpolation=cv2.INTER_NEAREST)[:bh, :bw]
     m1, m2 = cv2.convertMaps(fine, None, cv2.CV_16SC2)
     rgba = cv2.remap(layer.layer, m1, m2, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-    a = rgba[..., 3]
-    a &= cover * 255  # cover is 0/1: 0 or 255 keeps or clears the alpha bits
+    a = cv2.extractChannel(rgba, 3)
+    a = cv2.bitwise_and(a, a, mask=cover)
+    rgb = cv2.cvtColor(rgba, cv2.COLOR_RGBA2RGB)
     # Premultiplied "over", frame * (1 - a) + rgb: a plain copy where the arm is opaque (most of
     # it), a blend only on its soft rim.
     roi = frame[y0:y1, x0:x1]
-    cv2.copyTo(np.ascontiguousarray(rgba[..., :3]), (a == 255).view(np.uint8), roi)
-    ys, xs = np.nonzero((a > 0) & (a < 255))
-    if ys.size:
-        w = (255 - a[ys, xs]).astype(np.uint16)[:, None]
-        blended = (roi[ys, xs].astype(np.uint16) * w + 127) // 255 + rgba[ys, xs, :3]
-        roi[ys, xs] = np.minimum(blended, 255).astype(np.uint8)
+    cv2.copyTo(rgb, cv2.compare(a, 255, cv2.CMP_EQ), roi)
+    rim = cv2.findNonZero(cv2.inRange(a, 1, 254))
+    if rim is not None:
+        xs_, ys_ = rim[:, 0, 0], rim[:, 0, 1]
+        w = (255 - a[ys_, xs_]).astype(np.uint16)[:, None]
+        blended = (roi[ys_, xs_].astype(np.uint16) * w + 127) // 255 + rgb[ys_, xs_]
+        roi[ys_, xs_] = np.minimum(blended, 255).astype(np.uint8)

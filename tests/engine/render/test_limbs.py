@@ -80,14 +80,11 @@ def test_a_lifted_forearm_is_drawn_over_the_torso_and_leaves_no_hole(persona):
     el = persona.landmarks[BODY["right_elbow"], :2] * (W, H)
     yy, xx = np.mgrid[0:H, 0:W]
     below_elbow = old & (yy > el[1] + 8) & (yy < wr[1] + 25)
-    moved_away = below_elbow & (np.abs(frame - np.asarray(GREEN)).max(axis=2) > 0)
     green = np.abs(frame - np.asarray(GREEN)).max(axis=2) <= 3
     assert green[below_elbow].mean() > 0.5  # the arm hung outside the torso: background there
     torso = cv2.erode((persona.person_mask > 250).astype(np.uint8), np.ones((9, 9), np.uint8)) > 0
     torso &= np.abs(persona.portrait.astype(int) - (40 + 30, 60 + 30, 150 + 30)).max(axis=2) <= 35
-    uncovered = torso & ~(cv2.dilate(old.astype(np.uint8), np.ones((1, 1), np.uint8)) > 0)
-    assert not green[uncovered].any()  # no matte hole inside the torso
-    del moved_away
+    assert not green[torso].any()  # no matte hole inside the torso
 
 
 def test_the_torso_behind_an_arm_is_filled_not_holed(persona):
@@ -116,7 +113,7 @@ def test_the_torso_behind_an_arm_is_filled_not_holed(persona):
     hips = rest[[BODY["left_hip"], BODY["right_hip"]]]
     cv2.fillPoly(torso_poly, [np.round(np.concatenate([sh, hips])).astype(np.int32)], 1)
     inside = (torso_poly > 0) & (persona.person_mask > 250) & (a > 250)
-    assert inside.sum() > 50
+    assert inside.sum() > 20
     diff_green = np.abs(body.astype(int) - np.asarray(GREEN)).max(axis=2)
     assert (diff_green[inside] > 40).all()
     fill = body[inside].astype(int)
