@@ -80,7 +80,7 @@ def main(persona_id: str, out_png: str) -> None:
     m = 20
     y0, y1 = max(0, ys.min() - m), min(spec.height, ys.max() + m)
     x0, x1 = max(0, xs.min() - m), min(spec.width, xs.max() + m)
-    scale = 400 / (y1 - y0)
+    scale = 360 / (y1 - y0)
     cells = [label(cv2.resize(f[y0:y1, x0:x1], None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA), name) for name, f in tiles]
     row = lambda items: np.concatenate(items, axis=1)  # noqa: E731
     sheet = np.concatenate([row(cells[:4]), row(cells[4:])], axis=0)

@@ -286,7 +286,9 @@ def cut_arms(
                 hm = cv2.dilate(hm, np.ones((3, 3), np.uint8), iterations=max(1, int(0.3 * r)))
                 cap = np.maximum(cap, hm.astype(np.float32) / 255.0)
             region = np.maximum(region, cap)
-        region *= face_keep
+        # A hard cut (the matte keeps the person's soft outline): a soft cut would leave, once
+        # the arm moves, a one-pixel ghost of the arm's outline on the body.
+        region = ((region >= 0.5) & (face_keep > 0)).astype(np.float32)
         union = np.maximum(union, region)
         cuts.append((side, parts, joints, hand_pts, bones, np.array(segs), seg_bone, region, r))
 
@@ -343,7 +345,7 @@ def cut_arms(
                 report.animated.remove(p)
                 report.not_animated[p] = "the matte is empty there"
             continue
-        pad = 2
+        pad = 6
         x0, y0 = max(0, xs.min() - pad), max(0, ys.min() - pad)
         x1, y1 = min(W, xs.max() + 1 + pad), min(H, ys.max() + 1 + pad)
         crop_a = a_layer[y0:y1, x0:x1]
@@ -351,7 +353,7 @@ def cut_arms(
         rgba[..., :3] = np.clip(portrait[y0:y1, x0:x1].astype(np.float32) * crop_a[..., None] + 0.5, 0, 255)
         rgba[..., 3] = np.clip(crop_a * 255 + 0.5, 0, 255)
         cell = int(np.clip(round(0.5 * r), 6, 32))
-        cover = cv2.dilate((crop_a > 1e-3).astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
+        cover = cv2.dilate((crop_a > 1e-3).astype(np.uint8), np.ones((3, 3), np.uint8), iterations=4) > 0
         verts, tris = grid_mesh(cover, cell, origin=(x0, y0))
         # Part of each triangle: the nearest bone to its centre.
         cent = verts[tris].mean(axis=1)
@@ -496,11 +498,12 @@ def draw_arm(frame: np.ndarray, layer: ArmLayer, verts: np.ndarray, scale: int =
     half = np.round(((Q - (x0 - 0.5, y0 - 0.5)) / S - 0.5) * 16.0).astype(np.int32)  # 4 fractional bits
     for k in layer.draw_order[good[layer.draw_order]]:
         cv2.fillConvexPoly(ids, half[k], int(k) + 1, cv2.LINE_8, 4)
-    # Extend ids past the mesh's edge (its affine maps continue there): coverage one half-res
-    # pixel past it, maps two, so bilinear upsampling never mixes in an empty pixel where the
-    # layer is drawn (the layer is transparent past its matte anyway).
+    # Extend the ids past the drawn triangles (their affine maps continue there), so bilinear
+    # upsampling never mixes in an empty pixel where the layer is drawn. What is drawn is only
+    # where a triangle is (the mesh reaches a few pixels past the layer's matte): an
+    # extrapolated map must not paint a sliver of some other part of the layer.
     grown = cv2.dilate(ids, _K3, iterations=3)
-    covered = (cv2.dilate(ids, _K3, iterations=1) > 0).astype(np.uint8)
+    covered = (ids > 0).astype(np.uint8)
     ids = np.where(ids > 0, ids, grown)
     # Each coarse pixel's triangle's map, gathered with a nearest-neighbour remap of the table
     # (vectorized in OpenCV, much faster than numpy fancy indexing).
