@@ -280,10 +280,14 @@ def cut_arms(
             outside = ((xx - a[0]) * n[0] + (yy - a[1]) * n[1]) > 0
             cap = np.maximum(cap, _capsule((H, W), a, b, 1.5 * rad) * outside)
             if k < len(parts) and parts[k].endswith("hand"):
-                hull = cv2.convexHull(np.round(rest_px[hand_pts]).astype(np.int32))
+                # The hand: its points and the wrist, grown by the arm's radius (the palm and the
+                # outline lie past the finger joints).
+                pts = np.concatenate([rest_px[hand_pts], rest_px[[joints[-1][0]]]])
+                hull = cv2.convexHull(np.round(pts).astype(np.int32))
                 hm = np.zeros((H, W), np.uint8)
                 cv2.fillConvexPoly(hm, hull, 255)
-                hm = cv2.dilate(hm, np.ones((3, 3), np.uint8), iterations=max(1, int(0.3 * r)))
+                k = 2 * int(round(r)) + 1
+                hm = cv2.dilate(hm, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (k, k)))
                 cap = np.maximum(cap, hm.astype(np.float32) / 255.0)
             region = np.maximum(region, cap)
         # A hard cut (the matte keeps the person's soft outline): a soft cut would leave, once
@@ -311,6 +315,9 @@ def cut_arms(
         # held helmet, a coat the forearm lies on) or the background around the person. A lifted
         # arm uncovers the body where it lay on the body and the background where it stuck out.
         rest_body = ((alpha > 0.5) & (union <= 0)).astype(np.uint8)
+        # (A sliver of sleeve the cut left on the body does not count as body.)
+        k = max(3, int(0.4 * r) | 1)
+        rest_body = cv2.erode(rest_body, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (k, k)))
         rest_bg = (alpha <= 0.5).astype(np.uint8)
         d_body = cv2.distanceTransform(1 - rest_body, cv2.DIST_L2, 3)
         d_bg = cv2.distanceTransform(1 - rest_bg, cv2.DIST_L2, 3)
@@ -475,8 +482,11 @@ def draw_arm(frame: np.ndarray, layer: ArmLayer, verts: np.ndarray, scale: int =
     e1, e2 = Q[:, 1] - Q[:, 0], Q[:, 2] - Q[:, 0]
     f1, f2 = P[:, 1] - P[:, 0], P[:, 2] - P[:, 0]
     det = e1[:, 0] * e2[:, 1] - e2[:, 0] * e1[:, 1]
-    # Folded-flat or flipped triangles (a fold of the mesh) are not drawn: no mirrored texture.
-    good = (np.abs(det) > 1e-3) & (np.sign(det) == layer.orientation)
+    # Folded-flat triangles are not drawn; flipped ones (where the mesh folds over, e.g. the
+    # inside of a sharply bent elbow) are drawn first, under the others, so a fold is covered by
+    # the unfolded mesh where there is one and never leaves a hole.
+    good = np.abs(det) > 1e-3
+    upright = np.sign(det) == layer.orientation
     inv_det = np.where(good, 1.0 / np.where(good, det, 1.0), 0.0)
     # E^-1 = [[e2y, -e2x], [-e1y, e1x]] / det
     i00, i01 = e2[:, 1] * inv_det, -e2[:, 0] * inv_det
@@ -496,7 +506,8 @@ def draw_arm(frame: np.ndarray, layer: ArmLayer, verts: np.ndarray, scale: int =
     hw, hh = -(-(x1 - x0) // S), -(-(y1 - y0) // S)
     ids = np.zeros((hh, hw), np.uint16)
     half = np.round(((Q - (x0 - 0.5, y0 - 0.5)) / S - 0.5) * 16.0).astype(np.int32)  # 4 fractional bits
-    for k in layer.draw_order[good[layer.draw_order]]:
+    order = layer.draw_order[good[layer.draw_order]]
+    for k in np.concatenate([order[~upright[order]], order[upright[order]]]):
         cv2.fillConvexPoly(ids, half[k], int(k) + 1, cv2.LINE_8, 4)
     # Extend the ids past the drawn triangles (their affine maps continue there), so bilinear
     # upsampling never mixes in an empty pixel where the layer is drawn. What is drawn is only
