@@ -315,9 +315,6 @@ def cut_arms(
         # held helmet, a coat the forearm lies on) or the background around the person. A lifted
         # arm uncovers the body where it lay on the body and the background where it stuck out.
         rest_body = ((alpha > 0.5) & (union <= 0)).astype(np.uint8)
-        # (A sliver of sleeve the cut left on the body does not count as body.)
-        k = max(3, int(0.4 * r) | 1)
-        rest_body = cv2.erode(rest_body, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (k, k)))
         rest_bg = (alpha <= 0.5).astype(np.uint8)
         d_body = cv2.distanceTransform(1 - rest_body, cv2.DIST_L2, 3)
         d_bg = cv2.distanceTransform(1 - rest_bg, cv2.DIST_L2, 3)

@@ -183,3 +183,14 @@ def test_the_render_telemetry_says_which_parts_were_animated(tmp_path, synth):
     stored = RenderTelemetry.read(out.with_suffix(".json"))
     assert stored.backend_info["last_render"]["parts"] == tele.backend_info["last_render"]["parts"]
     assert set(stored.backend_info["last_render"]["parts"]["not_animated"]) == {"left_hand", "right_hand"}
+
+
+def test_the_parts_report_is_not_part_of_the_backends_identity(persona):
+    """Which parts the last render animated is a run report: it must not change the input digest
+    of the next render (a clip would otherwise never be 'current')."""
+    from newsmotion_engine.render.job import backend_identity
+
+    backend = get_backend("warp", threads=1)
+    before = backend_identity(backend)
+    list(backend.frames(None, persona, persona.landmarks[None], RenderSpec(W, H)))
+    assert "last_render" in backend.describe() and backend_identity(backend) == before
