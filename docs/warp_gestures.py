@@ -51,8 +51,8 @@ def read_frame(path: Path, index: int) -> np.ndarray:
 
 def label(img: np.ndarray, text: str) -> np.ndarray:
     out = img.copy()
-    cv2.putText(out, text, (10, 30), cv2.FONT_HERSHEY_SIMPLEX, 0.8, (0, 0, 0), 4, cv2.LINE_AA)
-    cv2.putText(out, text, (10, 30), cv2.FONT_HERSHEY_SIMPLEX, 0.8, (255, 255, 255), 2, cv2.LINE_AA)
+    cv2.putText(out, text, (8, 24), cv2.FONT_HERSHEY_SIMPLEX, 0.55, (0, 0, 0), 4, cv2.LINE_AA)
+    cv2.putText(out, text, (8, 24), cv2.FONT_HERSHEY_SIMPLEX, 0.55, (255, 255, 255), 1, cv2.LINE_AA)
     return out
 
 
@@ -70,9 +70,9 @@ def main(persona_id: str, out_png: str) -> None:
         frame = read_frame(Path(tele.output), t)
         if rest is None:
             rest = read_frame(Path(tele.output), 0)
-        tiles.append((f"{loop_id} (frame {t})", frame))
+        tiles.append((f"{loop_id} f{t}", frame))
         parts = tele.backend_info.get("last_render", {}).get("parts")
-    tiles.append(("rest (frame 0)", rest))
+    tiles.append(("rest f0", rest))
     # Crop every tile to the region the person uses in any of them (plus a margin).
     stack = np.stack([f for _, f in tiles])
     moving = (np.abs(stack.astype(int) - np.asarray(spec.background)).max(axis=3) > 30).any(axis=0)
@@ -86,7 +86,7 @@ def main(persona_id: str, out_png: str) -> None:
     sheet = np.concatenate([row(cells[:4]), row(cells[4:])], axis=0)
     # Footer: which parts were not animated and why (the render telemetry's words).
     note = "not animated: " + ("; ".join(f"{k}: {v}" for k, v in (parts or {}).get("not_animated", {}).items()) or "none")
-    lines = textwrap.wrap(f"{persona_id} - warp backend, peak frame of each loop. {note}", 150)
+    lines = textwrap.wrap(f"{persona_id} - warp backend, peak frame of each loop. {note}", sheet.shape[1] // 8)
     footer = np.full((24 * len(lines) + 12, sheet.shape[1], 3), 255, np.uint8)
     for i, line in enumerate(lines):
         cv2.putText(footer, line, (10, 24 * (i + 1)), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, cv2.LINE_AA)

@@ -8,16 +8,20 @@ deformed with ARAP (:mod:`newsmotion_engine.render.arap`) so that points on its 
 skeleton. Here the parts come from a photo, so:
 
 * **What is a part.** Per arm: upper arm (shoulder -> elbow), forearm (elbow -> wrist) and hand
-  (wrist -> the hand's centre), each a capsule around its bone (radius measured from the matte:
-  the distance from the upper-arm bone to the arm's outer silhouette) intersected with the
-  person matte, minus the face. A part is cut only when the portrait shows it: both ends'
-  landmarks at least ``threshold`` confident and inside the portrait, and its parent part cut
-  (a forearm whose wrist is out of frame is not invented). :class:`LimbReport` says which parts
-  were animated and why the others were not.
-* **What is behind it.** The body layer loses the arm: inside the torso (a polygon through the
-  shoulders and hips) the hole is filled weights-free (OpenCV's fast-marching inpainting,
-  A. Telea 2004, fed only torso pixels, at half resolution); outside the torso it becomes
-  background, so a lifted arm uncovers green, not a ghost arm.
+  (wrist -> the hand's centre), each a capsule around its bone intersected with the person matte,
+  minus the face. The radius comes from the matte (the distance from the upper-arm bone to the
+  arm's outer silhouette, the smaller of the two arms), and on the side away from the body the
+  cut reaches out to the matte's edge. A part is cut only when the portrait shows it: both ends'
+  landmarks at least ``threshold`` confident and inside the portrait, and its parent part cut. A
+  forearm whose wrist is not shown is not animated (its bend would be invented); what the
+  portrait shows of it rides rigidly on the upper arm, so the arm does not break at the elbow.
+  :class:`LimbReport` says which parts were animated and why the others were not.
+* **What is behind it.** The body layer loses the arm. Where the arm lay on the body (inside the
+  torso polygon through the shoulders and hips, or nearer to the rest of the person than to the
+  background: a held helmet, a coat) the hole is filled weights-free: OpenCV's fast-marching
+  inpainting (A. Telea 2004) at half resolution, seeded only by the pixels around the arm that
+  have the garment's typical colour (not a badge or strap that happens to touch the hole).
+  Elsewhere the body becomes background, so a lifted arm uncovers green, not a ghost arm.
 * **Per frame.** Each bone's motion is an affine map (rotation plus stretch along the bone for
   foreshortening) from its rest segment to the retargeted one; mesh vertices on the bones are
   ARAP handles pulled by those maps, the initial guess is their linear blend (skinning), and a few

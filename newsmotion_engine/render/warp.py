@@ -1,30 +1,38 @@
-"""The ``warp`` backend: CPU, no weights. Each frame is the persona's portrait bent by a smooth
-displacement field so that its landmarks land on the retargeted pose.
+"""The ``warp`` backend: CPU, no weights. Each frame is the persona's portrait as a layered
+cut-out: the body bent by a smooth displacement field so that its landmarks land on the
+retargeted pose, and each arm the portrait shows as its own layer, deformed as-rigid-as-possible
+along its bones and drawn over the body (:mod:`newsmotion_engine.render.limbs`).
 
 Per frame:
 
-1. Control points: body joints (shoulders, elbows, wrists, points along the arm bones, hand
-   centres) go from the persona's rest position to the retargeted one; the hips and points on
-   the frame border stay put (the lower body and the frame edges do not move); the head moves as
-   one similarity transform (rotation, scale, shift) fitted to the head keypoints.
+1. Control points of the body: the shoulders go from the persona's rest position to the
+   retargeted one and the torso follows them with a falloff to the hips; an arm that is *not* a
+   layer (the portrait does not show it well enough) contributes its visible joints as before,
+   softly limited in reach; the hips and points on the frame border stay put; the head moves as
+   one similarity transform (rotation, scale, shift) fitted to the nose, eyes and inner face.
 2. Field: a thin-plate spline (F. L. Bookstein, "Principal warps: thin-plate splines and the
    decomposition of deformations", PAMI 1989) interpolating the *backward* map (output pixel ->
    portrait pixel) through the control points, evaluated on a coarse grid (one node per
    ``grid_step`` pixels) covering only the region the person can reach; inside the face mask the
    map is blended towards the head's exact similarity, so the face moves rigidly (no rubber face).
 3. The coarse map is upsampled bilinearly (a TPS is smooth, so this loses nothing visible) and
-   ``cv2.remap`` samples the portrait.
+   ``cv2.remap`` samples the body image (the portrait with the arm layers taken out and the torso
+   behind them filled).
+4. The arm layers: ARAP solve, rasterized backward map, remap, composite over the body in depth
+   order (upper arm, forearm, hand), so an arm lifts off the torso.
 
-Compositing is folded into the remap: the source image is the portrait already composited over
-the background with its matte. The background is one constant colour, so bilinear sampling of
-the composited image equals compositing the bilinearly warped portrait with the identically
-warped matte; the matte edge cannot tear, and there is no separate per-frame composite pass.
-Outside the reachable region the frame is the constant composite of the rest pose (a prefilled
-template).
+Compositing of the body is folded into its remap: the body image is already composited over the
+background with its matte. The background is one constant colour, so bilinear sampling of the
+composited image equals compositing the bilinearly warped body with the identically warped
+matte; the matte edge cannot tear, and there is no separate per-frame composite pass. Outside
+the reachable region the frame is the constant composite of the rest pose (a prefilled template).
 
-The backend precomputes everything that depends only on (persona, spec) once (``prepare``) and
-everything that depends on the clip once per clip (region, grid), so the per-frame work is one
-small linear solve, a coarse field and one remap of the region.
+The backend precomputes everything that depends only on (persona, spec) once (``prepare``: the
+placement, the arm layers and their meshes, the filled body) and everything that depends on the
+clip once per clip (region, grid), so the per-frame work is one small linear solve, a coarse
+field, one remap of the region and, per arm, a few sparse back-substitutions and one small remap.
+Which arm parts were animated (and why the others were not) is in ``describe()["last_render"]``
+after a render, hence in the render's telemetry (``backend_info``).
 """
 
 from __future__ import annotations
@@ -193,7 +201,7 @@ class WarpOptions(BackendOptions):
 
 
 class WarpBackend:
-    """Thin-plate-spline warp of the portrait (see the module docstring); options in
+    """Layered warp of the portrait (see the module docstring); options in
     :class:`WarpOptions` (``get_backend("warp", threads=1)`` validates them)."""
 
     name = "warp"
