@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one script the GPU device runs: the wan-animate GPU benchmark, results under $OUT.
 # Usage (device, repo root, with .whl carried; see ../shared/tools/device-wheels.sh):
-#   bash bench/device_gpu.sh forward|render|all|smoke|sweep|sparse|cp [preset] [JSON of extra bench_gpu kwargs] [part after sweep]
+#   bash bench/device_gpu.sh forward|render|all|smoke|sweep|sparse|cp|clip [preset] [JSON of extra bench_gpu kwargs] [part after sweep]
 # e.g. bash bench/device_gpu.sh render 14b '{"width": 480, "height": 832, "steps": 20, "guidance_scale": 5.0}'
 # Writes $OUT/gpu_<part>.json (rewritten after every variant) and $OUT/gpu_<part>.log (smoke also
 # $OUT/gpu_backend_smoke.json). Copy the JSON into bench/results/ only from a real run.
@@ -49,6 +49,16 @@ if [ "$part" = sparse ]; then
   python3 - <<PY 2>&1 | tee "$out/gpu_sparse.log"
 from newsmotion_engine.bench.sparse import bench_sparse
 bench_sparse("$preset", json_path="$out/gpu_sparse.json")
+PY
+  exit "${PIPESTATUS[0]}"
+fi
+if [ "$part" = clip ]; then
+  # A whole 120-frame clip, stock vs ours (keyframes + infill, the 3-stage queue, approximations
+  # labelled), VAE decode settings, the batch queue: newsmotion_engine.bench.clip; kwargs go to bench_clip.
+  python3 - "$kwargs" <<PY 2>&1 | tee "$out/gpu_clip.log"
+import json, sys
+from newsmotion_engine.bench.clip import bench_clip
+bench_clip("$preset", json_path="$out/gpu_clip.json", **json.loads(sys.argv[1]))
 PY
   exit "${PIPESTATUS[0]}"
 fi

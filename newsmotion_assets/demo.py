@@ -149,6 +149,11 @@ _HEADLINES = (
     ("infill_ms_per_frame_cpu", "{:.4g} ms/frame CPU"),
     ("forward_speedup_vs_stock_sparse50", "sparse attention 0.5 (experimental): forward {:.3g}x stock"),
     ("forward_speedup_vs_stock_sparse30", "0.3: {:.3g}x"),
+    ("clip_120f_720p_s", "120-frame clip {:.3g} s"),
+    ("clip_120f_720p_s_stock", "stock {:.4g} s"),
+    ("clip_speedup_vs_stock", "{:.3g}x stock"),
+    ("clip_120f_720p_s_experimental", "with approximations (experimental) {:.3g} s"),
+    ("queue.throughput_ratio", "batch queue pipelined {:.3g}x serial"),
 )
 
 

@@ -446,6 +446,24 @@ def bench_sparse_cmd(
     write_result(result, None)
 
 
+@bench_app.command("clip")
+def bench_clip_cmd(
+    preset: Annotated[str, typer.Option(help="Architecture preset: tiny, smoke, 14b.")] = "14b",
+    parts: Annotated[str, typer.Option(help="Comma-separated: vae, stock, ours, queue.")] = "vae,stock,ours",
+    variants: Annotated[Optional[str], typer.Option(help="Comma-separated clip variants (default all).")] = None,
+    batch: Annotated[int, typer.Option(help="Clips in the queue part's batch.")] = 4,
+    budget_s: Annotated[Optional[float], typer.Option("--budget-s", help="Skip measurements that would start after this many seconds.")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here.")] = None,
+) -> None:
+    """A whole 120-frame 720x1280 clip (GPU): stock WanAnimatePipeline vs ours (sparse keyframes + infill,
+    the 3-stage queue; experimental approximations labelled), VAE decode settings, serial vs pipelined batch."""
+    from newsmotion_engine.bench.clip import bench_clip
+
+    result = bench_clip(preset, parts=parts.split(","), variants=variants.split(",") if variants else None, batch=batch,
+                        budget_s=budget_s, json_path=json_path, log=lambda m: console.print(f"[dim]{m}[/]"))  # fmt: skip
+    write_result(result, None)
+
+
 @bench_app.command("kernel-sass")
 def bench_kernel_sass_cmd(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here.")] = None,

@@ -9,6 +9,8 @@ the median is reported too). Per-stage milliseconds say where the time goes:
 - ``field_ms``: control points, TPS solve, coarse field, face blend, upsample, fixed-point maps;
 - ``remap_ms``: ``cv2.remap`` of the reachable region (compositing is folded into it);
 - ``composite_ms``: filling the rest of the frame from the prefilled template;
+- ``arms_ms``: the arm layers: ARAP solve per arm, triangle raster, map, remap, composite over
+  the body (:mod:`newsmotion_engine.render.limbs`);
 - ``pipe_ms``: writer thread: RGB -> yuv420p conversion and pipe writes (overlaps rendering);
 - ``encode_ms``: CPU time ffmpeg (x264) spent per frame (a separate process, overlapping);
 - ``encode_wait_ms``: time the renderer blocked because the encoder was behind.
@@ -117,6 +119,7 @@ def bench_warp(
     portrait_hw = np.asarray(persona.portrait).shape[:2]
 
     runs: list[dict[str, Any]] = []
+    load_before = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
     with tempfile.TemporaryDirectory(prefix="newsmotion-bench-warp-") as tmp:
         out = Path(tmp) / "bench.mp4"
         # Warm-up: page in the persona, prepare it, start the code paths once (not timed).
@@ -136,6 +139,7 @@ def bench_warp(
                 "field_ms": st["field_ms"] / n,
                 "remap_ms": st["remap_ms"] / n,
                 "composite_ms": st["composite_ms"] / n,
+                "arms_ms": st.get("arms_ms", 0.0) / n,
                 "encode_ms": ffmpeg_cpu_ms / n,
                 "encode_wait_ms": tele.encode_wait_ms / n,
                 "mux_ms": tele.mux_ms,
@@ -158,6 +162,7 @@ def bench_warp(
         "field": best["field_ms"],
         "remap": best["remap_ms"],
         "composite": best["composite_ms"],
+        "arms": best["arms_ms"],
         "encode": best["encode_ms"],
         "encode_wait": best["encode_wait_ms"],
     }
@@ -184,6 +189,7 @@ def bench_warp(
         "field_ms": round(best["field_ms"], 3),
         "remap_ms": round(best["remap_ms"], 3),
         "composite_ms": round(best["composite_ms"], 3),
+        "arms_ms": round(best["arms_ms"], 3),
         "encode_ms": round(best["encode_ms"], 3),
         "encode_wait_ms": round(best["encode_wait_ms"], 3),
         "mux_ms": round(best["mux_ms"], 1),
@@ -195,6 +201,8 @@ def bench_warp(
             "python": platform.python_version(),
             "opencv": cv2.__version__,
             "date": time.strftime("%Y-%m-%d"),
+            # How busy the (shared) machine was: 1-minute load average before and after.
+            "loadavg_1m": [load_before, round(os.getloadavg()[0], 2)] if hasattr(os, "getloadavg") else None,
         },
     }
     backend.close()

@@ -26,7 +26,7 @@ from newsmotion_engine.render.retarget import retarget
 from newsmotion_engine.render.telemetry import RenderProvenance, RenderTelemetry
 from newsmotion_engine.video.encode import VideoEncoder, check_output_folder
 
-__all__ = ["render_clip", "peak_rss_mb", "loop_canvas_size"]
+__all__ = ["clip_driving_keypoints", "loop_canvas_size", "peak_rss_mb", "render_clip", "retargeted_keypoints"]
 
 # The canonical loops are normalized to a 720x1280 portrait frame; a guidance object may say
 # otherwise with ``width``/``height`` attributes.
@@ -49,6 +49,24 @@ def loop_canvas_size(guidance: Any) -> tuple[int, int]:
     return DEFAULT_LOOP_CANVAS
 
 
+def retargeted_keypoints(guidance: Any, persona: Any) -> np.ndarray:
+    """The loop's keypoints retargeted onto the persona's proportions (what a backend follows)."""
+    portrait_hw = np.asarray(persona.portrait).shape[:2]
+    return retarget(
+        np.asarray(guidance.keypoints),
+        persona.landmarks,
+        loop_size=loop_canvas_size(guidance),
+        persona_size=(int(portrait_hw[1]), int(portrait_hw[0])),
+    )
+
+
+def clip_driving_keypoints(guidance: Any, persona: Any, spec: RenderSpec) -> np.ndarray:
+    """What :func:`render_clip` hands the backend: the retargeted keypoints, at the keyframes
+    only when ``spec.keyframes > 1`` (the render queue prepares the same ahead of time)."""
+    kp = retargeted_keypoints(guidance, persona)
+    return driving_keypoints(kp, clip_schedule(kp.shape[0], spec))
+
+
 def render_clip(
     guidance: Any,
     persona: Any,
@@ -61,6 +79,8 @@ def render_clip(
     encoder: str = "auto",
     encoder_threads: int | None = None,
     encoder_preset: str | None = None,
+    sink: Callable[..., Any] | None = None,
+    infill_device: str | None = None,
 ) -> RenderTelemetry:
     """Render ``guidance`` (a motion loop) on ``persona`` with ``backend`` into ``out_path``.
 
@@ -78,6 +98,10 @@ def render_clip(
             inputs that are not caches (benchmarks).
         encoder, encoder_threads, encoder_preset: passed to :class:`VideoEncoder` (``None`` = its
             defaults: auto, ffmpeg's thread choice, libx264 superfast).
+        sink: what takes the frames instead of :class:`VideoEncoder` (same constructor and
+            attributes); benchmarks on a machine without ffmpeg pass a frame counter.
+        infill_device: where the sparse-keyframe infill warps (``None``: OpenCV on the CPU;
+            ``"cuda"``: torch on the GPU); see :func:`~newsmotion_engine.render.keyframes.infill_frames`.
 
     Returns:
         The :class:`RenderTelemetry` written beside the mp4.
@@ -102,13 +126,7 @@ def render_clip(
 
     backend.load()
     t0 = time.perf_counter()
-    portrait_hw = np.asarray(persona.portrait).shape[:2]
-    retargeted = retarget(
-        kp,
-        persona.landmarks,
-        loop_size=loop_canvas_size(guidance),
-        persona_size=(int(portrait_hw[1]), int(portrait_hw[0])),
-    )
+    retargeted = retargeted_keypoints(guidance, persona)
     retarget_ms = (time.perf_counter() - t0) * 1e3
 
     render_s = 0.0
@@ -116,13 +134,13 @@ def render_clip(
     enc_opts: dict[str, Any] = {"encoder": encoder, "threads": encoder_threads}
     if encoder_preset:
         enc_opts["preset"] = encoder_preset
-    with VideoEncoder(out_path, spec.width, spec.height, spec.fps, **enc_opts) as enc:
+    with (sink or VideoEncoder)(out_path, spec.width, spec.height, spec.fps, **enc_opts) as enc:
         # Sparse keyframes (spec.keyframes > 1): the backend renders the keyframes' poses only and
         # the infill stage fills the frames between (a pass-through at 1).
         schedule = clip_schedule(total, spec)
         keyframe_stats = InfillStats()
         frames = iter(infill_frames(backend.frames(guidance, persona, driving_keypoints(retargeted, schedule), spec),
-                                    schedule, spec, stats=keyframe_stats))  # fmt: skip
+                                    schedule, spec, stats=keyframe_stats, device=infill_device))  # fmt: skip
         while True:
             t0 = time.perf_counter()
             try:

@@ -1,30 +1,38 @@
-"""The ``warp`` backend: CPU, no weights. Each frame is the persona's portrait bent by a smooth
-displacement field so that its landmarks land on the retargeted pose.
+"""The ``warp`` backend: CPU, no weights. Each frame is the persona's portrait as a layered
+cut-out: the body bent by a smooth displacement field so that its landmarks land on the
+retargeted pose, and each arm the portrait shows as its own layer, deformed as-rigid-as-possible
+along its bones and drawn over the body (:mod:`newsmotion_engine.render.limbs`).
 
 Per frame:
 
-1. Control points: body joints (shoulders, elbows, wrists, points along the arm bones, hand
-   centres) go from the persona's rest position to the retargeted one; the hips and points on
-   the frame border stay put (the lower body and the frame edges do not move); the head moves as
-   one similarity transform (rotation, scale, shift) fitted to the head keypoints.
+1. Control points of the body: the shoulders go from the persona's rest position to the
+   retargeted one and the torso follows them with a falloff to the hips; an arm that is *not* a
+   layer (the portrait does not show it well enough) contributes its visible joints as before,
+   softly limited in reach; the hips and points on the frame border stay put; the head moves as
+   one similarity transform (rotation, scale, shift) fitted to the nose, eyes and inner face.
 2. Field: a thin-plate spline (F. L. Bookstein, "Principal warps: thin-plate splines and the
    decomposition of deformations", PAMI 1989) interpolating the *backward* map (output pixel ->
    portrait pixel) through the control points, evaluated on a coarse grid (one node per
    ``grid_step`` pixels) covering only the region the person can reach; inside the face mask the
    map is blended towards the head's exact similarity, so the face moves rigidly (no rubber face).
 3. The coarse map is upsampled bilinearly (a TPS is smooth, so this loses nothing visible) and
-   ``cv2.remap`` samples the portrait.
+   ``cv2.remap`` samples the body image (the portrait with the arm layers taken out and the torso
+   behind them filled).
+4. The arm layers: ARAP solve, rasterized backward map, remap, composite over the body in depth
+   order (upper arm, forearm, hand), so an arm lifts off the torso.
 
-Compositing is folded into the remap: the source image is the portrait already composited over
-the background with its matte. The background is one constant colour, so bilinear sampling of
-the composited image equals compositing the bilinearly warped portrait with the identically
-warped matte; the matte edge cannot tear, and there is no separate per-frame composite pass.
-Outside the reachable region the frame is the constant composite of the rest pose (a prefilled
-template).
+Compositing of the body is folded into its remap: the body image is already composited over the
+background with its matte. The background is one constant colour, so bilinear sampling of the
+composited image equals compositing the bilinearly warped body with the identically warped
+matte; the matte edge cannot tear, and there is no separate per-frame composite pass. Outside
+the reachable region the frame is the constant composite of the rest pose (a prefilled template).
 
-The backend precomputes everything that depends only on (persona, spec) once (``prepare``) and
-everything that depends on the clip once per clip (region, grid), so the per-frame work is one
-small linear solve, a coarse field and one remap of the region.
+The backend precomputes everything that depends only on (persona, spec) once (``prepare``: the
+placement, the arm layers and their meshes, the filled body) and everything that depends on the
+clip once per clip (region, grid), so the per-frame work is one small linear solve, a coarse
+field, one remap of the region and, per arm, a few sparse back-substitutions and one small remap.
+Which arm parts were animated (and why the others were not) is in ``describe()["last_render"]``
+after a render, hence in the render's telemetry (``backend_info``).
 """
 
 from __future__ import annotations
@@ -41,11 +49,17 @@ import numpy as np
 
 from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.render.base import BackendNeeds, BackendOptions, RenderSpec, register_backend
+from newsmotion_engine.render.limbs import ArmLayer, LimbReport, cut_arms, draw_arm, pose_arm
 from newsmotion_engine.skeleton import BODY, FACE_START, LEFT_HAND_START, NUM_KEYPOINTS, RIGHT_HAND_START
 
 __all__ = ["WarpBackend", "WarpOptions", "PreparedPersona", "place_portrait"]
 
 _HEAD_POINTS = np.array(list(range(0, 5)) + list(range(FACE_START, FACE_START + 68)))
+# The points the head's rigid motion is fitted to: nose, eyes and the inner face (nose, eyes,
+# mouth of the iBUG 68), not the ears, jaw line or brows. Under a nod or a turn the inner face
+# travels furthest while the ears (near the pivot) and the outline barely move; fitted to
+# everything, a nod shrinks to half and turns into a zoom.
+_HEAD_FIT_POINTS = np.array(list(range(0, 3)) + list(range(FACE_START + 27, FACE_START + 68)))
 _ARM_CHAINS = (
     (BODY["left_shoulder"], BODY["left_elbow"], BODY["left_wrist"], LEFT_HAND_START),
     (BODY["right_shoulder"], BODY["right_elbow"], BODY["right_wrist"], RIGHT_HAND_START),
@@ -71,6 +85,8 @@ class PreparedPersona:
     rest_conf: np.ndarray  # float [133]
     face_ctrl_rest: np.ndarray  # float64 [F, 2] points spanning the head (output pixels)
     anchors: np.ndarray  # float64 [A, 2] fixed points (frame border, hips)
+    arms: list[ArmLayer]  # the arms cut into their own layers (drawn over the body)
+    limbs: LimbReport  # which arm parts are animated, why the others are not
 
 
 def place_portrait(portrait_hw: tuple[int, int], width: int, height: int) -> tuple[float, float, float, float]:
@@ -142,6 +158,12 @@ class WarpOptions(BackendOptions):
         limb_reach: soft limit on how far an arm control point travels, in shoulder widths.
         limb_threshold: landmark confidence an elbow/wrist/hand needs to become a control point
             (stricter than ``threshold``: a guessed elbow inside a jacket must not steer the warp).
+        layered_arms: cut the arms the portrait shows into their own layers, deformed
+            as-rigid-as-possible along their bones over an inpainted torso
+            (:mod:`newsmotion_engine.render.limbs`); off = the whole portrait is one warped sheet.
+        part_threshold: landmark confidence both ends of an arm part need for it to be cut and
+            animated (a part below it, or outside the portrait, is not animated and is reported).
+        arap_iterations: ARAP local/global iterations per arm per frame.
         prepared_cache: how many (persona, spec) preparations to keep.
     """
 
@@ -154,6 +176,9 @@ class WarpOptions(BackendOptions):
     threshold: float = 0.3
     limb_reach: float = 0.3
     limb_threshold: float = 0.5
+    layered_arms: bool = True
+    part_threshold: float = 0.3
+    arap_iterations: int = 3
     prepared_cache: int = 4
 
     def __post_init__(self) -> None:
@@ -164,7 +189,11 @@ class WarpOptions(BackendOptions):
         for name in ("margin", "regularization", "limb_reach"):
             if not _is_number(getattr(self, name)) or getattr(self, name) < 0:
                 raise self.option_error(name, "use a number >= 0")
-        for name in ("face_rigidity", "threshold", "limb_threshold"):
+        if not isinstance(self.layered_arms, bool):
+            raise self.option_error("layered_arms", "use true or false")
+        if not _is_int(self.arap_iterations) or not 1 <= self.arap_iterations <= 50:
+            raise self.option_error("arap_iterations", "use an integer in 1..50")
+        for name in ("face_rigidity", "threshold", "limb_threshold", "part_threshold"):
             if not _is_number(getattr(self, name)) or not 0 <= getattr(self, name) <= 1:
                 raise self.option_error(name, "use a number in 0..1")
         if not _is_int(self.prepared_cache) or self.prepared_cache < 1:
@@ -172,7 +201,7 @@ class WarpOptions(BackendOptions):
 
 
 class WarpBackend:
-    """Thin-plate-spline warp of the portrait (see the module docstring); options in
+    """Layered warp of the portrait (see the module docstring); options in
     :class:`WarpOptions` (``get_backend("warp", threads=1)`` validates them)."""
 
     name = "warp"
@@ -191,6 +220,10 @@ class WarpBackend:
         self.threshold = float(o.threshold)
         self.limb_reach = float(o.limb_reach)
         self.limb_threshold = float(o.limb_threshold)
+        self.layered_arms = bool(o.layered_arms)
+        self.part_threshold = float(o.part_threshold)
+        self.arap_iterations = int(o.arap_iterations)
+        self.last_parts: dict[str, Any] | None = None
         self._cache: OrderedDict[tuple, PreparedPersona] = OrderedDict()
         self._cache_size = int(o.prepared_cache)
         self._loaded = False
@@ -219,18 +252,24 @@ class WarpBackend:
         self._loaded = False
 
     def describe(self) -> dict[str, Any]:
-        return {
+        info: dict[str, Any] = {
             "backend": self.name,
             "weights": "none",
             "device": "cpu",
             "threads": self.threads,
             "grid_step": self.grid_step or "auto",
+            "layered_arms": self.layered_arms,
             "opencv": cv2.__version__,
         }
+        if self.last_parts is not None:
+            # Which arm parts the last render animated, and why the others were not (a part the
+            # portrait does not show is never invented). A run report, not an input.
+            info["last_render"] = {"parts": self.last_parts}
+        return info
 
     def reset_stats(self) -> None:
-        """Zero the per-stage timers (``stats``: frames, field_ms, remap_ms, composite_ms)."""
-        self.stats = {"frames": 0, "prepare_ms": 0.0, "field_ms": 0.0, "remap_ms": 0.0, "composite_ms": 0.0}
+        """Zero the per-stage timers (``stats``: frames, field_ms, remap_ms, composite_ms, arms_ms)."""
+        self.stats = {"frames": 0, "prepare_ms": 0.0, "field_ms": 0.0, "remap_ms": 0.0, "composite_ms": 0.0, "arms_ms": 0.0}
 
     # -- per (persona, spec) ---------------------------------------------------------------
     def prepare(self, persona: Any, spec: RenderSpec) -> PreparedPersona:
@@ -275,16 +314,38 @@ class WarpBackend:
             return cv2.resize(img, (w_px, h_px), interpolation=interp)
 
         area = cv2.INTER_AREA if pw < portrait.shape[1] else cv2.INTER_LINEAR
-        bg = np.array(spec.background, dtype=np.float32)
-        # Composite once in float so the matte's soft edge blends exactly, then round.
-        alpha = placed(pmask, area).astype(np.float32)[..., None] * (1.0 / 255.0)
-        comp = placed(portrait, area).astype(np.float32) * alpha + bg * (1.0 - alpha)
-        source = np.empty((H, W, 3), dtype=np.uint8)
-        source[:] = np.asarray(spec.background, dtype=np.uint8)
-        source[y0 : y0 + h_px, x0 : x0 + w_px] = np.clip(comp + 0.5, 0, 255).astype(np.uint8)
-
+        # The portrait, its matte and face mask placed on the output frame.
+        full_rgb = np.zeros((H, W, 3), dtype=np.uint8)
+        full_rgb[y0 : y0 + h_px, x0 : x0 + w_px] = placed(portrait, area)
+        full_alpha = np.zeros((H, W), dtype=np.float32)
+        full_alpha[y0 : y0 + h_px, x0 : x0 + w_px] = placed(pmask, area).astype(np.float32) * (1.0 / 255.0)
         full_face = np.zeros((H, W), dtype=np.float32)
         full_face[y0 : y0 + h_px, x0 : x0 + w_px] = placed(fmask, area).astype(np.float32) * (1.0 / 255.0)
+
+        if not (full_alpha > 8 / 255).any():
+            raise NewsmotionError(f"persona {pid}: the person mask is empty; nothing to animate")
+
+        offset = np.array([ox, oy])
+        size = np.array([pw, ph])
+        rest_px = lm[:, :2] * size + offset
+        rest_ok = lm[:, 2] >= self.threshold
+        # The arms the portrait shows become their own layers; the body keeps the rest, with the
+        # torso behind the arms filled in (composited over the background once, in float, so the
+        # matte's soft edge blends exactly).
+        arms, source, limbs = cut_arms(
+            portrait=full_rgb,
+            alpha=full_alpha,
+            face=full_face,
+            rest_px=rest_px,
+            rest_conf=lm[:, 2],
+            portrait_box=(x0, y0, x0 + w_px, y0 + h_px),
+            background=tuple(int(c) for c in spec.background),
+            threshold=self.part_threshold if self.layered_arms else 2.0,
+            iterations=self.arap_iterations,
+        )
+        if not self.layered_arms:
+            limbs = LimbReport([], {name: "layered arms are off (layered_arms=false)" for name in limbs.not_animated})
+
         # A soft edge so the rigid head blends into the bending neck instead of shearing at a seam.
         sigma = max(1.0, 0.012 * W)
         full_face = cv2.GaussianBlur(full_face, (0, 0), sigma)
@@ -298,11 +359,6 @@ class WarpBackend:
             raise NewsmotionError(f"persona {pid}: the person mask is empty; nothing to animate")
         bx, by, bw, bh = cv2.boundingRect(pts)
         person_box = (bx, by, bx + bw, by + bh)
-
-        offset = np.array([ox, oy])
-        size = np.array([pw, ph])
-        rest_px = lm[:, :2] * size + offset
-        rest_ok = lm[:, 2] >= self.threshold
 
         # The head's extent: the face mask's box (face + hair), else the head keypoints' box.
         face_pts = cv2.findNonZero((full_face > 0.5).astype(np.uint8)) if self.face_rigidity > 0 else None
@@ -352,6 +408,8 @@ class WarpBackend:
             rest_conf=lm[:, 2].copy(),
             face_ctrl_rest=face_ctrl_rest,
             anchors=np.concatenate(anchors, axis=0),
+            arms=arms,
+            limbs=limbs,
         )
 
     # -- per clip --------------------------------------------------------------------------
@@ -372,8 +430,14 @@ class WarpBackend:
         dst = np.where(kp_ok[..., None], kp_px, rest[None])  # [T, 133, 2]
         R: list[np.ndarray] = []
         D: list[np.ndarray] = []
+        layered = {int(_ARM_CHAINS[0][0]) if arm.side == "left" else int(_ARM_CHAINS[1][0]) for arm in prep.arms}
         for sh, el, wr, hand0 in _ARM_CHAINS:
             chain = [sh] if ok[sh] else []
+            if sh in layered:
+                # The arm is its own layer: the body field only follows its shoulder.
+                R.extend(rest[j] for j in chain)
+                D.extend(dst[:, j] for j in chain)
+                continue
             for j in (el, wr):
                 if limb_ok[j] and (chain or j == el):
                     chain.append(j)
@@ -435,11 +499,11 @@ class WarpBackend:
         T = kp_px.shape[0]
         out = np.zeros((T, 2), dtype=np.complex128)
         out[:, 0] = 1.0
-        rest_ok = prep.rest_ok[_HEAD_POINTS]
-        rest_c = prep.rest_px[_HEAD_POINTS, 0] + 1j * prep.rest_px[_HEAD_POINTS, 1]
-        cur_c = kp_px[:, _HEAD_POINTS, 0] + 1j * kp_px[:, _HEAD_POINTS, 1]
+        rest_ok = prep.rest_ok[_HEAD_FIT_POINTS]
+        rest_c = prep.rest_px[_HEAD_FIT_POINTS, 0] + 1j * prep.rest_px[_HEAD_FIT_POINTS, 1]
+        cur_c = kp_px[:, _HEAD_FIT_POINTS, 0] + 1j * kp_px[:, _HEAD_FIT_POINTS, 1]
         for t in range(T):
-            sel = rest_ok & kp_ok[t, _HEAD_POINTS]
+            sel = rest_ok & kp_ok[t, _HEAD_FIT_POINTS]
             if sel.sum() >= 2:
                 out[t] = _similarity(rest_c[sel], cur_c[t, sel])
         return out
@@ -455,6 +519,7 @@ class WarpBackend:
         if kp.ndim != 3 or kp.shape[1:] != (NUM_KEYPOINTS, 3):
             raise NewsmotionError(f"retargeted keypoints have shape {kp.shape}; expected [T, {NUM_KEYPOINTS}, 3]")
         prep = self.prepare(persona, spec)
+        self.last_parts = prep.limbs.as_dict()
         return self._frames(prep, kp)
 
     def _frames(self, prep: PreparedPersona, kp: np.ndarray) -> Iterator[np.ndarray]:
@@ -574,6 +639,12 @@ class WarpBackend:
             t2 = time.perf_counter()
             cv2.remap(template, map1, map2, cv2.INTER_LINEAR, dst=frame[ry0:y1, rx0:x1], borderMode=cv2.BORDER_REPLICATE)
             t3 = time.perf_counter()
+            if prep.arms:
+                dst_t = np.where(kp_ok[t][:, None], kp_px[t], prep.rest_px)
+                for arm in prep.arms:
+                    draw_arm(frame, arm, pose_arm(arm, prep.rest_px, dst_t))
+            t4 = time.perf_counter()
+            stats["arms_ms"] += (t4 - t3) * 1e3
             stats["frames"] += 1
             stats["field_ms"] += (t1 - t0) * 1e3
             stats["composite_ms"] += (t2 - t1) * 1e3

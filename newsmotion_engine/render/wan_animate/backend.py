@@ -20,9 +20,11 @@ fixed crop size per clip (no zoom jitter).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ from newsmotion_engine.render.wan_animate import caches as C
 from newsmotion_engine.render.wan_animate.config import NAME, RANDOM_WEIGHTS_LABEL, WanAnimateOptions
 from newsmotion_engine.skeleton import FACE_START
 
-__all__ = ["WanAnimateBackend", "WanAnimateOOMError", "loop_prompt"]
+__all__ = ["ClipWork", "WanAnimateBackend", "WanAnimateOOMError", "loop_prompt"]
 
 log = logging.getLogger(__name__)
 
@@ -343,12 +345,8 @@ class WanAnimateBackend:
         """
         self.load()
         self._check_spec(spec)
-        try:
+        with self._oom_explained(spec):
             yield from self._frames(guidance, persona, keypoints, spec)
-        except Exception as exc:  # only CUDA OOM is translated; everything else propagates as is
-            if type(exc).__name__ == "OutOfMemoryError":
-                raise WanAnimateOOMError(self._oom_message(spec)) from exc
-            raise
 
     def _oom_message(self, spec: RenderSpec) -> str:
         o = self.options
@@ -366,44 +364,95 @@ class WanAnimateBackend:
         return f"wan-animate ran out of GPU memory at {spec.width}x{spec.height}; reduce memory with: " + ", ".join(tips)
 
     def _frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
+        work = self.plan_clip(guidance, persona, keypoints, spec)
+        for k in range(work.plan.segments):
+            latents = self.denoise_clip_segment(work, k)
+            yield from self.decode_clip_segment(work, k, latents)
+
+    # ------------------------------------------------------------------ stages (the render queue)
+    # frames() runs the three stages one after the other; the 3-stage render queue
+    # (newsmotion_engine.render.queue) overlaps them across segments and clips: plan_clip on a CPU
+    # thread, denoise_clip_segment on the GPU's main stream (in segment order: a continuation needs
+    # the previous segment's latents), decode_clip_segment on a second stream with the encoder.
+    def plan_clip(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> ClipWork:
+        """Stage 1 (CPU): load both sub-caches, build the face video, draw every segment's noise.
+
+        Raises:
+            BackendCacheError: a sub-cache is missing or stale (nothing is built here).
+        """
         import torch
 
-        from newsmotion_engine.render.wan_animate import segment as S
-
-        o, comps = self.options, self.components
+        self.load()
+        self._check_spec(spec)
         T = int(np.asarray(keypoints).shape[0])
         plan = self._plan(T)
         t0 = time.perf_counter()
         g = self.load_guidance(guidance, spec, T)
         p = self.load_persona(persona, spec)
         faces = self.face_video(guidance, persona, keypoints, spec)
-        prep_s = time.perf_counter() - t0
-
         h, w = spec.height // 8, spec.width // 8
         on_cuda = getattr(comps.device, "type", str(comps.device)) == "cuda"
         if on_cuda:  # the render's own peak (telemetry's peak_vram_gib), not the process's
             torch.cuda.reset_peak_memory_stats(comps.device)
         gen = torch.Generator("cpu").manual_seed(spec.seed)
-        emitted = 0
-        previous = None
+        noises = [torch.randn((1, 16, plan.latent_frames + 1, h, w), generator=gen, dtype=torch.float32) for _ in range(plan.segments)]
         stats: dict[str, Any] = {"segments": plan.segments, "denoise_s": 0.0, "decode_s": 0.0, "cond_passes": 0,
-                                 "uncond_passes": 0, "plain_cfg_passes": 0, "teacache_computed": 0, "teacache_skipped": 0}  # fmt: skip
-        for k in range(plan.segments):
-            start = plan.start(k)
-            idx = [(start + j) % T for j in range(plan.segment_frames)]
-            noise = torch.randn((1, 16, plan.latent_frames + 1, h, w), generator=gen, dtype=torch.float32)
-            result = S.render_segment(comps, g, p, faces[idx], plan=plan, segment=k, noise=noise, steps=o.steps,
-                                      guidance_scale=o.guidance_scale, previous=previous)  # fmt: skip
-            for key in stats:
-                if key in result.stats:
-                    stats[key] += result.stats[key]
-            previous = result.latents[:, :, 1:].cpu()
-            for frame in result.video[0 if k == 0 else o.prev_frames :]:
-                if emitted >= T:
-                    break
-                emitted += 1
-                yield np.ascontiguousarray(frame)
-        stats["prep_s"] = prep_s
+                                 "uncond_passes": 0, "plain_cfg_passes": 0, "teacache_computed": 0, "teacache_skipped": 0,
+                                 "prep_s": time.perf_counter() - t0}  # fmt: skip
+        return ClipWork(plan=plan, frames=T, spec=spec, guidance=g, persona=p, faces=faces, noises=noises, stats=stats)
+
+    def denoise_clip_segment(self, work: ClipWork, k: int) -> Any:
+        """Stage 2 (GPU): denoise segment ``k`` of ``work`` (segments in order); its latents."""
+        from newsmotion_engine.render.wan_animate import segment as S
+
+        if k != work.denoised:
+            raise ValueError(f"segment {k} denoised out of order (next is {work.denoised})")
+        o = self.options
+        start = work.plan.start(k)
+        idx = [(start + j) % work.frames for j in range(work.plan.segment_frames)]
+        t0 = time.perf_counter()
+        with self._oom_explained(work.spec):
+            latents, st = S.denoise_latents(self.components, work.guidance, work.persona, work.faces[idx], plan=work.plan,
+                                            segment=k, noise=work.noises[k], steps=o.steps, guidance_scale=o.guidance_scale,
+                                            previous=work.previous)  # fmt: skip
+        work.timeline.append(("denoise", t0, time.perf_counter()))
+        for key in st:
+            if key in work.stats:
+                work.stats[key] += st[key]
+        work.previous = latents[:, :, 1:].cpu()
+        work.denoised += 1
+        return latents
+
+    def decode_clip_segment(self, work: ClipWork, k: int, latents: Any) -> Iterator[np.ndarray]:
+        """Stage 3 (GPU decode, on the caller's current stream): segment ``k``'s new frames (its
+        first ``prev_frames`` repeat the previous segment's end; frames past the clip are dropped)."""
+        from newsmotion_engine.render.wan_animate import segment as S
+
+        t0 = time.perf_counter()
+        with self._oom_explained(work.spec):
+            video, decode_s = S.decode_frames(self.components, latents)
+        work.timeline.append(("decode", t0, time.perf_counter()))
+        work.stats["decode_s"] += decode_s
+        if k == work.plan.segments - 1:
+            self._finish(work)
+        for frame in video[0 if k == 0 else self.options.prev_frames :]:
+            if work.emitted >= work.frames:
+                break
+            work.emitted += 1
+            yield np.ascontiguousarray(frame)
+
+    @contextlib.contextmanager
+    def _oom_explained(self, spec: RenderSpec) -> Iterator[None]:
+        """CUDA out-of-memory -> :class:`WanAnimateOOMError` naming what reduces memory."""
+        try:
+            yield
+        except Exception as exc:  # only CUDA OOM is translated; everything else propagates as is
+            if type(exc).__name__ == "OutOfMemoryError":
+                raise WanAnimateOOMError(self._oom_message(spec)) from exc
+            raise
+
+    def _finish(self, work: ClipWork) -> None:
+        stats = dict(work.stats)
         plain = stats["plain_cfg_passes"]
         stats["cfg_flops_saved"] = round(1 - (stats["cond_passes"] + stats["uncond_passes"]) / plain, 4) if plain else 0.0
         for key in ("denoise_s", "decode_s", "prep_s"):
@@ -411,3 +460,23 @@ class WanAnimateBackend:
         if on_cuda:
             stats["peak_vram_gib"] = round(torch.cuda.max_memory_allocated(comps.device) / 2**30, 3)
         self.last_render = stats
+
+
+@dataclass
+class ClipWork:
+    """One clip between the render stages: its plan, loaded sub-caches, face video, per-segment
+    noise, the previous segment's latents (continuation), stats and the GPU timeline
+    (``(stage, start, end)`` host times, for the render queue's idle figures)."""
+
+    plan: C.SegmentPlan
+    frames: int
+    spec: RenderSpec
+    guidance: C.GuidanceArtifacts
+    persona: C.PersonaArtifacts
+    faces: np.ndarray
+    noises: list[Any]
+    stats: dict[str, Any]
+    previous: Any = None
+    denoised: int = 0
+    emitted: int = 0
+    timeline: list[tuple[str, float, float]] = field(default_factory=list)

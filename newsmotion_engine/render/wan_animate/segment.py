@@ -30,7 +30,7 @@ from newsmotion_engine.accel.teacache import reset_teacache, teacache_stats
 from newsmotion_engine.render.wan_animate import denoise
 from newsmotion_engine.render.wan_animate.caches import GuidanceArtifacts, PersonaArtifacts, SegmentPlan, i2v_mask, to_video_tensor
 
-__all__ = ["SegmentResult", "render_segment"]
+__all__ = ["SegmentResult", "decode_frames", "denoise_latents", "render_segment"]
 
 
 @dataclass
@@ -56,7 +56,8 @@ def render_segment(
     guidance_scale: float,
     previous: torch.Tensor | None = None,
 ) -> SegmentResult:
-    """Denoise and decode segment ``segment`` of ``plan``.
+    """Denoise and decode segment ``segment`` of ``plan`` (:func:`denoise_latents`, then
+    :func:`decode_frames`; the 3-stage render queue calls the two separately, on two streams).
 
     Args:
         components: the backend's loaded components (``transformer``, ``vae``, ``device``,
@@ -68,6 +69,27 @@ def render_segment(
         previous: the previous segment's denoised latents without the reference frame
             (``latents[:, :, 1:]``); required for every segment after the first.
     """
+    latents, stats = denoise_latents(components, guidance, persona, face_frames, plan=plan, segment=segment, noise=noise,
+                                     steps=steps, guidance_scale=guidance_scale, previous=previous)  # fmt: skip
+    video, decode_s = decode_frames(components, latents)
+    return SegmentResult(latents=latents, video=video, stats={**stats, "decode_s": decode_s})
+
+
+def denoise_latents(
+    components: Any,
+    guidance: GuidanceArtifacts,
+    persona: PersonaArtifacts,
+    face_frames: np.ndarray,
+    *,
+    plan: SegmentPlan,
+    segment: int,
+    noise: torch.Tensor,
+    steps: int,
+    guidance_scale: float,
+    previous: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The denoising half of :func:`render_segment`: final latents (on the device) and stats
+    (``denoise_s``, CFG passes, TeaCache computed / skipped)."""
     dev, dtype = components.device, components.dtype
     if segment > 0 and previous is None:
         raise ValueError("render_segment: a continuation segment needs the previous segment's latents")
@@ -95,11 +117,17 @@ def render_segment(
                                           pyramid=getattr(components, "pyramid", None),
                                           new_scheduler=components.new_scheduler)  # fmt: skip
     if getattr(dev, "type", "cpu") == "cuda":
-        torch.cuda.synchronize(dev)
-    t1 = time.perf_counter()
-    video = denoise.decode_latents(components.vae, latents)
-    t2 = time.perf_counter()
+        # This stream only: a device-wide sync would also wait for the render queue's decode stream.
+        torch.cuda.current_stream(dev).synchronize()
     tc = teacache_stats(components.transformer)
-    stats = {"denoise_s": t1 - t0, "decode_s": t2 - t1, **strategy.stats(),
+    stats = {"denoise_s": time.perf_counter() - t0, **strategy.stats(),
              "teacache_computed": tc["computed"], "teacache_skipped": tc["skipped"]}  # fmt: skip
-    return SegmentResult(latents=latents, video=video, stats=stats)
+    return latents, stats
+
+
+def decode_frames(components: Any, latents: torch.Tensor) -> tuple[np.ndarray, float]:
+    """The decoding half of :func:`render_segment`: uint8 ``[T, H, W, 3]`` frames and seconds.
+    Runs on the current CUDA stream (the render queue's decode stream)."""
+    t0 = time.perf_counter()
+    video = denoise.decode_latents(components.vae, latents)  # ends in a copy to the host: synchronous
+    return video, time.perf_counter() - t0

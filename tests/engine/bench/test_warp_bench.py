@@ -27,8 +27,10 @@ def test_bench_warp_reports_fps_and_stages():
     assert res["benchmark"] == "warp" and res["frames"] == 10
     assert res["fps"] > 0 and res["fps"] >= res["fps_median"] > 0 and len(res["fps_runs"]) == 2
     assert res["render_only_fps"] > 0
-    for stage in ("retarget", "field", "remap", "composite", "encode"):
+    for stage in ("retarget", "field", "remap", "composite", "arms", "encode"):
         assert res["stages_ms"][stage] >= 0
     assert res["field_ms"] > 0 and res["remap_ms"] > 0 and res["encode_ms"] > 0
+    assert res["arms_ms"] > 0  # the drawn figure's arms are layers
+    assert res["backend_info"]["last_render"]["parts"]["not_animated"] == {}
     assert res["encoder"] in ("libx264", "h264_nvenc")
     assert res["meets_floor"] == (res["fps"] >= 30)

@@ -1,0 +1,422 @@
+"""GPU benchmark of doing less work per clip: a whole 120-frame 720x1280 clip, stock vs ours.
+
+One run (one device call) measures, on the same synthetic loop and reference image
+(:func:`~newsmotion_engine.bench.gpu.bench_inputs`) and the same random-weight model:
+
+- ``vae``: the tiled VAE decode of one segment's latents against larger tiles, untiled, and
+  untiled with ``channels_last_3d`` (seconds and peak VRAM) — the decode on the critical path;
+- ``stock``: diffusers' ``WanAnimatePipeline`` in bf16 with its defaults on the whole clip (two
+  77-frame segments; its own VAE / CLIP encodes included, text encoding timed and added) —
+  ``clip_120f_720p_s_stock``;
+- ``ours``: each :data:`CLIP_VARIANTS` entry renders the same clip through the shipped path —
+  :func:`~newsmotion_engine.render.queue.render_queue` (the 3-stage pipeline) -> ``render_clip`` ->
+  the backend's stages, with sparse keyframes + flow infill from ``RenderSpec.keyframes`` and the
+  variant's acceleration configs applied and removed through the registry. The fastest variant
+  without experimental approximations is ``clip_120f_720p_s``; the experimental ones (sparse
+  attention, pyramid) are reported beside it, labelled.
+- ``queue``: a batch of ``batch`` clips rendered serially vs pipelined: wall seconds, clips per
+  hour, GPU idle fraction (:class:`~newsmotion_engine.render.queue.QueueReport`).
+
+Frames are not encoded: the GPU machine has no ffmpeg (and none can be carried), so the clips go
+into :class:`FrameSink`, which does the per-frame colour conversion the encoder's writer thread
+does and discards the frames; libx264 encoding runs beside the render in that thread on a
+machine with ffmpeg (about 8.6 ms of CPU per 720x1280 frame on 2 cores, ``bench warp``).
+
+With random weights the frames are noise: figures are speed and memory only.
+
+Example::
+
+    result = bench_clip("14b", parts=("vae", "stock", "ours"), json_path="gpu_clip.json")
+    result["clip_120f_720p_s"], result["clip_120f_720p_s_stock"]
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gc
+import json
+import math
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from newsmotion_engine.accel.registry import AccelConfig
+
+__all__ = ["CLIP_VARIANTS", "FrameSink", "bench_clip"]
+
+Log = Callable[[str], None]
+
+
+class FrameSink:
+    """Stands in for :class:`~newsmotion_engine.video.encode.VideoEncoder` where there is no ffmpeg:
+    same constructor and attributes, converts each frame to yuv420p (as the encoder's writer
+    thread does) and drops it. Writes no file."""
+
+    def __init__(self, path: Any, width: int, height: int, fps: int, **_: Any) -> None:
+        self.path, self.width, self.height, self.fps = Path(path), width, height, fps
+        self.encoder = "none (benchmark sink: no ffmpeg on this machine)"
+        self.frames, self.mux_ms, self.wait_ms = 0, 0.0, 0.0
+
+    def write(self, frame: np.ndarray) -> None:
+        cv2.cvtColor(frame, cv2.COLOR_RGB2YUV_I420)
+        self.frames += 1
+
+    def __enter__(self) -> FrameSink:
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False
+
+
+def _variants() -> dict[str, dict[str, Any]]:
+    from newsmotion_engine.accel.memory import VaeTiling
+    from newsmotion_engine.accel.pyramid import PyramidCascade
+    from newsmotion_engine.accel.sparse import SparseAttention
+
+    return {
+        # Sparse keyframes alone on top of the dense kernels (no approximation of the model).
+        "keyframes_1to2": {"keyframes": 2, "accel": ()},
+        "keyframes_1to3": {"keyframes": 3, "accel": ()},
+        # The same with a 512-px tiled VAE decode: the decode's activations stay small (peak VRAM).
+        "keyframes_1to2_vae512": {"keyframes": 2, "accel": (VaeTiling(tile=512, stride=448),)},
+        "keyframes_1to3_vae512": {"keyframes": 3, "accel": (VaeTiling(tile=512, stride=448),)},
+        # Experimental approximations (off by default; quality needs real weights), each alone on 1:2.
+        "keyframes_1to3_sparse50_pyramid1": {"keyframes": 3, "accel": (SparseAttention(density=0.5), PyramidCascade(low_steps=1)),
+                                             "experimental": True},  # fmt: skip
+        "keyframes_1to2_sparse50": {"keyframes": 2, "accel": (SparseAttention(density=0.5),), "experimental": True},
+        "keyframes_1to2_pyramid1": {"keyframes": 2, "accel": (PyramidCascade(low_steps=1),), "experimental": True},
+    }
+
+
+# Filled on first use (the configs import torch): name -> {"keyframes", "accel", "experimental"?}.
+CLIP_VARIANTS: dict[str, dict[str, Any]] = {}
+
+
+def _base_accel(cuda: bool) -> tuple[AccelConfig, ...]:
+    """The dense accelerations every "ours" variant runs with (the 1.45x forward of BENCHMARKS)."""
+    from newsmotion_engine.accel.attention import Attention
+    from newsmotion_engine.accel.compile import Compile
+    from newsmotion_engine.accel.fp8 import Fp8Linears
+    from newsmotion_engine.accel.memory import FfnChunks
+
+    if not cuda:
+        return ()
+    return (Fp8Linears(mode="auto"), Attention("fp8-triton"), Compile(), FfnChunks(chunks=8))
+
+
+def _sync(dev: Any) -> None:
+    import torch
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _peak_gib(dev: Any) -> float | None:
+    import torch
+
+    return round(torch.cuda.max_memory_allocated(dev) / 2**30, 3) if dev.type == "cuda" else None
+
+
+def _reset_peak(dev: Any) -> None:
+    import torch
+
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+
+
+def _bench_vae(backend: Any, width: int, height: int, frames: int, log: Log) -> dict[str, Any]:
+    """Decode one ``frames``-frame segment's latents: tiled (today's default), larger tiles,
+    untiled, untiled + channels_last_3d."""
+    import torch
+
+    from newsmotion_engine.accel.memory import VaeTiling, disable_vae_tiling, enable_vae_tiling
+    from newsmotion_engine.render.wan_animate import denoise
+
+    comps = backend.components
+    vae, dev = comps.vae, comps.device
+    t_lat = (frames - 1) // 4 + 1
+    latents = torch.randn(1, 16, t_lat + 1, height // 8, width // 8, generator=torch.Generator("cpu").manual_seed(1)).to(dev)
+    out: dict[str, Any] = {"frames": frames}
+    cases: list[tuple[str, VaeTiling | None, bool]] = [("tiled_256_192", VaeTiling(256, 192), False),
+                                                       ("tiled_512_448", VaeTiling(512, 448), False),
+                                                       ("untiled", None, False), ("untiled_channels_last", None, True)]  # fmt: skip
+    for name, tiling, channels_last in cases:
+        if tiling is not None:
+            enable_vae_tiling(vae, tiling)
+        else:
+            disable_vae_tiling(vae)
+        convs = [m for m in vae.modules() if isinstance(m, torch.nn.Conv3d)] if channels_last else []
+        for m in convs:  # the 3-D convolutions only (other parameters have no 5-D layout)
+            m.weight.data = m.weight.data.contiguous(memory_format=torch.channels_last_3d)
+        try:
+            denoise.decode_latents(vae, latents[:, :, :3])  # warm-up (cuDNN algorithm choice)
+            _reset_peak(dev)
+            _sync(dev)
+            t0 = time.perf_counter()
+            video = denoise.decode_latents(vae, latents)
+            _sync(dev)
+            out[name] = {"decode_s": round(time.perf_counter() - t0, 3), "peak_vram_gib": _peak_gib(dev), "frames_out": int(video.shape[0])}
+        except Exception as exc:  # an OOM at one setting is a result; the others still run
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+        finally:
+            for m in convs:
+                m.weight.data = m.weight.data.contiguous()
+        log(f"vae {name}: {out[name]}")
+    disable_vae_tiling(vae)
+    ok = {k: v for k, v in out.items() if isinstance(v, dict) and "decode_s" in v}
+    if ok:
+        out["fastest"] = min(ok, key=lambda k: ok[k]["decode_s"])
+    return out
+
+
+def _bench_stock(backend: Any, loop: Any, persona: Any, width: int, height: int, frames: int, steps: int, log: Log) -> dict[str, Any]:
+    """Stock ``WanAnimatePipeline`` (bf16, SDPA, its defaults) on the whole clip."""
+    import torch
+    from diffusers import WanAnimatePipeline
+    from PIL import Image
+
+    from newsmotion_engine.bench.gpu import BENCH_PROMPT
+    from newsmotion_engine.guidance.draw import draw_pose
+    from newsmotion_engine.render.wan_animate import caches as C
+    from newsmotion_engine.render.wan_animate.components import load_image_encoder, load_text_encoder
+
+    comps, opts = backend.components, backend.options
+    dev, dtype = comps.device, comps.dtype
+    proc, img_enc = load_image_encoder(opts, dev)
+    img_enc = img_enc.to(dtype)
+    tok, txt_enc = load_text_encoder(opts, dev)
+    t0 = time.perf_counter()
+    emb = C.encode_prompts(tok, txt_enc, [BENCH_PROMPT, ""], dev)
+    _sync(dev)
+    text_s = time.perf_counter() - t0
+    del txt_enc
+    gc.collect()
+    ref = persona.portrait
+    pose = [Image.fromarray(draw_pose(loop.keypoints[i], width, height)) for i in range(frames)]
+    size = int(comps.transformer.config.motion_encoder_size)
+    face = [Image.fromarray(np.roll(np.asarray(Image.fromarray(ref).resize((size, size))), i, axis=1)) for i in range(frames)]
+    pipe = WanAnimatePipeline(tokenizer=None, text_encoder=None, vae=comps.vae, scheduler=comps.new_scheduler(),
+                              image_processor=proc, image_encoder=img_enc, transformer=comps.transformer)  # fmt: skip
+    pipe.set_progress_bar_config(disable=True)
+    calls = {"n": 0}
+    hook = comps.transformer.register_forward_pre_hook(lambda *_: calls.__setitem__("n", calls["n"] + 1))
+    _reset_peak(dev)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        video = pipe(image=Image.fromarray(ref), pose_video=pose, face_video=face, prompt_embeds=emb[0:1].to(dev, dtype),
+                     height=height, width=width, segment_frame_length=77, num_inference_steps=steps, guidance_scale=1.0,
+                     generator=torch.Generator("cpu").manual_seed(0), output_type="np").frames[0]  # fmt: skip
+    _sync(dev)
+    pipeline_s = time.perf_counter() - t0
+    hook.remove()
+    del pipe, img_enc
+    gc.collect()
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    res = {"pipeline_s": round(pipeline_s, 2), "text_encode_s": round(text_s, 2), "end_to_end_s": round(pipeline_s + text_s, 2),
+           "frames_out": int(len(video)), "transformer_forwards": calls["n"], "peak_vram_gib": _peak_gib(dev)}  # fmt: skip
+    log(f"stock clip: {res}")
+    return res
+
+
+def _render_ours(backend: Any, loop: Any, persona: Any, spec: Any, tmp: Path, n: int, *, pipelined: bool = True,
+                 infill_device: str | None = None) -> Any:  # fmt: skip
+    from newsmotion_engine.render.queue import RenderJob, render_queue
+
+    jobs = [RenderJob(loop, persona, spec, tmp / f"clip{i}.mp4") for i in range(n)]
+    return render_queue(backend, jobs, pipelined=pipelined, sink=FrameSink, infill_device=infill_device)
+
+
+def bench_clip(
+    preset: str = "14b",
+    *,
+    parts: Sequence[str] = ("vae", "stock", "ours"),
+    width: int = 720,
+    height: int = 1280,
+    frames: int = 120,
+    steps: int = 4,
+    variants: Sequence[str] | None = None,
+    batch: int = 4,
+    batch_variant: str = "keyframes_1to3",
+    vae_frames: int = 61,
+    device: str = "auto",
+    budget_s: float | None = None,
+    json_path: str | Path | None = None,
+    log: Log = print,
+) -> dict[str, Any]:
+    """Run the clip benchmark (see the module docstring); the JSON is rewritten after every
+    measurement, so a run cut short keeps what it measured. ``parts``: any of ``"vae"``,
+    ``"stock"``, ``"ours"``, ``"queue"``. ``variants``: names of :data:`CLIP_VARIANTS` (default all).
+    ``budget_s``: measurements that would start after this many seconds are skipped (recorded).
+    ``vae_frames``: the decoded segment's length (61: a 120-frame clip at 1:2 keyframes).
+
+    Keys: ``clip_120f_720p_s`` (fastest non-experimental "ours"), ``clip_120f_720p_s_stock``,
+    ``clip_speedup_vs_stock``, ``clip_120f_720p_s_experimental`` (fastest with an approximation),
+    ``vae``, ``stock``, ``ours``, ``queue``, ``weights``.
+    """
+    import diffusers
+    import torch
+
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.bench.gpu import BENCH_PROMPT, bench_inputs
+    from newsmotion_engine.render.base import RenderSpec
+    from newsmotion_engine.render.wan_animate.backend import WanAnimateBackend
+    from newsmotion_engine.render.wan_animate.config import RANDOM_WEIGHTS_LABEL, WanAnimateOptions
+
+    unknown = set(parts) - {"vae", "stock", "ours", "queue"}
+    if unknown:
+        raise ValueError(f"parts {sorted(unknown)}: use vae, stock, ours, queue")
+    CLIP_VARIANTS.update(_variants())
+    names = list(variants) if variants is not None else list(CLIP_VARIANTS)
+    bad = [n for n in names + [batch_variant] if n not in CLIP_VARIANTS]
+    if bad:
+        raise ValueError(f"clip variants {bad}: use {', '.join(CLIP_VARIANTS)}")
+    t_start = time.perf_counter()
+    deadline = t_start + budget_s if budget_s else math.inf
+    result: dict[str, Any] = {"bench": "gpu_clip", "weights": RANDOM_WEIGHTS_LABEL, "preset": preset,
+                              "note": "random weights: speed and memory only; frames are not encoded (no ffmpeg on the GPU machine)",
+                              "shape": {"width": width, "height": height, "frames": frames, "steps": steps},
+                              "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}  # fmt: skip
+
+    def write() -> None:
+        result["wall_s"] = round(time.perf_counter() - t_start, 1)
+        if json_path is not None:
+            Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(json_path).write_text(json.dumps(result, indent=2, default=str) + "\n")
+
+    with tempfile.TemporaryDirectory(prefix="newsmotion-clip-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        opts = WanAnimateOptions(preset=preset, device=device, steps=steps, prompt=BENCH_PROMPT, negative_prompt="",
+                                 cache_root=str(tmp / "caches"))  # fmt: skip
+        backend = WanAnimateBackend(opts)
+        t0 = time.perf_counter()
+        backend.load()
+        comps = backend.components
+        dev = comps.device
+        result["device"] = torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu"
+        result["versions"] = {"torch": torch.__version__, "diffusers": diffusers.__version__, "python": platform.python_version()}
+        result["load_s"] = round(time.perf_counter() - t0, 1)
+        loop, persona = bench_inputs(width, height, frames, tmp)
+        write()
+        if "vae" in parts:
+            result["vae"] = _bench_vae(backend, width, height, vae_frames, log)
+            write()
+        if "stock" in parts and time.perf_counter() < deadline:
+            result["stock"] = _bench_stock(backend, loop, persona, width, height, frames, steps, log)
+            result["clip_120f_720p_s_stock"] = result["stock"]["end_to_end_s"]
+            write()
+        if not ({"ours", "queue"} & set(parts)):
+            backend.close()
+            return result
+        base = registry.apply_accelerations(comps, _base_accel(dev.type == "cuda"))
+        result["accel_report"] = base.report
+        result["ours"] = {}
+        t0 = time.perf_counter()
+        for name in (names if "ours" in parts else []):
+            v = CLIP_VARIANTS[name]
+            if time.perf_counter() > deadline:
+                result["ours"][name] = {"skipped": "device-time budget of this run spent"}
+                continue
+            spec = RenderSpec(width=width, height=height, keyframes=v["keyframes"])
+            row: dict[str, Any] = {"keyframes": v["keyframes"], "experimental": bool(v.get("experimental")),
+                                   "settings": [c.describe() for c in registry.ordered((*base.configs, *v["accel"]))]}  # fmt: skip
+            try:
+                backend.prepare_guidance(loop, spec)
+                backend.prepare_persona(persona, spec)
+                applied = registry.apply_accelerations(comps, v["accel"])
+                try:
+                    t1 = time.perf_counter()
+                    _render_ours(backend, loop, persona, spec, tmp, 1, infill_device="cuda" if dev.type == "cuda" else None)
+                    row["first_run_s"] = round(time.perf_counter() - t1, 2)  # includes compiling this shape
+                    _reset_peak(dev)
+                    report = _render_ours(backend, loop, persona, spec, tmp, 1, infill_device="cuda" if dev.type == "cuda" else None)
+                    tele = report.telemetry[0]
+                    stats = tele.backend_info.get("last_render", {})
+                    row.update(end_to_end_s=round(report.wall_s, 2), peak_vram_gib=_peak_gib(dev), frames_out=tele.frames,
+                               stages_s={"prepare": stats.get("prep_s"), "denoise": stats.get("denoise_s"), "decode": stats.get("decode_s"),
+                                         "infill": round((tele.keyframes or {}).get("infill_ms", 0.0) / 1e3, 3)},
+                               segments=stats.get("segments"), gpu_idle_fraction=report.gpu_idle_fraction,
+                               infill=tele.keyframes)  # fmt: skip
+                finally:
+                    registry.remove_accelerations(comps, applied)
+            except Exception as exc:  # one failing variant is a result; the others still run
+                row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+            result["ours"][name] = row
+            log(f"ours[{name}]: {row}")
+            write()
+        done = {n: r for n, r in result["ours"].items() if "end_to_end_s" in r}
+        exact = {n: r for n, r in done.items() if not r["experimental"]}
+        if exact:
+            best = min(exact, key=lambda n: exact[n]["end_to_end_s"])
+            result["clip_120f_720p_s"] = exact[best]["end_to_end_s"]
+            result["clip_fastest_variant"] = best
+            if "clip_120f_720p_s_stock" in result:
+                result["clip_speedup_vs_stock"] = round(result["clip_120f_720p_s_stock"] / result["clip_120f_720p_s"], 3)
+        approx = {n: r for n, r in done.items() if r["experimental"]}
+        if approx:
+            best = min(approx, key=lambda n: approx[n]["end_to_end_s"])
+            result["clip_120f_720p_s_experimental"] = approx[best]["end_to_end_s"]
+            result["clip_fastest_experimental_variant"] = best
+        if "queue" in parts and time.perf_counter() < deadline:
+            result["queue"] = _bench_queue(backend, loop, persona, width, height, batch, batch_variant, tmp, log)
+            write()
+        backend.close()
+    write()
+    return result
+
+
+def _bench_queue(backend: Any, loop: Any, persona: Any, width: int, height: int, batch: int, variant: str, tmp: Path, log: Log) -> dict[str, Any]:
+    """``batch`` clips of ``variant`` serial vs pipelined (the compiled shapes are warm by now)."""
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.render.base import RenderSpec
+
+    comps = backend.components
+    v = CLIP_VARIANTS[variant]
+    spec = RenderSpec(width=width, height=height, keyframes=v["keyframes"])
+    backend.prepare_guidance(loop, spec)
+    backend.prepare_persona(persona, spec)
+    applied = registry.apply_accelerations(comps, v["accel"])
+    out: dict[str, Any] = {"variant": variant, "clips": batch}
+    infill_device = "cuda" if comps.device.type == "cuda" else None
+    try:
+        _render_ours(backend, loop, persona, spec, tmp, 1, infill_device=infill_device)  # warm (compile this shape)
+        for mode in ("serial", "pipelined"):
+            report = _render_ours(backend, loop, persona, spec, tmp, batch, pipelined=mode == "pipelined", infill_device=infill_device)
+            out[mode] = report.as_dict()
+            log(f"queue {mode}: {out[mode]}")
+    finally:
+        registry.remove_accelerations(comps, applied)
+    if "serial" in out and "pipelined" in out:
+        out["throughput_ratio"] = round(out["pipelined"]["clips_per_hour"] / out["serial"]["clips_per_hour"], 3)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="14b")
+    parser.add_argument("--parts", default="vae,stock,ours")
+    parser.add_argument("--variants", default=None, help="comma-separated CLIP_VARIANTS names (default all)")
+    parser.add_argument("--width", type=int, default=720)
+    parser.add_argument("--height", type=int, default=1280)
+    parser.add_argument("--frames", type=int, default=120)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--budget-s", type=float, default=None)
+    parser.add_argument("--json", default=None)
+    a = parser.parse_args(argv)
+    bench_clip(a.preset, parts=a.parts.split(","), variants=a.variants.split(",") if a.variants else None, width=a.width,
+               height=a.height, frames=a.frames, steps=a.steps, batch=a.batch, budget_s=a.budget_s, json_path=a.json)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
