@@ -391,9 +391,9 @@ class WanAnimateBackend:
         p = self.load_persona(persona, spec)
         faces = self.face_video(guidance, persona, keypoints, spec)
         h, w = spec.height // 8, spec.width // 8
-        on_cuda = getattr(comps.device, "type", str(comps.device)) == "cuda"
-        if on_cuda:  # the render's own peak (telemetry's peak_vram_gib), not the process's
-            torch.cuda.reset_peak_memory_stats(comps.device)
+        device = self.components.device
+        if getattr(device, "type", str(device)) == "cuda":  # the clip's own peak (peak_vram_gib), not the process's
+            torch.cuda.reset_peak_memory_stats(device)
         gen = torch.Generator("cpu").manual_seed(spec.seed)
         noises = [torch.randn((1, 16, plan.latent_frames + 1, h, w), generator=gen, dtype=torch.float32) for _ in range(plan.segments)]
         stats: dict[str, Any] = {"segments": plan.segments, "denoise_s": 0.0, "decode_s": 0.0, "cond_passes": 0,
@@ -457,8 +457,11 @@ class WanAnimateBackend:
         stats["cfg_flops_saved"] = round(1 - (stats["cond_passes"] + stats["uncond_passes"]) / plain, 4) if plain else 0.0
         for key in ("denoise_s", "decode_s", "prep_s"):
             stats[key] = round(stats[key], 3)
-        if on_cuda:
-            stats["peak_vram_gib"] = round(torch.cuda.max_memory_allocated(comps.device) / 2**30, 3)
+        device = self.components.device if self.components is not None else None
+        if getattr(device, "type", None) == "cuda":
+            import torch
+
+            stats["peak_vram_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
         self.last_render = stats
 
 
