@@ -1,16 +1,29 @@
-"""The renderer resource: owns the loaded backend (loaded in ``setup_for_execution``, once per
-process), so a single-run backfill or an in-process demo renders many partitions warm."""
+"""The renderer resource: picks where renders run (its ``launcher``, see
+:mod:`newsmotion_assets.launchers`) and, in process, owns the loaded backend (loaded in
+``setup_for_execution``, once per process), so a single-run backfill or an in-process demo renders
+many partitions warm."""
 
 from __future__ import annotations
 
 import atexit
 import json
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import dagster as dg
 from pydantic import PrivateAttr
 
+from newsmotion_assets.launchers import (
+    K8sPodConfig,
+    bench_args,
+    context_report,
+    iter_records,
+    render_args,
+    resolve_launcher,
+    run_engine,
+)
 from newsmotion_engine.render import Backend, RenderSpec, get_backend
+from newsmotion_engine.render.telemetry import RenderTelemetry
 from newsmotion_engine.storage import Storage
 
 
@@ -48,13 +61,21 @@ class StorageResource(dg.ConfigurableResource):
 
 
 class RendererResource(dg.ConfigurableResource):
-    """Which backend renders, with what settings, at what output size.
+    """Which backend renders, with what settings, at what output size, and where.
 
     ``options`` is the backend's own configuration as data (e.g. ``{"threads": 2}`` for warp);
-    unknown keys are rejected by the backend with a clear error. The backend is loaded (and, for
-    diffusion backends, compiled) once in ``setup_for_execution``; a single-run backfill renders
-    all its partitions with it. At teardown it is closed, freeing memory/VRAM, unless
-    ``keep_warm`` keeps it for the next run in the same process (the in-process demo does).
+    unknown keys are rejected by the backend with a clear error.
+
+    ``launcher`` (``$NEWSMOTION_LAUNCHER`` overrides it for a whole run): ``"in-process"`` loads
+    the backend (and, for diffusion backends, compiles it) once in ``setup_for_execution``; a
+    single-run backfill renders all its partitions with it, and at teardown it is closed, freeing
+    memory/VRAM, unless ``keep_warm`` keeps it for the next run in the same process (the
+    in-process demo does). ``"subprocess"`` and ``"k8s"`` run each step's renders in one engine
+    process of their own through Dagster Pipes (one backend load per step), the latter in the pod
+    ``k8s`` describes; nothing is loaded here. Example::
+
+        RendererResource(backend="wan-animate", options={"model_path": "/storage/models/wan", "fp8": True},
+                         launcher="k8s", k8s=K8sPodConfig(image="registry/newsmotion:1.4", gpus=1))
     """
 
     backend: str = "warp"
@@ -64,12 +85,60 @@ class RendererResource(dg.ConfigurableResource):
     fps: int = 30
     background: str = "#00B140"
     keep_warm: bool = False
+    launcher: str = "in-process"
+    k8s: K8sPodConfig = K8sPodConfig()
 
     _backend: Backend | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self.spec()  # a bad size/fps fails here, before anything loads
-        self._backend = self._load()
+        if self.active_launcher == "in-process":
+            self._backend = self._load()
+
+    @property
+    def active_launcher(self) -> str:
+        """The launcher this run uses: ``$NEWSMOTION_LAUNCHER``, else ``launcher``."""
+        return resolve_launcher(self.launcher)
+
+    def render(
+        self, context: dg.AssetExecutionContext, store: Storage, pairs: Sequence[tuple[str, str]]
+    ) -> Iterator[RenderTelemetry]:
+        """Render each (persona, loop) of ``pairs`` with this resource's backend and spec, where the
+        launcher says; yields each render's telemetry, in order (in process: as each completes; an
+        engine process: when it is done). An unchanged render comes back with outcome
+        ``"skipped"``. Errors are the engine's (:class:`~newsmotion_engine.errors.NewsmotionError`)."""
+        from newsmotion_engine.render.job import render_persona_loop
+
+        launcher = self.active_launcher
+        if launcher == "in-process":
+            backend, spec = self.loaded, self.spec()
+            for persona_id, loop_id in pairs:
+                yield render_persona_loop(store, persona_id, loop_id, backend, spec)
+            return
+        self.spec()  # fail on a bad size before a process starts
+        args = render_args(
+            pairs, backend=self.backend, options=self.options, width=self.width, height=self.height, fps=self.fps,
+            background=self.background, launcher=launcher,
+        )  # fmt: skip
+        result = run_engine(context, launcher, args, store, self.k8s)
+        for check in result.checks:
+            # Reported by the engine (pose fidelity); a check result can only be yielded for a
+            # check the asset declares, so the rest are logged with their values.
+            context.log.info(f"engine check {check.check_name}: {'passed' if check.passed else 'failed'} {dict(check.metadata or {})}")
+        yield from iter_records(result.metadata)
+
+    def run_benchmarks(
+        self, context: dg.AssetExecutionContext, store: Storage, suites: Sequence[str], gpu_preset: str | None = None
+    ) -> dict[str, Any]:
+        """Run bench suites (and, with ``gpu_preset``, the GPU forward bench) where the launcher
+        says, results as JSON into ``store.bench_dir``; returns ``{suite: result}``."""
+        from newsmotion_engine.pipes import bench_command
+
+        launcher = self.active_launcher
+        if launcher == "in-process":
+            return bench_command(context_report(context), out_dir=str(store.bench_dir), suites=suites, gpu_preset=gpu_preset)
+        result = run_engine(context, launcher, bench_args(suites, gpu_preset), store, self.k8s)
+        return dict(result.metadata.get("results") or {})
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._backend is not None and not self.keep_warm:

@@ -60,6 +60,7 @@ def render_clip(
     encoder: str = "auto",
     encoder_threads: int | None = None,
     encoder_preset: str | None = None,
+    launcher: str = "in-process",
 ) -> RenderTelemetry:
     """Render ``guidance`` (a motion loop) on ``persona`` with ``backend`` into ``out_path``.
 
@@ -77,6 +78,8 @@ def render_clip(
             inputs that are not caches (benchmarks).
         encoder, encoder_threads, encoder_preset: passed to :class:`VideoEncoder` (``None`` = its
             defaults: auto, ffmpeg's thread choice, libx264 superfast).
+        launcher: which process runs this render, recorded in the telemetry (one of
+            :data:`~newsmotion_engine.render.telemetry.LAUNCHERS`).
 
     Returns:
         The :class:`RenderTelemetry` written beside the mp4.
@@ -156,6 +159,7 @@ def render_clip(
         output=str(out_path),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         provenance=provenance,
+        launcher=launcher,
     )
     try:
         telemetry.write(json_path)
