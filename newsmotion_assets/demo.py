@@ -102,7 +102,9 @@ def run_demo() -> None:
         label=f"persona_cache[{SAMPLE_PERSONA}]",
     )
 
-    console.print("[bold]3/4 renders[/] (warp backend, 720x1280 @ 30 fps; backend loaded once; unchanged clips skipped)")
+    launcher = resources["renderer"].active_launcher  # $NEWSMOTION_LAUNCHER, else in-process
+    where = "backend loaded once" if launcher == "in-process" else f"launcher {launcher}: one engine process per render run"
+    console.print(f"[bold]3/4 renders[/] (warp backend, 720x1280 @ 30 fps; {where}; unchanged clips skipped)")
     for loop_id in loops:
         key = dg.MultiPartitionKey({"persona": SAMPLE_PERSONA, "loop": loop_id})
         result = _materialize([render], key, instance, resources, label=f"render[{SAMPLE_PERSONA} x {loop_id}]")
