@@ -241,18 +241,20 @@ def context_report(context) -> _ContextReport:
     return _ContextReport(context)
 
 
-def render_args(
-    pairs: Sequence[tuple[str, str]], *, backend: str, options: dict[str, Any], width: int, height: int, fps: int,
+def backend_args(
+    command: Sequence[str], *, backend: str, options: dict[str, Any], width: int, height: int, fps: int,
     background: str, launcher: str,
 ) -> Callable[[Storage], list[str]]:  # fmt: skip
-    """The engine's ``render`` command line for ``pairs`` (storage root as the engine sees it)."""
+    """The engine command line for ``command`` (``["render", "P/L", ...]`` or ``["prepare",
+    "--kind", K, ID, ...]``) with the backend, its options and the spec; the storage root is the
+    engine's view of it (a pod's mount path)."""
     import json
 
     def args(store: Storage) -> list[str]:
         return [
-            "render", "--storage", str(store.root), "--backend", backend, "--options", json.dumps(options, sort_keys=True),
+            command[0], "--storage", str(store.root), "--backend", backend, "--options", json.dumps(options, sort_keys=True),
             "--width", str(width), "--height", str(height), "--fps", str(fps), "--background", background,
-            "--launcher", LAUNCHERS[launcher], *(f"{p}/{l}" for p, l in pairs),
+            "--launcher", LAUNCHERS[launcher], *command[1:],
         ]  # fmt: skip
 
     return args

@@ -14,15 +14,17 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from newsmotion_assets.launchers import (
+    EngineProcessError,
     K8sPodConfig,
+    backend_args,
     bench_args,
     context_report,
     iter_records,
-    render_args,
     resolve_launcher,
     run_engine,
 )
 from newsmotion_engine.render import Backend, RenderSpec, get_backend
+from newsmotion_engine.render.prepare import PreparedCaches, prepare_backend_caches
 from newsmotion_engine.render.telemetry import RenderTelemetry
 from newsmotion_engine.storage import Storage
 
@@ -116,16 +118,25 @@ class RendererResource(dg.ConfigurableResource):
                 yield render_persona_loop(store, persona_id, loop_id, backend, spec)
             return
         self.spec()  # fail on a bad size before a process starts
-        args = render_args(
-            pairs, backend=self.backend, options=self.options, width=self.width, height=self.height, fps=self.fps,
-            background=self.background, launcher=launcher,
-        )  # fmt: skip
+        args = self._engine_args(launcher, ["render", *(f"{p}/{l}" for p, l in pairs)])
         result = run_engine(context, launcher, args, store, self.k8s)
         for check in result.checks:
             # Reported by the engine (pose fidelity); a check result can only be yielded for a
             # check the asset declares, so the rest are logged with their values.
             context.log.info(f"engine check {check.check_name}: {'passed' if check.passed else 'failed'} {dict(check.metadata or {})}")
         yield from iter_records(result.metadata)
+
+    def prepare(self, context: dg.AssetExecutionContext, store: Storage, kind: str, ids: Sequence[str]) -> PreparedCaches:
+        """Build this backend's sub-caches for loops (``kind="guidance"``) or personas
+        (``"persona"``) where the launcher says; what was built comes back as one record."""
+        launcher = self.active_launcher
+        if launcher == "in-process":
+            return prepare_backend_caches(store, self.loaded, self.spec(), kind, ids, log=context.log.info)
+        self.spec()
+        result = run_engine(context, launcher, self._engine_args(launcher, ["prepare", "--kind", kind, *ids]), store, self.k8s)
+        if not isinstance(result.metadata.get("prepared"), dict):
+            raise EngineProcessError("the engine process reported no prepared caches")
+        return PreparedCaches.from_dict(result.metadata["prepared"])
 
     def run_benchmarks(
         self, context: dg.AssetExecutionContext, store: Storage, suites: Sequence[str], gpu_preset: str | None = None
@@ -145,6 +156,12 @@ class RendererResource(dg.ConfigurableResource):
             _WARM.pop(_key(self.backend, self.options), None)
             self._backend.close()
         self._backend = None
+
+    def _engine_args(self, launcher: str, command: list[str]):
+        return backend_args(
+            command, backend=self.backend, options=self.options, width=self.width, height=self.height, fps=self.fps,
+            background=self.background, launcher=launcher,
+        )  # fmt: skip
 
     def _load(self) -> Backend:
         key = _key(self.backend, self.options)

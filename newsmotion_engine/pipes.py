@@ -6,6 +6,8 @@ there and not in the Dagster code server::
 
     python -m newsmotion_engine.pipes render --storage /storage --backend warp \\
         --launcher pipes-subprocess astronaut/nod astronaut/welcome
+    python -m newsmotion_engine.pipes prepare --kind guidance --backend wan-animate \\
+        --options '{"preset": "tiny"}' --width 64 --height 128 nod
     python -m newsmotion_engine.pipes bench --out-dir /storage/motion/bench guidance warp
 
 What is rendered comes from the command line (visible in the process list and the pod spec); how
@@ -34,9 +36,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from newsmotion_engine.errors import NewsmotionError, error_record
+from newsmotion_engine.render.prepare import KINDS, PreparedCaches
 from newsmotion_engine.render.telemetry import LAUNCHERS, RenderTelemetry
 
-__all__ = ["POSE_FIDELITY_CHECK", "Report", "main", "pose_fidelity_check", "render_command", "bench_command"]
+__all__ = ["POSE_FIDELITY_CHECK", "Report", "bench_command", "main", "pose_fidelity_check", "prepare_command", "render_command"]
 
 # The asset check pose fidelity is reported as (defined on the Dagster side).
 POSE_FIDELITY_CHECK = "render_pose_fidelity"
@@ -191,6 +194,29 @@ def _progress(report: Report, label: str):
     return progress
 
 
+def prepare_command(
+    report: Report, *, storage_root: str | None, kind: str, ids: Sequence[str], backend_name: str, options: dict[str, Any],
+    width: int, height: int, fps: int, background: str, launcher: str,
+) -> PreparedCaches:  # fmt: skip
+    """Build the backend's sub-caches for loops or personas; report the
+    :class:`~newsmotion_engine.render.prepare.PreparedCaches` record as materialization metadata
+    (``prepared``: JSON)."""
+    from newsmotion_engine.render import RenderSpec, get_backend
+    from newsmotion_engine.render.prepare import prepare_backend_caches
+    from newsmotion_engine.storage import Storage
+
+    store = Storage(storage_root) if storage_root else Storage.from_env()
+    spec = RenderSpec(width=width, height=height, fps=fps, background=background)
+    report.log(f"{launcher}: loading backend {backend_name} (pid {os.getpid()}, storage {store.root})")
+    backend = get_backend(backend_name, **options)
+    try:
+        prepared = prepare_backend_caches(store, backend, spec, kind, ids, log=report.log)
+    finally:
+        backend.close()
+    report.materialization({"prepared": {"raw_value": prepared.to_dict(), "type": "json"}}, None)
+    return prepared
+
+
 def bench_command(report: Report, *, out_dir: str, suites: Sequence[str], gpu_preset: str | None = None) -> dict[str, Any]:
     """Run bench suites (:data:`~newsmotion_engine.bench.suites.SUITES`; ``gpu_preset`` adds the
     GPU forward bench) into ``out_dir/{suite}.json``; report the results as materialization
@@ -227,15 +253,12 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     render = commands.add_parser("render", help="render PERSONA/LOOP pairs with one loaded backend")
     render.add_argument("pairs", nargs="+", type=_pair, metavar="PERSONA/LOOP")
-    render.add_argument("--storage", help="storage root (default: $NEWSMOTION_STORAGE, else ./storage)")
-    render.add_argument("--backend", default="warp")
-    render.add_argument("--options", default="{}", help="the backend's options as a JSON object")
-    render.add_argument("--width", type=int, default=720)
-    render.add_argument("--height", type=int, default=1280)
-    render.add_argument("--fps", type=int, default=30)
-    render.add_argument("--background", default="#00B140")
-    render.add_argument("--launcher", default="pipes-subprocess", choices=LAUNCHERS, help="recorded in the telemetry")
+    _backend_arguments(render)
     render.add_argument("--force", action="store_true", help="render even when the clip on disk is current")
+    prepare = commands.add_parser("prepare", help="build the backend's sub-caches for loops or personas")
+    prepare.add_argument("ids", nargs="+", metavar="ID")
+    prepare.add_argument("--kind", required=True, choices=KINDS, help="guidance (loops) or persona")
+    _backend_arguments(prepare)
     bench = commands.add_parser("bench", help="run bench suites into a folder")
     bench.add_argument("suites", nargs="*", metavar="SUITE")
     bench.add_argument("--out-dir", required=True)
@@ -243,23 +266,41 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _backend_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--storage", help="storage root (default: $NEWSMOTION_STORAGE, else ./storage)")
+    parser.add_argument("--backend", default="warp")
+    parser.add_argument("--options", default="{}", help="the backend's options as a JSON object")
+    parser.add_argument("--width", type=int, default=720)
+    parser.add_argument("--height", type=int, default=1280)
+    parser.add_argument("--fps", type=int, default=30)
+    parser.add_argument("--background", default="#00B140")
+    parser.add_argument("--launcher", default="pipes-subprocess", choices=LAUNCHERS, help="recorded in the telemetry")
+
+
+def _options(text: str) -> dict[str, Any]:
+    try:
+        options = json.loads(text)
+    except ValueError as exc:
+        raise NewsmotionError(f"--options is not JSON ({exc})") from None
+    if not isinstance(options, dict):
+        raise NewsmotionError("--options must be a JSON object")
+    return options
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     failed: dict[str, Any] | None = None
     with open_report() as report:
         try:
+            backend = dict(
+                storage_root=getattr(args, "storage", None), backend_name=getattr(args, "backend", None),
+                width=getattr(args, "width", None), height=getattr(args, "height", None), fps=getattr(args, "fps", None),
+                background=getattr(args, "background", None), launcher=getattr(args, "launcher", None),
+            )  # fmt: skip
             if args.command == "render":
-                try:
-                    options = json.loads(args.options)
-                except ValueError as exc:
-                    raise NewsmotionError(f"--options is not JSON ({exc})") from None
-                if not isinstance(options, dict):
-                    raise NewsmotionError("--options must be a JSON object")
-                render_command(
-                    report, storage_root=args.storage, pairs=args.pairs, backend_name=args.backend, options=options,
-                    width=args.width, height=args.height, fps=args.fps, background=args.background,
-                    launcher=args.launcher, force=args.force,
-                )  # fmt: skip
+                render_command(report, pairs=args.pairs, options=_options(args.options), force=args.force, **backend)
+            elif args.command == "prepare":
+                prepare_command(report, kind=args.kind, ids=args.ids, options=_options(args.options), **backend)
             else:
                 bench_command(report, out_dir=args.out_dir, suites=args.suites, gpu_preset=args.gpu_preset)
         except NewsmotionError as exc:

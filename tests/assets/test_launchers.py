@@ -9,7 +9,7 @@ from newsmotion_assets.assets.guidance import guidance_cache
 from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.assets.render import render
 from newsmotion_assets.assets.reports import benchmarks
-from newsmotion_assets.launchers import LAUNCHER_ENV, K8sPodConfig, k8s_pod_spec, render_args
+from newsmotion_assets.launchers import LAUNCHER_ENV, K8sPodConfig, backend_args, k8s_pod_spec
 from newsmotion_assets.partitions import loop_partitions, persona_partitions
 from newsmotion_assets.resources import RendererResource, StorageResource, release_warm_backends
 from newsmotion_engine.errors import CacheNotReadyError
@@ -78,6 +78,16 @@ def test_subprocess_launcher_renders_warp_in_its_own_process(astronaut_png, stor
         assert "anchor x nod: 120/120 frames" in logs
         assert "[pipes] external process successfully opened dagster pipes." in logs
 
+        # The backend cache step through the engine process gives the record (and data version)
+        # the in-process step gives, so changing the launcher turns nothing stale.
+        versions = []
+        for res in (resources, _resources(width=180, height=320)):
+            prepared = dg.materialize([backend_guidance_cache], partition_key="nod", instance=instance, resources=res)
+            (pmat,) = prepared.asset_materializations_for_node("backend_guidance_cache")
+            assert pmat.metadata["artifacts"].value == "warp needs no backend artifacts"
+            versions.append(pmat.tags["dagster/data_version"])
+        assert versions[0] == versions[1]
+
         # Unchanged inputs: the engine process skips it (the clip on disk is current).
         stamp = mp4.stat().st_mtime_ns
         again = dg.materialize([render], partition_key=KEY, instance=instance, resources=resources)
@@ -110,8 +120,12 @@ def test_subprocess_launcher_renders_wan_animate_tiny(astronaut_png, storage):
     resources = _resources(backend="wan-animate", options=TINY, width=64, height=128, launcher="subprocess")
     with dg.instance_for_test() as instance:
         _caches(_instance_with(instance))
-        assert dg.materialize([backend_guidance_cache], partition_key="nod", instance=instance, resources=resources).success
-        assert dg.materialize([backend_persona_cache], partition_key="anchor", instance=instance, resources=resources).success
+        # The backend's sub-caches are built in an engine process too (torch never loads here).
+        for asset, key in ((backend_guidance_cache, "nod"), (backend_persona_cache, "anchor")):
+            built = dg.materialize([asset], partition_key=key, instance=instance, resources=resources)
+            (mat,) = built.asset_materializations_for_node(asset.key.path[-1])
+            assert mat.metadata["built"].value == 1 and mat.metadata["backend"].value == "wan-animate"
+            assert any(line.startswith("pipes-subprocess: loading backend wan-animate") for line in _logs(instance, built.run_id))
         result = dg.materialize([render], partition_key=KEY, instance=instance, resources=resources)
         assert result.success
         (mat,) = result.asset_materializations_for_node("render")
@@ -220,8 +234,8 @@ def _pod(config: K8sPodConfig, pairs=(("anchor", "nod"),)):
     """The pod dagster-k8s builds from our spec (its own builder and the kubernetes client's models)."""
     from dagster_k8s.pipes import build_pod_body
 
-    args = render_args(
-        pairs, backend="wan-animate", options={"fp8": True}, width=720, height=1280, fps=30, background="#00B140", launcher="k8s"
+    args = backend_args(
+        ["render", *(f"{p}/{l}" for p, l in pairs)], backend="wan-animate", options={"fp8": True}, width=720, height=1280, fps=30, background="#00B140", launcher="k8s"
     )(Storage(config.storage_mount_path))
     return build_pod_body(
         pod_name="dagster-render-abc",
