@@ -164,7 +164,8 @@ def run_engine(
     except Exception as exc:
         record = _error_record(reader.handler)
         if record is None:
-            raise EngineProcessError(f"{launcher} launcher: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from exc
+            text = str(exc).strip()
+            raise EngineProcessError(f"{launcher} launcher: {text.splitlines()[0] if text else type(exc).__name__}") from exc
         raise (error_from_record(record) or EngineProcessError(record["message"])) from None
     result = EngineResult()
     for item in invocation.get_results(implicit_materializations=False):

@@ -123,7 +123,8 @@ class RendererResource(dg.ConfigurableResource):
         for check in result.checks:
             # Reported by the engine (pose fidelity); a check result can only be yielded for a
             # check the asset declares, so the rest are logged with their values.
-            context.log.info(f"engine check {check.check_name}: {'passed' if check.passed else 'failed'} {dict(check.metadata or {})}")
+            outcome = "passed" if check.passed else "failed"
+            context.log.info(f"engine check {check.check_name}: {outcome} {dict(check.metadata or {})}")
         yield from iter_records(result.metadata)
 
     def prepare(self, context: dg.AssetExecutionContext, store: Storage, kind: str, ids: Sequence[str]) -> PreparedCaches:
