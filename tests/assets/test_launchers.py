@@ -205,12 +205,22 @@ def test_launcher_variable_overrides_the_resource_for_a_run(astronaut_png, stora
         )
 
 
-def test_in_process_launcher_records_in_process(astronaut_png, storage):
+def test_the_launcher_changes_where_not_what(astronaut_png, storage):
+    """The same clip (byte for byte) and input digest in process and in an engine process; only
+    the telemetry's launcher differs."""
     install_source(storage, astronaut_png, "anchor")
+    mp4 = storage.render_path("anchor", "nod", "warp")
+    seen = {}
     with dg.instance_for_test() as instance:
         _caches(_instance_with(instance))
-        assert dg.materialize([render], partition_key=KEY, instance=instance, resources=_resources(width=180, height=320)).success
-    assert RenderTelemetry.read(storage.render_path("anchor", "nod", "warp").with_suffix(".json")).launcher == "in-process"
+        for launcher in ("in-process", "subprocess"):
+            mp4.unlink(missing_ok=True)
+            resources = _resources(width=180, height=320, launcher=launcher)
+            assert dg.materialize([render], partition_key=KEY, instance=instance, resources=resources).success
+            tele = RenderTelemetry.read(mp4.with_suffix(".json"))
+            seen[tele.launcher] = (mp4.read_bytes(), tele.input_digest)
+    assert set(seen) == {"in-process", "pipes-subprocess"}
+    assert seen["in-process"] == seen["pipes-subprocess"]
 
 
 def test_benchmarks_run_through_the_launcher(storage):
