@@ -154,6 +154,12 @@ def run_engine(
         command = [sys.executable, "-m", ENGINE_MODULE, *engine_args(store)]
         run = lambda: dg.PipesSubprocessClient(message_reader=reader).run(context=context, command=command)  # noqa: E731
     elif launcher == "k8s":
+        if str(store.root) != k8s.storage_mount_path:
+            # Telemetry records the pod's paths; the asset reads the mp4 back at that path.
+            context.log.warning(
+                f"storage is {store.root} here but {k8s.storage_mount_path} in the engine pod: mount the volume at "
+                "the same path in both (docs/DEPLOYMENT.md), or the render's metadata cannot read its clip"
+            )
         reader, run = _k8s_run(context, engine_args(Storage(k8s.storage_mount_path)), k8s)
     else:
         raise ValueError(f"run_engine runs an engine process; launcher {launcher!r} is in-process")
