@@ -61,6 +61,9 @@ def run(json_path: Path | None) -> dict:
             "what": "7 warp renders 720x1280x120 through dagster.materialize, one run per render",
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            # The 1-minute load average before and after: on a shared machine it says how much of a
+            # difference is the launcher and how much is the neighbours.
+            "load_average_1min": {"start": round(os.getloadavg()[0], 2)},
             "launchers": {},
         }
         for launcher in ("in-process", "subprocess"):
@@ -84,6 +87,7 @@ def run(json_path: Path | None) -> dict:
                 "total_s": round(sum(steps), 2),
             }
             print(f"{launcher}: steps {steps} (mean {statistics.mean(steps):.2f} s)", flush=True)
+        result["load_average_1min"]["end"] = round(os.getloadavg()[0], 2)
         ours = result["launchers"]
         result["subprocess_overhead_s_per_step"] = round(ours["subprocess"]["step_s_mean"] - ours["in-process"]["step_s_mean"], 3)
     if json_path is not None:

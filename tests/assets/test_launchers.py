@@ -171,10 +171,8 @@ def test_engine_error_is_raised_as_the_engine_class(astronaut_png, storage):
         assert dg.materialize([probe], partition_key=KEY, instance=instance, resources={"renderer": renderer, "storage": StorageResource()}).success
 
 
-def test_engine_bug_fails_the_run_with_its_first_line(astronaut_png, storage):
+def test_bad_backend_option_fails_the_run_with_its_one_line(astronaut_png, storage):
     install_source(storage, astronaut_png, "anchor")
-    # An option the backend's typed options refuse is a user error; a non-JSON-able option value
-    # reaches the engine as text and the backend refuses it: still one line, still failed.
     with dg.instance_for_test() as instance:
         _caches(_instance_with(instance))
         result = dg.materialize(
@@ -185,6 +183,21 @@ def test_engine_bug_fails_the_run_with_its_first_line(astronaut_png, storage):
         message = _failure(result)
         assert "no_such_option" in message and "failed with code" not in message
     assert not storage.render_path("anchor", "nod", "warp").exists()
+
+
+def test_engine_process_dying_without_a_record_is_an_engine_process_error(storage):
+    """A process that fails before it could report (here: a command line the entry point refuses,
+    as a crash or a kill would) fails as EngineProcessError with the launcher's line."""
+    from newsmotion_assets.launchers import EngineProcessError, run_engine
+
+    @dg.asset
+    def probe(context: dg.AssetExecutionContext):
+        with pytest.raises(EngineProcessError, match="subprocess launcher: .*code 2"):
+            run_engine(context, "subprocess", lambda store: ["no-such-command"], Storage(storage.root), K8sPodConfig())
+        return dg.MaterializeResult()
+
+    with dg.instance_for_test() as instance:
+        assert dg.materialize([probe], instance=instance).success
 
 
 def test_launcher_variable_overrides_the_resource_for_a_run(astronaut_png, storage, monkeypatch):
