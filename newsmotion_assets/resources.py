@@ -72,9 +72,9 @@ class RendererResource(dg.ConfigurableResource):
     the backend (and, for diffusion backends, compiles it) once in ``setup_for_execution``; a
     single-run backfill renders all its partitions with it, and at teardown it is closed, freeing
     memory/VRAM, unless ``keep_warm`` keeps it for the next run in the same process (the
-    in-process demo does). ``"subprocess"`` and ``"k8s"`` run each step's renders in one engine
-    process of their own through Dagster Pipes (one backend load per step), the latter in the pod
-    ``k8s`` describes; nothing is loaded here. Example::
+    in-process demo does). ``"subprocess"`` and ``"k8s"`` run each :meth:`render` call (and each
+    backend cache step) in an engine process of its own through Dagster Pipes, one backend load
+    per call, the latter in the pod ``k8s`` describes; nothing is loaded here. Example::
 
         RendererResource(backend="wan-animate", options={"model_path": "/storage/models/wan", "fp8": True},
                          launcher="k8s", k8s=K8sPodConfig(image="registry/newsmotion:1.4", gpus=1))

@@ -1,8 +1,8 @@
 """``render[persona x loop]``: an mp4 + telemetry per pair, through the renderer resource.
 
 The asset only loads caches (:func:`~newsmotion_engine.render.job.render_persona_loop`, which the
-renderer resource runs in process or in an engine process through Dagster Pipes): a missing or
-stale upstream cache fails the run with the name of the asset to materialize. A render whose inputs did not change
+renderer resource runs in process or in an engine process): a missing or stale upstream cache
+fails the run with the name of the asset to materialize. A render whose inputs did not change
 (same input digest as the clip on disk) is skipped, and a one-partition run reports the input
 digest as the data version, so the UI shows a render stale when an upstream cache changed.
 """
@@ -48,10 +48,12 @@ def render(context: dg.AssetExecutionContext, renderer: RendererResource, storag
     store = storage.store
     keys = context.partition_keys  # one key, or many in a single-run backfill (backend stays warm)
     records: list[RenderTelemetry] = []
-    # The resource runs the renders where its launcher says (in process, or an engine process
-    # through Dagster Pipes) and hands back each one's telemetry.
-    for key, tele in zip(keys, renderer.render(context, store, [_persona_loop(key) for key in keys]), strict=True):
-        persona_id, loop_id = _persona_loop(key)
+    for key in keys:
+        dims = render_partitions.get_partition_key_from_str(key).keys_by_dimension
+        persona_id, loop_id = dims["persona"], dims["loop"]
+        # The resource renders where its launcher says: in process with the warm backend, or in an
+        # engine process through Dagster Pipes; either way this clip's telemetry comes back.
+        (tele,) = renderer.render(context, store, [(persona_id, loop_id)])
         if tele.outcome == "skipped":
             context.log.info(f"{persona_id} x {loop_id}: current (same input digest), not rendered again -> {tele.output}")
         else:
@@ -84,11 +86,6 @@ def render(context: dg.AssetExecutionContext, renderer: RendererResource, storag
         # when the run has one; a multi-partition run lets Dagster derive it from the caches' versions.
         data_version = dg.DataVersion(tele.input_digest)
     return dg.MaterializeResult(metadata=metadata, data_version=data_version)
-
-
-def _persona_loop(key: str) -> tuple[str, str]:
-    dims = render_partitions.get_partition_key_from_str(key).keys_by_dimension
-    return dims["persona"], dims["loop"]
 
 
 def _cell(value, kind: str):
