@@ -27,6 +27,7 @@ same commands print to stdout. The engine itself stays importable without it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -116,21 +117,26 @@ def open_report() -> Iterator[Report]:
 
 def pose_fidelity_check(tele: RenderTelemetry) -> tuple[bool, dict[str, Any]] | None:
     """``(passed, metadata)`` of the pose-fidelity check for a render whose telemetry records
-    ``pose_fidelity`` (``pck``, ``motion_energy_ratio``, ...), else ``None`` (nothing to report).
-    A ``passed`` the record carries is used as it is; otherwise PCK@0.05 >= 0.9 and motion energy
-    ratio >= 0.8 pass."""
+    ``pose_fidelity`` (a record or a mapping: ``pck``, ``motion_energy_ratio``, ...), else ``None``
+    (nothing to report). The record's own verdict (``meets_targets``, or ``passed``) is used when it
+    has one; otherwise PCK@0.05 (``pck_body``, else ``pck``) >= 0.9 and motion energy ratio >= 0.8
+    pass."""
     fidelity = getattr(tele, "pose_fidelity", None)
     if fidelity is None:
         return None
-    values = fidelity if isinstance(fidelity, dict) else getattr(fidelity, "__dict__", {})
-    pck, energy = values.get("pck"), values.get("motion_energy_ratio")
-    if "passed" in values:
-        passed = bool(values["passed"])
+    values = dataclasses.asdict(fidelity) if dataclasses.is_dataclass(fidelity) else dict(fidelity)
+    verdict = values.get("meets_targets", values.get("passed"))
+    if verdict is not None:
+        passed = bool(verdict)
     else:
+        pck = values.get("pck_body", values.get("pck"))
+        energy = values.get("motion_energy_ratio")
         passed = pck is not None and energy is not None and pck >= _PCK_PASS and energy >= _MOTION_ENERGY_PASS
-    # Scalars as they are; nested values (per-part scores) as JSON.
+    # Scalars as they are; nested values (per-part scores) as JSON; unmeasured (None) left out.
     metadata: dict[str, Any] = {
-        k: v if isinstance(v, (int, float, str)) else {"raw_value": v, "type": "json"} for k, v in values.items()
+        k: v if isinstance(v, (int, float, str)) else {"raw_value": v, "type": "json"}
+        for k, v in values.items()
+        if v is not None
     }
     metadata["render"] = f"{tele.persona_id} x {tele.loop_id}"
     return passed, metadata

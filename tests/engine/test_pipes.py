@@ -1,6 +1,7 @@
 """The engine's own entry point (``python -m newsmotion_engine.pipes``), run by hand: no Dagster,
 no Pipes context; the same commands the Dagster launchers start."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -57,3 +58,14 @@ def test_pose_fidelity_is_a_check_only_when_the_telemetry_has_it():
     assert pose_fidelity_check(low)[0] is False
     told = SimpleNamespace(persona_id="a", loop_id="nod", pose_fidelity={"pck": 0.4, "passed": True})
     assert pose_fidelity_check(told)[0] is True
+
+    @dataclasses.dataclass(frozen=True)
+    class Fidelity:  # the shape of a telemetry record's pose fidelity: its own verdict wins
+        pck: float
+        pck_body: float | None
+        motion_energy_ratio: float
+        meets_targets: bool
+
+    record = SimpleNamespace(persona_id="a", loop_id="nod", pose_fidelity=Fidelity(0.95, None, 0.9, False))
+    passed, metadata = pose_fidelity_check(record)
+    assert passed is False and "pck_body" not in metadata and metadata["meets_targets"] is False
