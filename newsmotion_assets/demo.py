@@ -151,6 +151,7 @@ _HEADLINES = (
     ("infill_ms_per_frame_cpu", "{:.4g} ms/frame CPU"),
     ("forward_speedup_vs_stock_sparse50", "sparse attention 0.5 (experimental): forward {:.3g}x stock"),
     ("forward_speedup_vs_stock_sparse30", "0.3: {:.3g}x"),
+    ("subprocess_overhead_s_per_step", "subprocess launcher: +{:.2g} s per render step"),
 )
 
 
