@@ -102,7 +102,9 @@ def run_demo() -> None:
         label=f"persona_cache[{SAMPLE_PERSONA}]",
     )
 
-    console.print("[bold]3/4 renders[/] (warp backend, 720x1280 @ 30 fps; backend loaded once; unchanged clips skipped)")
+    launcher = resources["renderer"].active_launcher  # $NEWSMOTION_LAUNCHER, else in-process
+    where = "backend loaded once" if launcher == "in-process" else f"launcher {launcher}: one engine process per render run"
+    console.print(f"[bold]3/4 renders[/] (warp backend, 720x1280 @ 30 fps; {where}; unchanged clips skipped)")
     for loop_id in loops:
         key = dg.MultiPartitionKey({"persona": SAMPLE_PERSONA, "loop": loop_id})
         result = _materialize([render], key, instance, resources, label=f"render[{SAMPLE_PERSONA} x {loop_id}]")
@@ -154,6 +156,7 @@ _HEADLINES = (
     ("clip_speedup_vs_stock", "{:.3g}x stock"),
     ("clip_120f_720p_s_experimental", "with approximations (experimental) {:.3g} s"),
     ("queue.throughput_ratio", "batch queue pipelined {:.3g}x serial"),
+    ("subprocess_overhead_s_per_step", "subprocess launcher: +{:.2g} s per render step"),
 )
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 
 class NewsmotionError(Exception):
@@ -59,3 +60,48 @@ class CacheNotReadyError(NewsmotionError):
         self.detail = detail
         self.remedy = remedy
         super().__init__(f"{what} is {state}{f' ({detail})' if detail else ''}: {remedy}")
+
+
+# Attributes an error carries besides its message (see the classes above); they travel with it
+# across a process boundary.
+_ERROR_FIELDS = ("path", "problem", "what", "state", "detail", "remedy")
+
+
+def error_record(exc: BaseException) -> dict[str, Any]:
+    """A JSON-able record of ``exc`` for another process (the Dagster Pipes entry point sends it
+    to the orchestrator): ``{"kind": class name, "bases": its base classes' names, "message": the
+    first line, ...its fields}``."""
+    text = str(exc).strip()
+    record: dict[str, Any] = {
+        "kind": type(exc).__name__,
+        "bases": [cls.__name__ for cls in type(exc).__mro__[1:]],
+        "message": text.splitlines()[0] if text else type(exc).__name__,
+    }
+    record.update({name: str(getattr(exc, name)) for name in _ERROR_FIELDS if getattr(exc, name, None) is not None})
+    return record
+
+
+def error_from_record(record: dict[str, Any]) -> NewsmotionError | None:
+    """The error :func:`error_record` described, rebuilt as the nearest :class:`NewsmotionError`
+    class this process knows (the same class when its module is imported here, else a base such as
+    :class:`BadInputError`), so ``isinstance`` checks and the message are the same on both sides;
+    ``None`` when it was no :class:`NewsmotionError` at all (a bug in the engine: the caller
+    reports the process as failed)."""
+    known = {cls.__name__: cls for cls in _subclasses(NewsmotionError)} | {"NewsmotionError": NewsmotionError}
+    names = [record.get("kind"), *record.get("bases", [])]
+    cls = next((known[name] for name in names if name in known), None)
+    if cls is None:
+        return None
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, str(record.get("message", "")))  # the subclasses' __init__ only format this message
+    for name in _ERROR_FIELDS:
+        if name in record:
+            setattr(exc, name, Path(record[name]) if name == "path" else record[name])
+    return exc
+
+
+def _subclasses(cls: type) -> list[type]:
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found

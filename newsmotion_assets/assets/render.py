@@ -1,6 +1,7 @@
 """``render[persona x loop]``: an mp4 + telemetry per pair, through the renderer resource.
 
-The asset only loads caches (:func:`render_persona_loop`): a missing or stale upstream cache
+The asset only loads caches (:func:`~newsmotion_engine.render.job.render_persona_loop`, which the
+renderer resource runs in process or in an engine process): a missing or stale upstream cache
 fails the run with the name of the asset to materialize. A render whose inputs did not change
 (same input digest as the clip on disk) is skipped, and a one-partition run reports the input
 digest as the data version, so the UI shows a render stale when an upstream cache changed.
@@ -18,7 +19,6 @@ from newsmotion_assets.metadata import png_markdown, studio_url
 from newsmotion_assets.partitions import render_partitions
 from newsmotion_assets.resources import RendererResource, StorageResource
 from newsmotion_engine.guidance.draw import png_bytes
-from newsmotion_engine.render.job import render_persona_loop
 from newsmotion_engine.render.telemetry import RenderTelemetry
 from newsmotion_engine.studio.paths import render_page
 from newsmotion_engine.video.frames import contact_sheet_from_video
@@ -47,13 +47,14 @@ from newsmotion_engine.video.frames import contact_sheet_from_video
 )
 def render(context: dg.AssetExecutionContext, renderer: RendererResource, storage: StorageResource) -> dg.MaterializeResult:
     store = storage.store
-    backend, spec = renderer.loaded, renderer.spec()
     keys = context.partition_keys  # one key, or many in a single-run backfill (backend stays warm)
     records: list[RenderTelemetry] = []
     for key in keys:
         dims = render_partitions.get_partition_key_from_str(key).keys_by_dimension
         persona_id, loop_id = dims["persona"], dims["loop"]
-        tele = render_persona_loop(store, persona_id, loop_id, backend, spec)
+        # The resource renders where its launcher says: in process with the warm backend, or in an
+        # engine process through Dagster Pipes; either way this clip's telemetry comes back.
+        (tele,) = renderer.render(context, store, [(persona_id, loop_id)])
         if tele.outcome == "skipped":
             context.log.info(f"{persona_id} x {loop_id}: current (same input digest), not rendered again -> {tele.output}")
         else:

@@ -1,4 +1,5 @@
-"""``benchmarks`` (the bench suites, nightly) and ``scorecard`` (renders + bench results table)."""
+"""``benchmarks`` (the bench suites, nightly, through the renderer's launcher) and ``scorecard``
+(renders + bench results table)."""
 
 
 import dagster as dg
@@ -6,27 +7,41 @@ import pandas as pd
 
 from newsmotion_assets.assets.render import render
 from newsmotion_assets.metadata import images_markdown
-from newsmotion_assets.resources import StorageResource
+from newsmotion_assets.resources import RendererResource, StorageResource
 from newsmotion_engine.bench.scorecard import bench_results_dir, build_scorecard, export_scorecard, render_records
-from newsmotion_engine.bench.suites import SUITES, run_suite
+from newsmotion_engine.bench.suites import SUITES
 from newsmotion_engine.render.telemetry import RenderTelemetry
 from newsmotion_engine.studio.charts import scorecard_charts
+
+
+class BenchmarksConfig(dg.Config):
+    """Which suites the ``benchmarks`` step runs: the CPU suites by default; ``gpu_preset`` (e.g.
+    ``"14b"``) adds the GPU forward bench — with the ``k8s`` launcher it runs in the GPU pod."""
+
+    suites: list[str] = list(SUITES)
+    gpu_preset: str | None = None
 
 
 @dg.asset(
     group_name="reports",
     kinds={"python"},
-    description="Re-runs the CPU benchmark suites (guidance, persona, warp) and writes their JSON to "
-    "storage/motion/bench/; the committed figures stay in bench/results/.",
+    description="Re-runs the benchmark suites (CPU: guidance, persona, warp; optionally the GPU forward "
+    "bench) through the renderer's launcher and writes their JSON to storage/motion/bench/; the committed "
+    "figures stay in bench/results/.",
 )
-def benchmarks(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
-    folder = storage.store.bench_dir
-    summary = {}
-    for name in SUITES:
-        context.log.info(f"running bench suite {name}")
-        result = run_suite(name, folder / f"{name}.json", log=context.log.info, history_dir=storage.store.bench_history_dir)
-        summary.update({f"{name}.{k}": v for k, v in result.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
-    return dg.MaterializeResult(metadata={k: round(float(v), 4) for k, v in summary.items()})
+def benchmarks(
+    context: dg.AssetExecutionContext, config: BenchmarksConfig, renderer: RendererResource, storage: StorageResource
+) -> dg.MaterializeResult:
+    results = renderer.run_benchmarks(context, storage.store, config.suites, config.gpu_preset)
+    summary = {
+        f"{name}.{k}": v
+        for name, result in results.items()
+        for k, v in result.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    metadata: dict = {k: round(float(v), 4) for k, v in summary.items()}
+    metadata["launcher"] = renderer.active_launcher
+    return dg.MaterializeResult(metadata=metadata)
 
 
 def _column_type(dtype) -> str:

@@ -81,6 +81,7 @@ def render_clip(
     encoder_preset: str | None = None,
     sink: Callable[..., Any] | None = None,
     infill_device: str | None = None,
+    launcher: str = "in-process",
 ) -> RenderTelemetry:
     """Render ``guidance`` (a motion loop) on ``persona`` with ``backend`` into ``out_path``.
 
@@ -102,6 +103,8 @@ def render_clip(
             attributes); benchmarks on a machine without ffmpeg pass a frame counter.
         infill_device: where the sparse-keyframe infill warps (``None``: OpenCV on the CPU;
             ``"cuda"``: torch on the GPU); see :func:`~newsmotion_engine.render.keyframes.infill_frames`.
+        launcher: which process runs this render, recorded in the telemetry (one of
+            :data:`~newsmotion_engine.render.telemetry.LAUNCHERS`).
 
     Returns:
         The :class:`RenderTelemetry` written beside the mp4.
@@ -181,6 +184,7 @@ def render_clip(
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         provenance=provenance,
         keyframes=dict(keyframe_stats) if schedule.ratio > 1 else None,
+        launcher=launcher,
     )
     try:
         telemetry.write(json_path)

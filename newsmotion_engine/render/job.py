@@ -249,6 +249,7 @@ def render_persona_loop(
     out_path: Path | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    launcher: str = "in-process",
 ) -> RenderTelemetry:
     """Render ``loop_id`` performed by ``persona_id`` to ``out_path`` (default
     ``motion/renders/{persona}/{loop}/{backend}.mp4``) and return its :class:`RenderTelemetry`.
@@ -261,6 +262,8 @@ def render_persona_loop(
             loaded here with :func:`check_render_request` and :func:`load_render_inputs`.
         force: render even when the clip on disk is current.
         progress: ``progress(done, total)`` per frame.
+        launcher: which process runs the render, recorded in its telemetry (``"in-process"``, or
+            ``"pipes-subprocess"`` / ``"pipes-k8s"`` from :mod:`newsmotion_engine.pipes`).
 
     When the clip and its telemetry on disk record the same :func:`input_digest`, nothing is
     rendered: the stored record is returned with ``outcome="skipped"`` and this call's cache states.
@@ -292,4 +295,6 @@ def render_persona_loop(
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise BadInputError(out.parent, f"cannot create the output folder ({exc.strerror or exc})") from None
-    return render_clip(inputs.guidance, inputs.persona, backend, spec, out, progress=progress, provenance=provenance)
+    return render_clip(
+        inputs.guidance, inputs.persona, backend, spec, out, progress=progress, provenance=provenance, launcher=launcher
+    )

@@ -26,16 +26,22 @@ from typing import Any, ClassVar
 
 from newsmotion_engine.errors import BadInputError
 
-__all__ = ["SCHEMA_VERSION", "RenderProvenance", "RenderTelemetry", "TelemetryError", "cell_text"]
+__all__ = ["LAUNCHERS", "SCHEMA_VERSION", "RenderProvenance", "RenderTelemetry", "TelemetryError", "cell_text"]
 
-# Bump when a field is added, removed or changes meaning; readers refuse other versions with a
-# message saying what to do, never guess.
+# Bump when a field is removed, changes meaning, or is added without a default; readers refuse
+# other versions with a message saying what to do, never guess. A field added with a default that
+# is true of every older record (``launcher``) keeps the version: old files stay readable.
 SCHEMA_VERSION = 1
 
 # How a render treated each of its caches (the render itself never builds one: "built" means the
 # caller built it just before, e.g. `newsmotion render`'s convenience step).
 CACHE_STATES = ("hit", "built")
 OUTCOMES = ("rendered", "skipped")
+# Which process ran the render: the Dagster code server's own ("in-process", also the CLI), an
+# engine process started through Dagster Pipes on this machine ("pipes-subprocess"), or a
+# Kubernetes pod started through Dagster Pipes ("pipes-k8s"). Records written before the field
+# existed read as "in-process", the only launcher there was.
+LAUNCHERS = ("in-process", "pipes-subprocess", "pipes-k8s")
 
 
 class TelemetryError(BadInputError):
@@ -79,6 +85,8 @@ class RenderTelemetry:
     ``keyframes`` is ``None`` for an every-frame render; with sparse keyframes it is the infill
     stage's record (:class:`~newsmotion_engine.render.keyframes.InfillStats`: ratio, keyframes
     generated, frames infilled, flow / warp ms).
+    ``launcher`` is which process ran the render (one of :data:`LAUNCHERS`); a skipped render keeps
+    the launcher that rendered the clip.
     """
 
     persona_id: str | None
@@ -104,18 +112,19 @@ class RenderTelemetry:
     provenance: RenderProvenance | None = None
     keyframes: dict[str, Any] | None = None
     outcome: str = "rendered"
+    launcher: str = "in-process"
     schema_version: int = SCHEMA_VERSION
 
     # The scalar columns the scorecard and the Dagster render metadata show, in order.
     COLUMNS: ClassVar[tuple[str, ...]] = (
         "persona_id", "loop_id", "backend", "weights", "encoder", "frames", "fps", "fps_achieved",
         "width", "height", "render_ms", "mux_ms", "wall_s", "peak_rss_mb", "guidance_cache",
-        "persona_cache", "input_digest", "output",
+        "persona_cache", "launcher", "input_digest", "output",
     )  # fmt: skip
     # The few a terminal table has room for (CLI scorecard, demo).
     SUMMARY: ClassVar[tuple[str, ...]] = (
         "persona_id", "loop_id", "backend", "weights", "encoder", "frames", "fps_achieved", "wall_s",
-        "guidance_cache", "persona_cache",
+        "guidance_cache", "persona_cache", "launcher",
     )  # fmt: skip
 
     # The badges the studio shows on each render's card, in order.
@@ -127,6 +136,8 @@ class RenderTelemetry:
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
             raise ValueError(f"outcome {self.outcome!r} is not one of {OUTCOMES}")
+        if self.launcher not in LAUNCHERS:
+            raise ValueError(f"launcher {self.launcher!r} is not one of {LAUNCHERS}")
 
     # ------------------------------------------------------------------ derived columns
     @property

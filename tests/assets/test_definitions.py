@@ -44,5 +44,8 @@ def test_engine_never_imports_dagster():
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
-            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0].startswith("dagster")]
+            # dagster_pipes (Pipes' external side, no Dagster) is allowed in the engine's entry point
+            # only, imported lazily (tests/engine/test_layering.py holds the rule).
+            allowed = {"dagster_pipes"} if path == ENGINE / "pipes.py" else set()
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0].startswith("dagster") and n not in allowed]
     assert not offenders, offenders

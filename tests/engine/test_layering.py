@@ -32,3 +32,16 @@ def test_only_storage_module_reads_the_storage_variable():
     readers = [str(p.relative_to(ENGINE)) for p in _modules() if "STORAGE_ENV" in p.read_text()
                or any("environ" in line and "NEWSMOTION_STORAGE" in line for line in p.read_text().splitlines())]
     assert readers == ["storage.py"]
+
+
+def _top_level_imports(tree: ast.Module) -> set[str]:
+    return _imported(ast.Module(body=[n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))], type_ignores=[]))
+
+
+def test_dagster_pipes_only_in_the_entry_point_and_only_lazily():
+    # dagster_pipes (Pipes' small external-side package, no Dagster) is allowed in the one module
+    # Dagster starts as an engine process, imported inside the function that opens the Pipes
+    # context, so the engine, that module included, imports without it.
+    trees = {str(p.relative_to(ENGINE)): ast.parse(p.read_text()) for p in _modules()}
+    assert [name for name, tree in trees.items() if "dagster_pipes" in _imported(tree)] == ["pipes.py"]
+    assert "dagster_pipes" not in _top_level_imports(trees["pipes.py"])

@@ -80,3 +80,19 @@ def test_write_is_atomic_and_leaves_no_temp_files(tmp_path):
 
 def test_cell_text():
     assert [cell_text(v) for v in (None, float("nan"), 1.234, 3, "x")] == ["-", "-", "1.23", "3", "x"]
+
+
+def test_launcher_field_is_compatible_and_checked(tmp_path):
+    """``launcher`` joined schema 1 with a default: records written before it read as in-process
+    (the only launcher there was); an unknown launcher is refused by name."""
+    data = json.loads(_record().to_json())
+    del data["launcher"]
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(data))
+    assert RenderTelemetry.read(older).launcher == "in-process"
+    tele = _record(launcher="pipes-k8s")
+    assert RenderTelemetry.from_json(tele.to_json()).launcher == "pipes-k8s" and tele.row()["launcher"] == "pipes-k8s"
+    data["launcher"] = "cloud"
+    older.write_text(json.dumps(data))
+    with pytest.raises(TelemetryError, match="launcher 'cloud' is not one of"):
+        RenderTelemetry.read(older)
