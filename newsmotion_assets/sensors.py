@@ -247,6 +247,9 @@ render_automation_sensor = dg.AutomationConditionSensorDefinition(
     target=dg.AssetSelection.all(),
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=30,
+    # The render condition has a Python part (automation.RetryableFailureCondition), evaluated here.
+    use_user_code_server=True,
     description="Declarative automation: builds backend caches and renders when an upstream cache is "
-    "(re-)materialized and its blocking checks passed.",
+    "(re-)materialized and its blocking checks passed, and renders again after a failure trying again "
+    "can fix (never after bad input).",
 )
