@@ -42,6 +42,7 @@ from newsmotion_engine.guidance.cache import all_loop_ids
 from newsmotion_engine.persona.sources import install_source
 from newsmotion_engine.render.telemetry import RenderTelemetry, cell_text
 from newsmotion_engine.storage import Storage
+from newsmotion_engine.sweep import sweep_stale_temp
 
 SAMPLE_PERSONA = "astronaut"
 # The demo prints its own progress lines; Dagster's per-event debug log would drown them (the
@@ -75,16 +76,21 @@ def _materialize(assets, key, instance, resources=None, label=""):
     return result
 
 
-def run_demo() -> None:
+def run_demo(instance: dg.DagsterInstance | None = None, renderer: RendererResource | None = None) -> None:
+    """The demo into ``instance`` (default: ``$DAGSTER_HOME``'s, the one ``make dev`` opens), with
+    ``renderer`` (default: warp at 720x1280, kept warm; tests pass a smaller size)."""
     started = time.perf_counter()
-    instance = _instance()
+    instance = instance or _instance()
     store = Storage.from_env()
     on_store = {"storage": StorageResource(root=str(store.root))}
     loops = all_loop_ids(store)
     console.print(f"[bold]newsmotion demo[/] — storage {store.root}")
+    swept = sweep_stale_temp(store.root)
+    for entry in swept.removed:
+        console.print(f"  removed stale temporary {entry.kind} {escape(str(entry.path))} ({entry.why})")
 
     # The backend is loaded once and kept warm for every run below (backend caches and renders).
-    resources = {"renderer": RendererResource(keep_warm=True), **on_store}
+    resources = {"renderer": renderer or RendererResource(keep_warm=True), **on_store}
     console.print("[bold]1/4 guidance caches[/] (Tier 1, per loop, with the backend's loop-side cache)")
     instance.add_dynamic_partitions(loop_partitions.name, loops)
     for loop_id in loops:

@@ -21,10 +21,10 @@ from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.folder_watch import scan_folder
 from newsmotion_assets.partitions import loop_partitions, persona_partitions
 from newsmotion_assets.resources import StorageResource
-from newsmotion_engine.cachedir import sha256_file
+from newsmotion_engine.cachedir import load_status, sha256_file
 from newsmotion_engine.errors import BadInputError, InvalidIdError
 from newsmotion_engine.guidance import palette
-from newsmotion_engine.guidance.cache import VIDEO_SUFFIXES
+from newsmotion_engine.guidance.cache import VIDEO_SUFFIXES, load_guidance, loop_source
 from newsmotion_engine.ids import slugify, validate_id
 from newsmotion_engine.persona.image import probe_portrait
 from newsmotion_engine.persona.sources import (
@@ -76,11 +76,14 @@ def loop_sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -
     videos.update({e.path.name: e for e in scan.settled if e.path.stem not in known})
     wanted = list(palette.LOOP_IDS) + [e.path.stem for e in videos.values()]
     new_ids = [loop_id for loop_id in dict.fromkeys(wanted) if loop_id not in known]
+    materialized = context.instance.get_materialized_partitions(guidance_cache.key)
     requests = [
         # Run keys make each request once per content: canonical loops per palette version, driving
-        # videos per (size, mtime) — a replaced video is extracted again.
+        # videos per (size, mtime) — a replaced video is extracted again. A canonical loop already
+        # materialized with a current cache (by `make demo` in this instance) is not requested.
         dg.RunRequest(partition_key=loop_id, run_key=f"canonical:{loop_id}:{palette.PALETTE_VERSION}")
         for loop_id in palette.LOOP_IDS
+        if not (loop_id in materialized and _guidance_current(storage.store, loop_id))
     ] + [
         dg.RunRequest(partition_key=e.path.stem, run_key=f"video:{e.path.name}:{e.size}:{e.mtime_ns}")
         for e in videos.values()
@@ -90,6 +93,11 @@ def loop_sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -
         dynamic_partitions_requests=[loop_partitions.build_add_request(new_ids)] if new_ids else [],
         cursor=scan.cursor,
     )
+
+
+def _guidance_current(store: Storage, loop_id: str) -> bool:
+    state, _, _ = load_status(lambda: load_guidance(store, loop_id, expected=loop_source(store, loop_id)))
+    return state == "valid"
 
 
 MAX_PORTRAIT_BYTES = 64 * 2**20
