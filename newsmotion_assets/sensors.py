@@ -2,7 +2,10 @@
 
 Both are on by default, keep a cursor (see :mod:`newsmotion_assets.folder_watch`) and never raise on
 what users drop: bad files are logged and skipped once; a file that only fails when processed
-(e.g. a video with no person in it) fails its own run, not the sensor.
+(e.g. a video with no person in it) fails its own run, not the sensor. The portrait inbox is kept
+tidy, so it shows what is still pending: a portrait is taken in once it stayed unchanged for two
+ticks and decodes, moves to ``inbox/processed/`` once its persona cache is built from it, and a
+file that cannot become a persona moves to ``inbox/rejected/`` with ``{name}.reason.txt``.
 
 What is on disk is the truth, whichever way it got there: every driving video in
 ``motion/driving/`` is a loop partition and every portrait in ``personas/sources/`` a persona
@@ -26,10 +29,12 @@ from newsmotion_engine.errors import BadInputError, InvalidIdError
 from newsmotion_engine.guidance import palette
 from newsmotion_engine.guidance.cache import VIDEO_SUFFIXES, load_guidance, loop_source
 from newsmotion_engine.ids import slugify, validate_id
-from newsmotion_engine.persona.image import probe_portrait
+from newsmotion_engine.persona.cache import image_source, load_persona, persona_params
+from newsmotion_engine.persona.image import probe_portrait, read_portrait
 from newsmotion_engine.persona.sources import (
     PORTRAIT_SUFFIXES,
     REASON_SUFFIX,
+    file_away,
     install_source,
     rejection_reason,
     source_persona_ids,
@@ -104,7 +109,8 @@ MAX_PORTRAIT_BYTES = 64 * 2**20
 
 
 def _portrait_problem(path: Path) -> str | None:
-    """Cheap checks from the file name and image header only (the sensor never decodes pixels)."""
+    """Cheap checks from the file name and image header only (pixels are decoded once the file
+    is stable, just before it is taken in)."""
     if slugify(path.stem) is None:
         return "file name has no letters or digits to make a persona id from; rename it"
     try:
@@ -129,9 +135,11 @@ def _claim_id(stem: str, taken: set[str]) -> str:
     target=persona_cache,
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=15,
-    description="Copies each portrait dropped into storage/personas/inbox/ to personas/sources/ (id from "
-    "the file name), then makes every portrait in personas/sources/ (from the inbox or `newsmotion "
-    "persona add`) a persona partition and requests its cache once per content.",
+    description="Copies each portrait dropped into storage/personas/inbox/ (once unchanged for two ticks "
+    "and decodable) to personas/sources/ (id from the file name), then makes every portrait in "
+    "personas/sources/ (from the inbox or `newsmotion persona add`) a persona partition and requests "
+    "its cache once per content. Built portraits move to inbox/processed/, unusable files to "
+    "inbox/rejected/ with a .reason.txt.",
 )
 def persona_inbox_sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -> dg.SensorResult:
     store = storage.store
@@ -150,9 +158,16 @@ def persona_inbox_sensor(context: dg.SensorEvaluationContext, storage: StorageRe
     )
 
 
+# Ticks a dropped file must keep its size and mtime before it is taken in: one unchanged interval is
+# not enough (a copy can stall longer than 15 s, e.g. from a network share).
+INBOX_STABLE_SCANS = 2
+
+
 def _ingest_inbox(context, store: Storage, state: dict, known: set[str]) -> tuple[dict[str, str], str]:
-    """Copy settled inbox portraits into ``personas/sources/``; returns the inbox name -> persona
-    id map and the scan cursor. Requests come from the sources (see ``_reconcile_sources``)."""
+    """Copy settled inbox portraits into ``personas/sources/`` and tidy the inbox: a file that
+    cannot become a persona goes to ``inbox/rejected/`` with its reason, a portrait whose persona
+    cache was built from it goes to ``inbox/processed/``. Returns the inbox name -> persona id map
+    and the scan cursor. Requests come from the sources (see ``_reconcile_sources``)."""
     owners: dict[str, str] = state.get("ids", {})  # inbox file name -> persona id it became
     scan = scan_folder(
         store.persona_inbox,
@@ -160,16 +175,25 @@ def _ingest_inbox(context, store: Storage, state: dict, known: set[str]) -> tupl
         suffixes=PORTRAIT_SUFFIXES,
         max_bytes=MAX_PORTRAIT_BYTES,
         name_ok=_portrait_problem,
+        stable_scans=INBOX_STABLE_SCANS,
     )
     for entry, problem in scan.skipped:
-        context.log.warning(f"skipping {entry.path}: {problem}")
+        _reject_inbox_file(context, store, entry.path, problem)
+    for entry in scan.waiting:
+        context.log.info(f"waiting for {entry.path} to stay unchanged ({entry.size} bytes so far)")
     taken = known | set(owners.values()) | set(_source_files(store))
+    ready = {e.path.name for e in scan.ready}
     for entry in scan.ready:
         rejected = _rejected_copy(store, entry.path)
         if rejected is not None:
             # Taking it in again would fail the same way; a different file under this name is new.
             reason = rejection_reason(rejected) or "see the folder"
-            context.log.warning(f"skipping {entry.path}: this portrait was rejected ({reason}); it is in {rejected}")
+            _reject_inbox_file(context, store, entry.path, f"this portrait was rejected before ({reason}; {rejected})")
+            continue
+        try:
+            read_portrait(entry.path)  # decodes every pixel: a truncated file fails here, not in a run
+        except BadInputError as exc:
+            _reject_inbox_file(context, store, entry.path, exc.problem)
             continue
         persona_id = owners.get(entry.path.name)
         if persona_id is None:
@@ -188,7 +212,34 @@ def _ingest_inbox(context, store: Storage, state: dict, known: set[str]) -> tupl
             context.log.warning(f"could not copy {entry.path}: {exc}")
             continue
         context.log.info(f"{entry.path.name} -> persona {persona_id!r}")
+    for entry in scan.settled:
+        persona_id = owners.get(entry.path.name)
+        if entry.path.name in ready or persona_id is None or not entry.path.is_file():
+            continue
+        if _persona_built_from(store, persona_id, entry.path):
+            moved = file_away(entry.path, store.persona_inbox_processed)
+            context.log.info(f"{entry.path.name}: persona {persona_id!r} built from it; moved to {moved}")
+        elif (rejected := _rejected_copy(store, entry.path)) is not None:
+            reason = rejection_reason(rejected) or "see the folder"
+            _reject_inbox_file(context, store, entry.path, f"{reason} (persona {persona_id!r}; {rejected})")
     return owners, scan.cursor
+
+
+def _reject_inbox_file(context, store: Storage, path: Path, reason: str) -> None:
+    try:
+        moved = file_away(path, store.persona_inbox_rejected, reason)
+    except OSError as exc:  # e.g. it vanished meanwhile: it is out of the inbox either way
+        context.log.warning(f"skipping {path}: {reason} (could not move it: {exc})")
+        return
+    context.log.warning(f"rejected {path.name}: {reason}; moved to {moved} (reason in {moved.name}{REASON_SUFFIX})")
+
+
+def _persona_built_from(store: Storage, persona_id: str, path: Path) -> bool:
+    """Whether ``persona_id``'s cache is current and was built from the portrait at ``path``."""
+    state, _, _ = load_status(
+        lambda: load_persona(store, persona_id, expected_source=image_source(path), expected_params=persona_params())
+    )
+    return state == "valid"
 
 
 def _reconcile_sources(context, store: Storage, handled: dict[str, list[int]], known: set[str]):
