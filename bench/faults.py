@@ -106,7 +106,7 @@ class DagsterDev:
                 cmd = " ".join(p.cmdline())
             except psutil.Error:
                 continue
-            if "dagster-daemon" in cmd and " run" in cmd:
+            if ("dagster-daemon" in cmd or "dagster._daemon" in cmd) and " run" in cmd:
                 return p
         return None
 
