@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The local Dagster instance shared by the demo and the UI (runs, partitions, sensor cursors).
 export DAGSTER_HOME := $(CURDIR)/storage/dagster_home
 
-.PHONY: setup demo test dev clean-storage
+.PHONY: setup demo test dev faults clean-storage
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,6 +25,11 @@ test: $(STAMP)
 
 dev: $(STAMP)
 	$(BIN)/dagster dev -w workspace.yaml
+
+# Fault test of a private `dagster dev` (its own storage and instance): kills a run worker and the
+# daemon, restarts, reports renders completed, retries, temp files left, time to recover.
+faults: $(STAMP)
+	$(BIN)/python bench/faults.py --portraits 2 --json bench/results/faults.json
 
 clean-storage:
 	rm -rf storage/motion storage/personas

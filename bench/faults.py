@@ -203,7 +203,7 @@ def run_report(instance: dg.DagsterInstance, store: Storage) -> dict:
         run = r.dagster_run
         if run.status != dg.DagsterRunStatus.SUCCESS or not r.start_time or not r.end_time:
             continue
-        part = run.tags.get("dagster/partition")
+        part = run.tags.get("dagster/partition") or run.tags.get("dagster/asset_partition_range_start")
         if not part:
             continue
         dims = dict(zip(("loop", "persona"), part.split("|")))  # MultiPartitionKey: dimensions by name
@@ -266,20 +266,17 @@ def main() -> int:
         faults.append({"fault": "SIGKILL run worker mid-clip", "pid": pid, "clip": str(tmp.parent.relative_to(store.root)), "t_s": round(time.monotonic() - t_start, 1)})
         log(f"killed run worker {pid} writing {tmp.name}")
 
-        # Fault 2: the daemon is killed; then, with another render in flight, dagster dev is stopped.
+        # Fault 2: with another render in flight, the daemon is killed, then dagster dev stopped.
+        in_flight = wait_for("another render writing its clip", lambda: (c := writing_clip(store)) and c.name != tmp.name and c, 900)
         daemon = wait_for("the daemon process", dev.daemon, 60)
         daemon.kill()
-        faults.append({"fault": "SIGKILL dagster-daemon", "pid": daemon.pid, "t_s": round(time.monotonic() - t_start, 1)})
-        log(f"killed the daemon {daemon.pid}")
-        # Without a daemon nothing new starts; a render already queued or in flight still runs.
-        in_flight = None
-        try:
-            in_flight = wait_for("another render in flight", lambda: (c := writing_clip(store)) and c != tmp and c, 60)
-        except RuntimeError:
-            pass
+        faults.append({"fault": "SIGKILL dagster-daemon", "pid": daemon.pid, "render_in_flight": str(in_flight.parent.relative_to(store.root)), "t_s": round(time.monotonic() - t_start, 1)})
+        log(f"killed the daemon {daemon.pid} while {in_flight.name} was being written")
+        time.sleep(2)
+        exited_by_itself = dev.proc.poll() is not None
         stop_s = dev.stop()
-        faults.append({"fault": "SIGTERM dagster dev (whole group)", "render_in_flight": bool(in_flight), "stop_s": round(stop_s, 1), "t_s": round(time.monotonic() - t_start, 1)})
-        log(f"stopped dagster dev in {stop_s:.1f} s (render in flight: {bool(in_flight)})")
+        faults.append({"fault": "SIGTERM dagster dev (whole group)", "had_exited_after_daemon_kill": exited_by_itself, "stop_s": round(stop_s, 1), "t_s": round(time.monotonic() - t_start, 1)})
+        log(f"stopped dagster dev in {stop_s:.1f} s (it had exited by itself: {exited_by_itself})")
         left_at_stop = temp_files(store.root)
 
         # Restart: nothing else is done by hand.

@@ -51,8 +51,9 @@ class RetryableFailureCondition(dg.AutomationCondition[dg.AssetKey]):
     materialized (so a render that crashes every time is given up, not requested forever).
 
     Runs hold one render partition each (the render asset's backfill policy), so the partition's
-    runs are those tagged ``dagster/partition`` with its key. Evaluated in the code server (the
-    automation sensor sets ``use_user_code_server``): it is plain Python over the instance.
+    runs are those tagged with its key: ``dagster/partition`` (a run launched for one partition) or
+    a partition range that starts and ends at it (a backfill's run). Evaluated in the code server
+    (the automation sensor sets ``use_user_code_server``): it is plain Python over the instance.
     """
 
     def __init__(self, max_failed_runs: int):
@@ -75,11 +76,16 @@ class RetryableFailureCondition(dg.AutomationCondition[dg.AssetKey]):
         return dg.AutomationResult(context, subset.compute_intersection_with_partition_keys(keys))
 
     def _retryable(self, instance: dg.DagsterInstance, key: dg.AssetKey, partition: str) -> bool:
-        runs = [
-            run
-            for run in instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": partition}), limit=50)
-            if run.asset_selection is None or key in run.asset_selection
-        ]  # newest first
+        by_id = {}
+        for tags in (
+            {"dagster/partition": partition},
+            {"dagster/asset_partition_range_start": partition, "dagster/asset_partition_range_end": partition},
+        ):
+            for record in instance.get_run_records(filters=dg.RunsFilter(tags=tags), limit=50):
+                if record.dagster_run.asset_selection is None or key in record.dagster_run.asset_selection:
+                    by_id[record.dagster_run.run_id] = record
+        records = sorted(by_id.values(), key=lambda r: r.create_timestamp, reverse=True)
+        runs = [r.dagster_run for r in records]  # newest first
         if not runs or runs[0].status != dg.DagsterRunStatus.FAILURE:
             return False
         latest = runs[0]

@@ -4,7 +4,8 @@ Materializes, with the same asset definitions the UI shows: every loop's guidanc
 sample persona (scikit-image's public-domain astronaut), every render persona x loop with the
 ``warp`` backend, then the scorecard; prints the scorecard and where the mp4s are. Runs are
 recorded in ``$DAGSTER_HOME`` (the Makefile points it at ``storage/dagster_home``), so
-``make dev`` shows them afterwards. The demo is an edge of the program: it decides the storage root
+``make dev`` shows them afterwards as current and requests nothing on its first ticks (the sensors
+and automation see the demo's materializations; a test checks it). The demo is an edge of the program: it decides the storage root
 once (``$NEWSMOTION_STORAGE``, else ``./storage``) and hands it to every asset as the ``storage``
 resource.
 """

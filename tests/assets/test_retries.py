@@ -194,11 +194,15 @@ def test_a_transient_render_error_is_retried_in_the_same_run(astronaut_png, stor
         assert len(_events(instance, result.run_id, dg.DagsterEventType.STEP_UP_FOR_RETRY)) == 1
 
 
+@pytest.mark.parametrize("launched_by", ["run request", "backfill"])
 @pytest.mark.parametrize("failed_runs, expected", [(1, True), (3, False)])
-def test_automation_requests_a_crashed_render_again_until_it_gave_up(failed_runs, expected, astronaut_png, storage):
+def test_automation_requests_a_crashed_render_again_until_it_gave_up(failed_runs, expected, launched_by, astronaut_png, storage):
     with dg.instance_for_test() as instance:
         _setup(instance, storage, astronaut_png)
-        tags = dict(render_partitions.get_tags_for_partition_key(KEY))
+        if launched_by == "backfill":  # a backfill's run names its partition as a one-key range
+            tags = {"dagster/asset_partition_range_start": str(KEY), "dagster/asset_partition_range_end": str(KEY)}
+        else:
+            tags = dict(render_partitions.get_tags_for_partition_key(KEY))
         for _ in range(failed_runs):  # runs whose workers died, no run retry pending
             run = create_run_for_test(
                 instance, job_name="__ASSET_JOB", tags=tags, asset_selection=frozenset({render.key}),
