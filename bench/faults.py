@@ -110,11 +110,19 @@ class DagsterDev:
                 return p
         return None
 
-    def stop(self, timeout: float = 90) -> float:
+    def stop(self, interrupts: int = 0, timeout: float = 90) -> float:
+        """Stop it: ``interrupts`` SIGINTs to the whole group half a second apart (Ctrl-C in the
+        terminal, pressed that many times), else SIGTERM; SIGKILL after ``timeout``."""
         assert self.proc is not None
         t0 = time.monotonic()
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            if interrupts:
+                for i in range(interrupts):
+                    os.killpg(self.proc.pid, signal.SIGINT)
+                    if i + 1 < interrupts:
+                        time.sleep(0.5)
+            else:
+                os.killpg(self.proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         try:
@@ -274,9 +282,9 @@ def main() -> int:
         log(f"killed the daemon {daemon.pid} while {in_flight.name} was being written")
         time.sleep(2)
         exited_by_itself = dev.proc.poll() is not None
-        stop_s = dev.stop()
-        faults.append({"fault": "SIGTERM dagster dev (whole group)", "had_exited_after_daemon_kill": exited_by_itself, "stop_s": round(stop_s, 1), "t_s": round(time.monotonic() - t_start, 1)})
-        log(f"stopped dagster dev in {stop_s:.1f} s (it had exited by itself: {exited_by_itself})")
+        stop_s = dev.stop(interrupts=2)
+        faults.append({"fault": "Ctrl-C twice to dagster dev (SIGINT to the whole group)", "had_exited_after_daemon_kill": exited_by_itself, "stop_s": round(stop_s, 1), "t_s": round(time.monotonic() - t_start, 1)})
+        log(f"stopped dagster dev with Ctrl-C twice in {stop_s:.1f} s (it had exited by itself: {exited_by_itself})")
         left_at_stop = temp_files(store.root)
 
         # Restart: nothing else is done by hand.
@@ -297,6 +305,14 @@ def main() -> int:
             log(str(exc))
             recovered = False
         t_done = time.monotonic()
+        # Per interrupted clip: seconds from its fault to its render being recorded.
+        wall0 = time.time() - (time.monotonic() - t_start)
+        for fault, clip in ((faults[0], tmp), (faults[1], in_flight)):
+            persona, loop = clip.parent.parent.name, clip.parent.name
+            key = str(dg.MultiPartitionKey({"persona": persona, "loop": loop}))
+            records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=RENDER, asset_partitions=[key]), limit=1).records
+            fault["partition"] = key
+            fault["rendered_again_after_s"] = round(records[0].timestamp - (wall0 + fault["t_s"]), 1) if records else None
         done = completed_renders(store, instance, personas)
         valid = [k for k in done if valid_clip(store.render_path(*_persona_loop(k), "warp"))]
         result.update(
@@ -306,6 +322,8 @@ def main() -> int:
                 "renders_completed": len(valid),
                 "renders_completed_pct": round(100 * len(valid) / expected, 1),
                 "recovered_without_manual_step": recovered,
+                # From the restart until every render was recorded (the interrupted ones and those
+                # not yet started when dagster dev went down).
                 "time_to_recover_s": round(t_done - t_restart, 1) if recovered else None,
                 "temp_files_left": temp_files(store.root),
                 "inbox_left": sorted(p.name for p in store.persona_inbox.iterdir() if p.is_file()) if store.persona_inbox.is_dir() else [],
