@@ -2,15 +2,16 @@
 
 Starts `dagster dev` (in its own process group, on a free port, with a private storage root and
 Dagster instance configured like storage/dagster_home/dagster.yaml), drops portraits into the inbox,
-then while renders run: SIGKILLs the run worker that is writing a clip (an out-of-memory kill),
-SIGKILLs the daemon, stops `dagster dev` with SIGTERM while another render is in flight, and starts
-it again. Nothing else is done by hand. It then waits until every persona x loop render is
-materialized and reports:
+then while renders run: SIGKILLs the run worker that is writing a clip (an out-of-memory kill);
+with another render in flight, SIGKILLs the daemon and presses Ctrl-C twice on `dagster dev` (SIGINT
+to the whole group, half a second apart); and starts it again. Nothing else is done by hand. It
+then waits until every persona x loop render is materialized and reports:
 
 - renders completed / expected (materialized in Dagster, mp4 on disk, valid h264, telemetry);
 - runs retried by the daemon (runs tagged dagster/retry_number), runs failed;
 - temporary files left anywhere under the storage root;
-- time to recover: from the restart to the last render completed;
+- time to recover: from the restart to the last render completed, and per interrupted clip the
+  seconds from its fault until its render was recorded;
 - run start-up cost: a render run's duration minus the render's own wall time (median).
 
 Usage::
@@ -206,7 +207,7 @@ def temp_files(root: Path) -> list[str]:
 def run_report(instance: dg.DagsterInstance, store: Storage) -> dict:
     runs = instance.get_run_records()
     renders = [r for r in runs if r.dagster_run.asset_selection and RENDER in r.dagster_run.asset_selection]
-    overhead = []
+    overhead, render_wall = [], []
     for r in renders:
         run = r.dagster_run
         if run.status != dg.DagsterRunStatus.SUCCESS or not r.start_time or not r.end_time:
@@ -222,6 +223,7 @@ def run_report(instance: dg.DagsterInstance, store: Storage) -> dict:
             continue
         if tele.outcome == "rendered" and r.start_time <= _ts(tele.created_at) <= r.end_time + 5:
             overhead.append((r.end_time - r.start_time) - tele.wall_s)
+            render_wall.append(tele.wall_s)
     status = lambda s: sum(r.dagster_run.status == s for r in runs)  # noqa: E731
     return {
         "runs": len(runs),
@@ -232,6 +234,7 @@ def run_report(instance: dg.DagsterInstance, store: Storage) -> dict:
         "render_runs_bad_input": sum(r.dagster_run.tags.get("newsmotion/failure") == "bad_input" for r in renders),
         "render_run_overhead_s_median": round(statistics.median(overhead), 2) if overhead else None,
         "render_run_overhead_samples": len(overhead),
+        "render_wall_s_median": round(statistics.median(render_wall), 2) if render_wall else None,
     }
 
 

@@ -198,6 +198,15 @@ def key_figures(result: dict) -> list[str]:
                 f"{DEFAULT_FP8_VARIANT} (default): {min(per_score):.2f}-{max(per_score):.2f} main-loop "
                 f"instructions per score over {len(per_score)} configs, {spilled:.0f} B spilled"
             )
+    completed, expected = _number(result.get("renders_completed")), _number(result.get("expected_renders"))
+    if completed is not None and expected:  # the fault test (bench/faults.py)
+        left = result.get("temp_files_left")
+        recover = _number(result.get("time_to_recover_s"))
+        figures.append(
+            f"fault test: {completed:.0f}/{expected:.0f} renders after a killed worker, daemon and restart, "
+            f"{len(left) if isinstance(left, list) else '?'} temp files left, {_number(result.get('runs_retried')) or 0:.0f} runs retried"
+            + (f", all recorded {recover:.0f} s after the restart" if recover is not None else "")
+        )
     frames, wall_s, backend = _number(result.get("frames")), _number(result.get("wall_s")), result.get("backend")
     if frames and wall_s is not None and isinstance(backend, dict):  # a whole clip through one backend (smoke run)
         accels = backend.get("accelerations")
