@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The local Dagster instance shared by the demo and the UI (runs, partitions, sensor cursors).
 export DAGSTER_HOME := $(CURDIR)/storage/dagster_home
 
-.PHONY: setup demo test dev clean-storage browser
+.PHONY: setup demo test dev faults clean-storage browser
 
 $(STAMP): requirements.lock requirements-nodeps.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -36,6 +36,11 @@ test: $(STAMP) browser
 
 dev: $(STAMP)
 	$(BIN)/dagster dev -w workspace.yaml
+
+# Fault test of a private `dagster dev` (its own storage and instance): kills a run worker and the
+# daemon, restarts, reports renders completed, retries, temp files left, time to recover.
+faults: $(STAMP)
+	$(BIN)/python bench/faults.py --portraits 2 --json bench/results/faults.json
 
 clean-storage:
 	rm -rf storage/motion storage/personas

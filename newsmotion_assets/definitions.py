@@ -13,4 +13,7 @@ defs = dg.Definitions(
     schedules=[schedules.nightly_benchmark],
     sensors=[sensors.loop_sensor, sensors.persona_inbox_sensor, sensors.render_automation_sensor],
     resources={"renderer": RendererResource(), "storage": StorageResource()},
+    # Runs hold one render (or one cache) each, so a second process per step would only add start-up
+    # time; a killed run worker is retried as a whole run (storage/dagster_home/dagster.yaml).
+    executor=dg.in_process_executor,
 )

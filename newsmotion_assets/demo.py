@@ -4,7 +4,8 @@ Materializes, with the same asset definitions the UI shows: every loop's guidanc
 sample persona (scikit-image's public-domain astronaut), every render persona x loop with the
 ``warp`` backend, then the scorecard; prints the scorecard and where the mp4s are. Runs are
 recorded in ``$DAGSTER_HOME`` (the Makefile points it at ``storage/dagster_home``), so
-``make dev`` shows them afterwards. The demo is an edge of the program: it decides the storage root
+``make dev`` shows them afterwards as current and requests nothing on its first ticks (the sensors
+and automation see the demo's materializations; a test checks it). The demo is an edge of the program: it decides the storage root
 once (``$NEWSMOTION_STORAGE``, else ``./storage``) and hands it to every asset as the ``storage``
 resource.
 """
@@ -42,6 +43,7 @@ from newsmotion_engine.guidance.cache import all_loop_ids
 from newsmotion_engine.persona.sources import install_source
 from newsmotion_engine.render.telemetry import RenderTelemetry, cell_text
 from newsmotion_engine.storage import Storage
+from newsmotion_engine.sweep import sweep_stale_temp
 
 SAMPLE_PERSONA = "astronaut"
 # The demo prints its own progress lines; Dagster's per-event debug log would drown them (the
@@ -75,16 +77,21 @@ def _materialize(assets, key, instance, resources=None, label=""):
     return result
 
 
-def run_demo() -> None:
+def run_demo(instance: dg.DagsterInstance | None = None, renderer: RendererResource | None = None) -> None:
+    """The demo into ``instance`` (default: ``$DAGSTER_HOME``'s, the one ``make dev`` opens), with
+    ``renderer`` (default: warp at 720x1280, kept warm; tests pass a smaller size)."""
     started = time.perf_counter()
-    instance = _instance()
+    instance = instance or _instance()
     store = Storage.from_env()
     on_store = {"storage": StorageResource(root=str(store.root))}
     loops = all_loop_ids(store)
     console.print(f"[bold]newsmotion demo[/] — storage {store.root}")
+    swept = sweep_stale_temp(store.root)
+    for entry in swept.removed:
+        console.print(f"  removed stale temporary {entry.kind} {escape(str(entry.path))} ({entry.why})")
 
     # The backend is loaded once and kept warm for every run below (backend caches and renders).
-    resources = {"renderer": RendererResource(keep_warm=True), **on_store}
+    resources = {"renderer": renderer or RendererResource(keep_warm=True), **on_store}
     console.print("[bold]1/4 guidance caches[/] (Tier 1, per loop, with the backend's loop-side cache)")
     instance.add_dynamic_partitions(loop_partitions.name, loops)
     for loop_id in loops:
@@ -199,6 +206,15 @@ def key_figures(result: dict) -> list[str]:
                 f"{DEFAULT_FP8_VARIANT} (default): {min(per_score):.2f}-{max(per_score):.2f} main-loop "
                 f"instructions per score over {len(per_score)} configs, {spilled:.0f} B spilled"
             )
+    completed, expected = _number(result.get("renders_completed")), _number(result.get("expected_renders"))
+    if completed is not None and expected:  # the fault test (bench/faults.py)
+        left = result.get("temp_files_left")
+        recover = _number(result.get("time_to_recover_s"))
+        figures.append(
+            f"fault test: {completed:.0f}/{expected:.0f} renders after a killed worker, daemon and restart, "
+            f"{len(left) if isinstance(left, list) else '?'} temp files left, {_number(result.get('runs_retried')) or 0:.0f} runs retried"
+            + (f", all recorded {recover:.0f} s after the restart" if recover is not None else "")
+        )
     frames, wall_s, backend = _number(result.get("frames")), _number(result.get("wall_s")), result.get("backend")
     if frames and wall_s is not None and isinstance(backend, dict):  # a whole clip through one backend (smoke run)
         accels = backend.get("accelerations")

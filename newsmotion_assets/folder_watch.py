@@ -44,19 +44,22 @@ def scan_folder(
     suffixes: tuple[str, ...],
     max_bytes: int,
     name_ok: Callable[[Path], str | None] = lambda p: None,
+    stable_scans: int = 1,
 ) -> ScanResult:
     """Scan ``folder`` against the JSON ``cursor`` of a previous scan.
 
     ``name_ok(path)`` returns a problem string for a name that cannot be used, else None. A file is
-    ready once it has the same (size, mtime) on two consecutive scans: a file still being copied
-    changes between them.
+    ready once its (size, mtime) stayed the same over ``stable_scans`` scans after the one that
+    first saw it (1: two consecutive scans agree). A file still being copied changes between them;
+    a copy that pauses longer than one interval (a slow network share) is caught by asking for 2.
     """
     try:
         state = json.loads(cursor) if cursor else {}
     except ValueError:
         state = {}
     seen: dict[str, list[int]] = state.get("seen", {})  # handled (ready or skipped) signatures
-    pending: dict[str, list[int]] = state.get("pending", {})  # last signature of unsettled files
+    # Unsettled files: [size, mtime_ns, scans it has been unchanged for] (older cursors: no count).
+    pending: dict[str, list[int]] = state.get("pending", {})
     # Names in ``seen`` that were skipped; a cursor without this key predates it, so its seen files
     # are examined once more to tell the usable ones apart.
     bad: set[str] | None = set(state["bad"]) if "bad" in state else None
@@ -85,13 +88,18 @@ def scan_folder(
             if problem:
                 result.skipped.append((entry, problem))
                 seen[path.name] = entry.signature
-            elif pending.get(path.name) == entry.signature:
-                result.ready.append(entry)
-                result.settled.append(entry)
-                seen[path.name] = entry.signature
+            elif (before := pending.get(path.name)) is not None and before[:2] == entry.signature:
+                unchanged = (before[2] if len(before) > 2 else 0) + 1
+                if unchanged >= stable_scans:
+                    result.ready.append(entry)
+                    result.settled.append(entry)
+                    seen[path.name] = entry.signature
+                else:
+                    result.waiting.append(entry)
+                    new_pending[path.name] = [*entry.signature, unchanged]
             else:
                 result.waiting.append(entry)
-                new_pending[path.name] = entry.signature
+                new_pending[path.name] = [*entry.signature, 0]
     # Forget files that were removed, so a file dropped again later is handled again.
     seen = {name: sig for name, sig in seen.items() if name in present}
     usable = {e.path.name for e in result.settled}

@@ -2,7 +2,10 @@
 
 Both are on by default, keep a cursor (see :mod:`newsmotion_assets.folder_watch`) and never raise on
 what users drop: bad files are logged and skipped once; a file that only fails when processed
-(e.g. a video with no person in it) fails its own run, not the sensor.
+(e.g. a video with no person in it) fails its own run, not the sensor. The portrait inbox is kept
+tidy, so it shows what is still pending: a portrait is taken in once it stayed unchanged for two
+ticks and decodes, moves to ``inbox/processed/`` once its persona cache is built from it, and a
+file that cannot become a persona moves to ``inbox/rejected/`` with ``{name}.reason.txt``.
 
 What is on disk is the truth, whichever way it got there: every driving video in
 ``motion/driving/`` is a loop partition and every portrait in ``personas/sources/`` a persona
@@ -21,15 +24,17 @@ from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.folder_watch import scan_folder
 from newsmotion_assets.partitions import loop_partitions, persona_partitions
 from newsmotion_assets.resources import StorageResource
-from newsmotion_engine.cachedir import sha256_file
+from newsmotion_engine.cachedir import load_status, sha256_file
 from newsmotion_engine.errors import BadInputError, InvalidIdError
 from newsmotion_engine.guidance import palette
-from newsmotion_engine.guidance.cache import VIDEO_SUFFIXES
+from newsmotion_engine.guidance.cache import VIDEO_SUFFIXES, load_guidance, loop_source
 from newsmotion_engine.ids import slugify, validate_id
-from newsmotion_engine.persona.image import probe_portrait
+from newsmotion_engine.persona.cache import image_source, load_persona, persona_params
+from newsmotion_engine.persona.image import probe_portrait, read_portrait
 from newsmotion_engine.persona.sources import (
     PORTRAIT_SUFFIXES,
     REASON_SUFFIX,
+    file_away,
     install_source,
     rejection_reason,
     source_persona_ids,
@@ -76,11 +81,14 @@ def loop_sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -
     videos.update({e.path.name: e for e in scan.settled if e.path.stem not in known})
     wanted = list(palette.LOOP_IDS) + [e.path.stem for e in videos.values()]
     new_ids = [loop_id for loop_id in dict.fromkeys(wanted) if loop_id not in known]
+    materialized = context.instance.get_materialized_partitions(guidance_cache.key)
     requests = [
         # Run keys make each request once per content: canonical loops per palette version, driving
-        # videos per (size, mtime) — a replaced video is extracted again.
+        # videos per (size, mtime) — a replaced video is extracted again. A canonical loop already
+        # materialized with a current cache (by `make demo` in this instance) is not requested.
         dg.RunRequest(partition_key=loop_id, run_key=f"canonical:{loop_id}:{palette.PALETTE_VERSION}")
         for loop_id in palette.LOOP_IDS
+        if not (loop_id in materialized and _guidance_current(storage.store, loop_id))
     ] + [
         dg.RunRequest(partition_key=e.path.stem, run_key=f"video:{e.path.name}:{e.size}:{e.mtime_ns}")
         for e in videos.values()
@@ -92,11 +100,17 @@ def loop_sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -
     )
 
 
+def _guidance_current(store: Storage, loop_id: str) -> bool:
+    state, _, _ = load_status(lambda: load_guidance(store, loop_id, expected=loop_source(store, loop_id)))
+    return state == "valid"
+
+
 MAX_PORTRAIT_BYTES = 64 * 2**20
 
 
 def _portrait_problem(path: Path) -> str | None:
-    """Cheap checks from the file name and image header only (the sensor never decodes pixels)."""
+    """Cheap checks from the file name and image header only (pixels are decoded once the file
+    is stable, just before it is taken in)."""
     if slugify(path.stem) is None:
         return "file name has no letters or digits to make a persona id from; rename it"
     try:
@@ -121,9 +135,11 @@ def _claim_id(stem: str, taken: set[str]) -> str:
     target=persona_cache,
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=15,
-    description="Copies each portrait dropped into storage/personas/inbox/ to personas/sources/ (id from "
-    "the file name), then makes every portrait in personas/sources/ (from the inbox or `newsmotion "
-    "persona add`) a persona partition and requests its cache once per content.",
+    description="Copies each portrait dropped into storage/personas/inbox/ (once unchanged for two ticks "
+    "and decodable) to personas/sources/ (id from the file name), then makes every portrait in "
+    "personas/sources/ (from the inbox or `newsmotion persona add`) a persona partition and requests "
+    "its cache once per content. Built portraits move to inbox/processed/, unusable files to "
+    "inbox/rejected/ with a .reason.txt.",
 )
 def persona_inbox_sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -> dg.SensorResult:
     store = storage.store
@@ -142,9 +158,16 @@ def persona_inbox_sensor(context: dg.SensorEvaluationContext, storage: StorageRe
     )
 
 
+# Ticks a dropped file must keep its size and mtime before it is taken in: one unchanged interval is
+# not enough (a copy can stall longer than 15 s, e.g. from a network share).
+INBOX_STABLE_SCANS = 2
+
+
 def _ingest_inbox(context, store: Storage, state: dict, known: set[str]) -> tuple[dict[str, str], str]:
-    """Copy settled inbox portraits into ``personas/sources/``; returns the inbox name -> persona
-    id map and the scan cursor. Requests come from the sources (see ``_reconcile_sources``)."""
+    """Copy settled inbox portraits into ``personas/sources/`` and tidy the inbox: a file that
+    cannot become a persona goes to ``inbox/rejected/`` with its reason, a portrait whose persona
+    cache was built from it goes to ``inbox/processed/``. Returns the inbox name -> persona id map
+    and the scan cursor. Requests come from the sources (see ``_reconcile_sources``)."""
     owners: dict[str, str] = state.get("ids", {})  # inbox file name -> persona id it became
     scan = scan_folder(
         store.persona_inbox,
@@ -152,16 +175,25 @@ def _ingest_inbox(context, store: Storage, state: dict, known: set[str]) -> tupl
         suffixes=PORTRAIT_SUFFIXES,
         max_bytes=MAX_PORTRAIT_BYTES,
         name_ok=_portrait_problem,
+        stable_scans=INBOX_STABLE_SCANS,
     )
     for entry, problem in scan.skipped:
-        context.log.warning(f"skipping {entry.path}: {problem}")
+        _reject_inbox_file(context, store, entry.path, problem)
+    for entry in scan.waiting:
+        context.log.info(f"waiting for {entry.path} to stay unchanged ({entry.size} bytes so far)")
     taken = known | set(owners.values()) | set(_source_files(store))
+    ready = {e.path.name for e in scan.ready}
     for entry in scan.ready:
         rejected = _rejected_copy(store, entry.path)
         if rejected is not None:
             # Taking it in again would fail the same way; a different file under this name is new.
             reason = rejection_reason(rejected) or "see the folder"
-            context.log.warning(f"skipping {entry.path}: this portrait was rejected ({reason}); it is in {rejected}")
+            _reject_inbox_file(context, store, entry.path, f"this portrait was rejected before ({reason}; {rejected})")
+            continue
+        try:
+            read_portrait(entry.path)  # decodes every pixel: a truncated file fails here, not in a run
+        except BadInputError as exc:
+            _reject_inbox_file(context, store, entry.path, exc.problem)
             continue
         persona_id = owners.get(entry.path.name)
         if persona_id is None:
@@ -180,7 +212,34 @@ def _ingest_inbox(context, store: Storage, state: dict, known: set[str]) -> tupl
             context.log.warning(f"could not copy {entry.path}: {exc}")
             continue
         context.log.info(f"{entry.path.name} -> persona {persona_id!r}")
+    for entry in scan.settled:
+        persona_id = owners.get(entry.path.name)
+        if entry.path.name in ready or persona_id is None or not entry.path.is_file():
+            continue
+        if _persona_built_from(store, persona_id, entry.path):
+            moved = file_away(entry.path, store.persona_inbox_processed)
+            context.log.info(f"{entry.path.name}: persona {persona_id!r} built from it; moved to {moved}")
+        elif (rejected := _rejected_copy(store, entry.path)) is not None:
+            reason = rejection_reason(rejected) or "see the folder"
+            _reject_inbox_file(context, store, entry.path, f"{reason} (persona {persona_id!r}; {rejected})")
     return owners, scan.cursor
+
+
+def _reject_inbox_file(context, store: Storage, path: Path, reason: str) -> None:
+    try:
+        moved = file_away(path, store.persona_inbox_rejected, reason)
+    except OSError as exc:  # e.g. it vanished meanwhile: it is out of the inbox either way
+        context.log.warning(f"skipping {path}: {reason} (could not move it: {exc})")
+        return
+    context.log.warning(f"rejected {path.name}: {reason}; moved to {moved} (reason in {moved.name}{REASON_SUFFIX})")
+
+
+def _persona_built_from(store: Storage, persona_id: str, path: Path) -> bool:
+    """Whether ``persona_id``'s cache is current and was built from the portrait at ``path``."""
+    state, _, _ = load_status(
+        lambda: load_persona(store, persona_id, expected_source=image_source(path), expected_params=persona_params())
+    )
+    return state == "valid"
 
 
 def _reconcile_sources(context, store: Storage, handled: dict[str, list[int]], known: set[str]):
@@ -247,6 +306,9 @@ render_automation_sensor = dg.AutomationConditionSensorDefinition(
     target=dg.AssetSelection.all(),
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=30,
+    # The render condition has a Python part (automation.RetryableFailureCondition), evaluated here.
+    use_user_code_server=True,
     description="Declarative automation: builds backend caches and renders when an upstream cache is "
-    "(re-)materialized and its blocking checks passed.",
+    "(re-)materialized and its blocking checks passed, and renders again after a failure trying again "
+    "can fix (never after bad input).",
 )

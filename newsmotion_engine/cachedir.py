@@ -24,6 +24,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -39,6 +40,12 @@ from newsmotion_engine.errors import CacheCorruptError, CacheError, CacheMissing
 T = TypeVar("T")
 
 METADATA_NAME = "metadata.json"
+
+# Temporary names this module writes beside a target (group ``name``: the target's name). A build's
+# folder and a replaced cache moved aside are written under the target's lock; a copy's file is not.
+TEMP_BUILD_DIR = re.compile(r"^\.(?P<name>.+)\.tmp-[A-Za-z0-9_]{8}$")
+TEMP_OLD_DIR = re.compile(r"^\.(?P<name>.+)\.old-\d+-[0-9a-f]{8}$")
+TEMP_COPY = re.compile(r"^\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.part$")
 
 # Shape entries: an int is an exact size, None matches any size.
 ShapeSpec = tuple[int | None, ...]

@@ -69,6 +69,17 @@ class Storage:
         return self.root / "personas" / "inbox"
 
     @property
+    def persona_inbox_processed(self) -> Path:
+        """Inbox portraits whose persona cache was built from them (moved out of the inbox, so the
+        inbox shows what is still pending)."""
+        return self.persona_inbox / "processed"
+
+    @property
+    def persona_inbox_rejected(self) -> Path:
+        """Inbox files that cannot become a persona, each with a ``{name}.reason.txt`` beside it."""
+        return self.persona_inbox / "rejected"
+
+    @property
     def persona_samples(self) -> Path:
         return self.root / "personas" / "samples"
 

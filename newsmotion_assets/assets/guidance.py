@@ -11,6 +11,7 @@ import dagster as dg
 from newsmotion_assets.metadata import png_markdown, warm_load_ms
 from newsmotion_assets.partitions import loop_partitions
 from newsmotion_assets.resources import StorageResource
+from newsmotion_assets.retries import TRANSIENT_RETRY, bad_input, is_bad_input, sweep_temp_files
 from newsmotion_engine import cachedir, skeleton
 from newsmotion_engine.guidance import draw
 from newsmotion_engine.guidance.cache import ensure_guidance, load_guidance
@@ -20,6 +21,7 @@ from newsmotion_engine.guidance.cache import ensure_guidance, load_guidance
     partitions_def=loop_partitions,
     group_name="motion",
     kinds={"python", "numpy"},
+    retry_policy=TRANSIENT_RETRY,
     description="Raw whole-body keypoints of one motion loop (COCO-WholeBody 133, normalized), "
     "authored procedurally or extracted from a driving video; storage/motion/preprocessed/{loop}/.",
 )
@@ -35,7 +37,13 @@ def guidance_cache(context: dg.AssetExecutionContext, storage: StorageResource) 
             last_logged[0] = done // step
             context.log.info(f"{loop_id}: {done}/{total} frames")
 
-    cache, built = ensure_guidance(store, loop_id, progress=progress)
+    sweep_temp_files(context, store)
+    try:
+        cache, built = ensure_guidance(store, loop_id, progress=progress)
+    except Exception as exc:
+        if is_bad_input(exc):  # e.g. a driving video with no person in it: not retried
+            raise bad_input(context, exc, loop=loop_id) from None
+        raise
     context.log.info(f"{loop_id}: {'built' if built else 'cache current, reused'} ({cache.path})")
     confidence = skeleton.part_confidence(cache.keypoints)
     sheet = draw.contact_sheet(cache.keypoints)

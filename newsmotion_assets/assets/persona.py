@@ -14,8 +14,9 @@ import dagster as dg
 from newsmotion_assets.metadata import png_markdown, warm_load_ms
 from newsmotion_assets.partitions import persona_partitions
 from newsmotion_assets.resources import StorageResource
+from newsmotion_assets.retries import FAILURE_TAG, TRANSIENT_RETRY, bad_input, sweep_temp_files
 from newsmotion_engine import cachedir
-from newsmotion_engine.errors import BadInputError
+from newsmotion_engine.errors import BadInputError, NewsmotionError
 from newsmotion_engine.guidance.draw import png_bytes
 from newsmotion_engine.persona.cache import ensure_persona, load_persona, persona_source_image
 from newsmotion_engine.persona.preview import preview_image
@@ -26,6 +27,7 @@ from newsmotion_engine.persona.sources import reject_source
     partitions_def=persona_partitions,
     group_name="appearance",
     kinds={"python", "numpy"},
+    retry_policy=TRANSIENT_RETRY,
     description="One anchor's normalized portrait, person matte, face mask and 133 landmarks; "
     "storage/motion/persona_caches/{persona}/. Source portrait: storage/personas/sources/{persona}.*; "
     "a portrait that cannot be used moves to storage/personas/rejected/ and the persona is removed.",
@@ -33,7 +35,11 @@ from newsmotion_engine.persona.sources import reject_source
 def persona_cache(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
     store = storage.store
     persona_id = context.partition_key
-    source = persona_source_image(store, persona_id)
+    sweep_temp_files(context, store)
+    try:
+        source = persona_source_image(store, persona_id)
+    except NewsmotionError as exc:  # no kept portrait: `newsmotion persona add` it first
+        raise bad_input(context, exc, persona=persona_id) from None
     try:
         cache, built = ensure_persona(store, persona_id, image=source)
     except BadInputError as exc:
@@ -41,6 +47,7 @@ def persona_cache(context: dg.AssetExecutionContext, storage: StorageResource) -
         # persona stops existing instead of lingering as a partition with missing renders.
         rejected = reject_source(store, persona_id, exc.problem)
         context.instance.delete_dynamic_partition(persona_partitions.name, persona_id)
+        context.instance.add_run_tags(context.run_id, {FAILURE_TAG: "bad_input"})
         raise dg.Failure(
             description=f"{source.name}: {exc.problem} (moved to {rejected}; persona {persona_id!r} removed)",
             metadata={"rejected": dg.MetadataValue.path(str(rejected)), "reason": exc.problem},

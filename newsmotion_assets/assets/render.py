@@ -5,6 +5,12 @@ renderer resource runs in process or in an engine process): a missing or stale u
 fails the run with the name of the asset to materialize. A render whose inputs did not change
 (same input digest as the clip on disk) is skipped, and a one-partition run reports the input
 digest as the data version, so the UI shows a render stale when an upstream cache changed.
+
+One run per partition (the backfill policy): each render is recorded the moment it completes, an
+interrupted run loses only the clip in flight, and a retried run redoes only that clip. A transient
+failure is retried (the step's retry policy, run retries, automation); bad input never is
+(:mod:`newsmotion_assets.retries`). Each run first sweeps stale temporary files (a killed run's
+half-written mp4).
 """
 
 
@@ -18,6 +24,7 @@ from newsmotion_assets.automation import eager_after_valid_upstream
 from newsmotion_assets.metadata import png_markdown, studio_url
 from newsmotion_assets.partitions import render_partitions
 from newsmotion_assets.resources import RendererResource, StorageResource
+from newsmotion_assets.retries import TRANSIENT_RETRY, bad_input, is_bad_input, sweep_temp_files
 from newsmotion_engine.guidance.draw import png_bytes
 from newsmotion_engine.render.telemetry import RenderTelemetry
 from newsmotion_engine.studio.paths import render_page
@@ -40,21 +47,31 @@ from newsmotion_engine.video.frames import contact_sheet_from_video
     group_name="renders",
     kinds={"python", "mp4"},
     pool="gpu",
-    backfill_policy=dg.BackfillPolicy.single_run(),
-    automation_condition=eager_after_valid_upstream(updates_from=[backend_guidance_cache, backend_persona_cache]),
+    backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=1),
+    retry_policy=TRANSIENT_RETRY,
+    automation_condition=eager_after_valid_upstream(
+        updates_from=[backend_guidance_cache, backend_persona_cache], retry_failures=True
+    ),
     description="The loop performed by the persona: storage/motion/renders/{persona}/{loop}/{backend}.mp4 "
     "plus a telemetry .json beside it.",
 )
 def render(context: dg.AssetExecutionContext, renderer: RendererResource, storage: StorageResource) -> dg.MaterializeResult:
     store = storage.store
-    keys = context.partition_keys  # one key, or many in a single-run backfill (backend stays warm)
+    keys = context.partition_keys  # one key (a run per partition); many when launched as a range
+    sweep_temp_files(context, store)
     records: list[RenderTelemetry] = []
     for key in keys:
         dims = render_partitions.get_partition_key_from_str(key).keys_by_dimension
         persona_id, loop_id = dims["persona"], dims["loop"]
-        # The resource renders where its launcher says: in process with the warm backend, or in an
-        # engine process through Dagster Pipes; either way this clip's telemetry comes back.
-        (tele,) = renderer.render(context, store, [(persona_id, loop_id)])
+        try:
+            # The resource renders where its launcher says: in process with the warm backend, or in an
+            # engine process through Dagster Pipes; either way this clip's telemetry comes back (an
+            # engine error comes back as the same class, so bad input is still recognised).
+            (tele,) = renderer.render(context, store, [(persona_id, loop_id)])
+        except Exception as exc:
+            if is_bad_input(exc):
+                raise bad_input(context, exc, persona=persona_id, loop=loop_id) from None
+            raise  # transient (ffmpeg killed, I/O): the retry policy runs the step again
         if tele.outcome == "skipped":
             context.log.info(f"{persona_id} x {loop_id}: current (same input digest), not rendered again -> {tele.output}")
         else:

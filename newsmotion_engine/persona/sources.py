@@ -103,12 +103,40 @@ def _claim_copy(src: Path, folder: Path) -> Path:
     raise NewsmotionError(f"{folder}: no free name for {src.name} (9999 rejected copies already)")
 
 
+def file_away(path: Path, folder: Path, reason: str | None = None) -> Path:
+    """Move ``path`` into ``folder`` without overwriting anything there (a taken name gets
+    ``-2``, ``-3``, ...), with ``{name}.reason.txt`` beside it when ``reason`` is given; returns
+    the moved file's path. Each step is atomic and ``path`` goes last, so an interruption leaves it
+    in place (at worst also in ``folder``), never lost, and a reason file never stands beside the
+    wrong (or no) file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp: str | None = None
+    if reason is not None:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".part")
+    target: Path | None = None
+    try:
+        if tmp is not None:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                os.fchmod(fh.fileno(), cachedir.file_mode())
+                fh.write(reason.rstrip() + "\n")
+        target = _claim_copy(path, folder)
+        if tmp is not None:
+            os.replace(tmp, folder / f"{target.name}{REASON_SUFFIX}")
+    except BaseException:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if target is not None:
+            target.unlink(missing_ok=True)
+        raise
+    path.unlink()
+    return target
+
+
 def reject_source(storage: Storage, persona_id: str, reason: str) -> Path:
     """Move persona ``persona_id``'s source portrait (``personas/sources/{id}.*``) to
-    ``personas/rejected/`` and write ``{file name}.reason.txt`` beside it; returns the moved file's
-    path. An earlier rejected file of the same name is never overwritten: the new one is suffixed
-    (``anna-2.jpg``). Each step is atomic and the source leaves ``sources/`` last, so an
-    interruption leaves the portrait in place (at worst also in ``rejected/``), never lost.
+    ``personas/rejected/`` with ``{file name}.reason.txt`` beside it (:func:`file_away`); returns
+    the moved file's path. An earlier rejected file of the same name is never overwritten: the new
+    one is suffixed (``anna-2.jpg``).
 
     Raises :class:`NewsmotionError` when the persona has no source portrait.
 
@@ -119,26 +147,8 @@ def reject_source(storage: Storage, persona_id: str, reason: str) -> Path:
     source = storage.find_persona_source(persona_id)  # refuses an invalid id
     if source is None:
         raise NewsmotionError(f"persona {persona_id!r} has no source portrait in {storage.persona_sources} to reject")
-    folder = storage.persona_rejected
-    folder.mkdir(parents=True, exist_ok=True)
-    text = f"{reason.rstrip()}\n\npersona {persona_id}, rejected {cachedir.utc_now()}, was {source}\n"
-    # The reason is written under a temporary name first and renamed in once the portrait's name
-    # is claimed, so a reason file never stands beside the wrong (or no) portrait.
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{source.name}.", suffix=".part")
-    target: Path | None = None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            os.fchmod(fh.fileno(), cachedir.file_mode())
-            fh.write(text)
-        target = _claim_copy(source, folder)
-        os.replace(tmp, folder / f"{target.name}{REASON_SUFFIX}")
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        if target is not None:
-            target.unlink(missing_ok=True)
-        raise
-    source.unlink()
-    return target
+    text = f"{reason.rstrip()}\n\npersona {persona_id}, rejected {cachedir.utc_now()}, was {source}"
+    return file_away(source, storage.persona_rejected, text)
 
 
 def rejection_reason(rejected: Path) -> str:

@@ -56,6 +56,7 @@ __all__ = [
     "ensure_render_inputs",
     "input_digest",
     "load_render_inputs",
+    "render_lock",
     "render_persona_loop",
 ]
 
@@ -226,6 +227,14 @@ def input_digest(guidance: GuidanceCache, persona: PersonaCache, backend: Backen
     return cachedir.sha256_json(json.loads(json.dumps(payload, default=str)))
 
 
+def render_lock(out_path: Path):
+    """The lock one clip's writer holds while it renders (``.{name}.mp4.lock`` beside it): two runs
+    of the same render never write it at once (the second waits, then finds it current), and the
+    temp-file sweep (:mod:`newsmotion_engine.sweep`) knows a clip's temporary files are stale when
+    the lock is free. No timeout: a diffusion render may take longer than any fixed wait."""
+    return cachedir.cache_lock(Path(out_path), timeout=-1)
+
+
 def current_render(out_path: Path, digest: str) -> RenderTelemetry | None:
     """The record of the clip at ``out_path`` when it exists and was made from ``digest``."""
     json_path = out_path.with_suffix(".json")
@@ -295,6 +304,9 @@ def render_persona_loop(
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise BadInputError(out.parent, f"cannot create the output folder ({exc.strerror or exc})") from None
-    return render_clip(
-        inputs.guidance, inputs.persona, backend, spec, out, progress=progress, provenance=provenance, launcher=launcher
-    )
+    with render_lock(out):
+        # Another process (an earlier attempt of a retried run) may have finished it while we waited.
+        if not force and (recorded := current_render(out, digest)) is not None:
+            return dataclasses.replace(recorded, outcome="skipped", provenance=provenance)
+        return render_clip(inputs.guidance, inputs.persona, backend, spec, out, progress=progress, provenance=provenance,
+                           launcher=launcher)

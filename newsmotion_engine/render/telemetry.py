@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import types
 import typing
 import uuid
@@ -31,6 +32,9 @@ __all__ = ["LAUNCHERS", "SCHEMA_VERSION", "RenderProvenance", "RenderTelemetry",
 # Bump when a field is removed, changes meaning, or is added without a default; readers refuse
 # other versions with a message saying what to do, never guess. A field added with a default that
 # is true of every older record (``launcher``) keeps the version: old files stay readable.
+# The temporary name :meth:`RenderTelemetry.write` uses beside ``{name}``: ``.{name}.{pid}.{8 hex}.tmp``.
+TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.\d+\.[0-9a-f]{8}\.tmp$")
+
 SCHEMA_VERSION = 1
 
 # How a render treated each of its caches (the render itself never builds one: "built" means the
@@ -220,7 +224,8 @@ class RenderTelemetry:
         return _build(cls, data, path, "")
 
     def write(self, path: Path | str) -> None:
-        """Write atomically (temp file + rename): a reader sees the old record or the new one."""
+        """Write atomically (temp file + rename, :data:`TEMP_NAME`): a reader sees the old record
+        or the new one."""
         path = Path(path)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
         try:

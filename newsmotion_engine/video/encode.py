@@ -18,9 +18,16 @@ when a one-off probe encode with it succeeds in this process (cached); otherwise
 output is h264, yuv420p, ``+faststart`` (the index at the front, so a browser starts playing at
 once).
 
-The file is written under a temporary name next to the target and renamed into place only when
-ffmpeg succeeded, so a failure (missing binary, killed process, an exception in the frame source)
-never leaves a partial mp4 at the target path.
+The file is written under a temporary name next to the target (:data:`TEMP_NAME`:
+``.{stem}.{pid}.{hex}.tmp.mp4``) and renamed into place only when ffmpeg succeeded, so a failure
+(missing binary, killed process, an exception in the frame source) never leaves a partial mp4 at
+the target path. An abort (an exception or Ctrl-C while frames are coming) kills ffmpeg and removes
+the temporary file first thing, in a ``finally``, so a second interrupt arriving while it waits for
+ffmpeg still leaves nothing. ffmpeg runs in its own process group: a terminal's Ctrl-C (SIGINT to
+the foreground group) reaches only Python, which stops ffmpeg itself — ffmpeg catching SIGINT would
+otherwise finish the file it has, a header-only mp4. A process killed outright (SIGKILL, an
+out-of-memory kill) runs no cleanup; its temporary file is what
+:mod:`newsmotion_engine.sweep` removes.
 
 Example::
 
@@ -51,7 +58,23 @@ import numpy as np
 
 from newsmotion_engine.errors import BadInputError, NewsmotionError
 
-__all__ = ["EncoderError", "VideoEncoder", "ffmpeg_exe", "nvenc_available", "probe_video", "check_output_folder"]
+__all__ = [
+    "EncoderError",
+    "TEMP_NAME",
+    "VideoEncoder",
+    "check_output_folder",
+    "ffmpeg_exe",
+    "nvenc_available",
+    "probe_video",
+]
+
+# The encoder's temporary file beside ``{stem}.mp4``: ``.{stem}.{pid}.{8 hex}.tmp.mp4``; group
+# ``stem`` is the finished file's stem (the sweep uses it to find the clip's lock).
+TEMP_NAME = re.compile(r"^\.(?P<stem>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.tmp\.mp4$")
+
+
+# The writability probe :func:`check_output_folder` creates and removes at once.
+TEMP_PROBE = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{8}\.probe$")
 
 # libx264 preset, chosen by measurement (2 cores, 720x1280, a 120-frame warp render of the
 # sample persona, crf 20): ultrafast 2224 KiB, 39.5 dB PSNR, 200 fps encode-only; superfast
@@ -204,6 +227,7 @@ class VideoEncoder:
         self.wait_ms = 0.0
         self.pipe_ms = 0.0
         self._closed = False
+        self._tmp_removed = False
         self._error: BaseException | None = None
         self._frame_bytes = self.width * self.height * 3
         self._tmp = self.path.with_name(f".{self.path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp.mp4")
@@ -233,8 +257,15 @@ class VideoEncoder:
         self.command = stream.compile(cmd=exe)
         self._stderr = tempfile.TemporaryFile()
         try:
+            # Its own process group: a terminal's SIGINT goes to Python only, which stops ffmpeg
+            # (see the module docstring); ffmpeg never finalizes a clip on its own.
             self._proc = subprocess.Popen(
-                self.command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._stderr, bufsize=0
+                self.command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=self._stderr,
+                bufsize=0,
+                process_group=0,
             )
         except OSError as exc:
             self._stderr.close()
@@ -305,10 +336,18 @@ class VideoEncoder:
     def close(self) -> None:
         """Finish the file: flush frames, wait for ffmpeg, rename into place. Idempotent.
 
-        Raises EncoderError (and removes the temporary file) if ffmpeg failed.
+        Raises EncoderError (and removes the temporary file) if ffmpeg failed; an interrupt while
+        finishing aborts (no file at ``path``, no temporary file) and propagates.
         """
         if self._closed:
             return
+        try:
+            self._finish()
+        except BaseException:
+            self.abort()
+            raise
+
+    def _finish(self) -> None:
         t0 = time.perf_counter()
         self._queue.put(None)
         self._writer.join()
@@ -335,37 +374,51 @@ class VideoEncoder:
         except OSError as exc:
             self.abort()
             raise EncoderError(self.path, f"could not move the finished video into place: {exc}") from None
+        self._tmp_removed = True  # renamed into place
         self._closed = True
         self._stderr.close()
         self.mux_ms = (time.perf_counter() - t0) * 1e3
 
     def abort(self) -> None:
-        """Stop ffmpeg and delete the temporary file (nothing appears at ``path``). Idempotent."""
-        if self._closed:
+        """Stop ffmpeg and delete the temporary file (nothing appears at ``path``).
+
+        Idempotent and safe to re-enter: ffmpeg is killed and the temporary file removed before
+        anything that waits, and the removal is repeated in ``finally``, so a second interrupt
+        (Ctrl-C twice, a signal while waiting for ffmpeg to exit) cannot leave the file behind; a
+        later call (``__del__``) finishes what an interrupted one did not.
+        """
+        if self._closed and self._tmp_removed:
             return
         self._closed = True
-        if self._proc.poll() is None:
-            self._proc.kill()
-        self._proc.wait()
-        self._error = self._error or RuntimeError("aborted")
-        # Unblock and finish the writer (its pending write fails on the closed pipe).
         try:
-            if self._proc.stdin:
-                self._proc.stdin.close()
-        except OSError:
-            pass  # the pipe is already broken: nothing left to flush
-        while True:
+            if self._proc.poll() is None:
+                self._proc.kill()  # SIGKILL: ffmpeg writes nothing more, no trailer, no header-only file
+            self._remove_tmp()
+            self._error = self._error or RuntimeError("aborted")
+            self._proc.wait()
+            # Unblock and finish the writer (its pending write fails on the closed pipe).
             try:
-                self._queue.put_nowait(None)
-                break
-            except queue.Full:
+                if self._proc.stdin:
+                    self._proc.stdin.close()
+            except OSError:
+                pass  # the pipe is already broken: nothing left to flush
+            while True:
                 try:
-                    self._queue.get_nowait()
-                except queue.Empty:
-                    pass
-        self._writer.join(timeout=10)
+                    self._queue.put_nowait(None)
+                    break
+                except queue.Full:
+                    try:
+                        self._queue.get_nowait()
+                    except queue.Empty:
+                        pass
+            self._writer.join(timeout=10)
+        finally:
+            self._remove_tmp()
+            self._stderr.close()
+
+    def _remove_tmp(self) -> None:
         self._tmp.unlink(missing_ok=True)
-        self._stderr.close()
+        self._tmp_removed = True
 
     @property
     def process(self) -> subprocess.Popen:
@@ -383,8 +436,9 @@ class VideoEncoder:
         return False
 
     def __del__(self) -> None:
-        # A forgotten encoder must not leave an ffmpeg process or a temp file behind.
-        if not getattr(self, "_closed", True) and hasattr(self, "_proc"):
+        # A forgotten encoder (or an abort cut short by a second interrupt) must not leave an
+        # ffmpeg process or a temp file behind.
+        if hasattr(self, "_proc") and not getattr(self, "_tmp_removed", True):
             try:
                 self.abort()
             except Exception:  # noqa: BLE001 - interpreter shutdown: best effort only

@@ -29,6 +29,10 @@ def test_every_committed_result_has_key_figures():
         "int8qk-fp8pv (default): 8.80-10.47 main-loop instructions per score over 4 configs, 0 B spilled"
     )
     assert rows["gpu_forward_cudagraphs_14b_h200.json"] == "per forward: all 10.65 s, all_cudagraphs 10.65 s"
+    faults = json.loads((RESULTS / "faults.json").read_text())
+    assert rows["faults.json"].startswith(
+        f"fault test: {faults['renders_completed']}/{faults['expected_renders']} renders after a killed worker"
+    )
     # The ones that had figures keep them.
     assert rows["warp.json"] == f"{json.loads((RESULTS / 'warp.json').read_text())['fps']:.4g} fps"
     assert "forward 1.48x stock" in rows["gpu_forward_tma_14b_h200.json"]

@@ -21,6 +21,14 @@ def _tick(sensor, instance, cursor=None):
     return result
 
 
+def _ticks(sensor, instance, n, cursor=None):
+    """``n`` ticks in a row; the last result (an inbox file is taken in on its third sighting)."""
+    for _ in range(n):
+        result = _tick(sensor, instance, cursor)
+        cursor = result.cursor
+    return result
+
+
 def test_loop_sensor_adds_canonical_loops_and_settled_driving_videos(storage):
     driving = storage.driving_dir
     driving.mkdir(parents=True)
@@ -41,7 +49,7 @@ def test_loop_sensor_adds_canonical_loops_and_settled_driving_videos(storage):
         assert len(instance.get_dynamic_partitions(loop_partitions.name)) == len(LOOP_IDS) + 1
 
 
-def test_persona_sensor_ingests_portraits_resolves_clashes_and_skips_bad_files(astronaut_png, storage):
+def test_persona_sensor_ingests_portraits_resolves_clashes_and_rejects_bad_files(astronaut_png, storage):
     inbox = storage.persona_inbox
     inbox.mkdir(parents=True)
     shutil.copy(astronaut_png, inbox / "Jane Doe.png")
@@ -51,17 +59,69 @@ def test_persona_sensor_ingests_portraits_resolves_clashes_and_skips_bad_files(a
         instance.add_dynamic_partitions(persona_partitions.name, ["jane-doe"])  # already someone else's
         first = _tick(persona_inbox_sensor, instance)
         assert not first.run_requests
-        second = _tick(persona_inbox_sensor, instance, first.cursor)
-        assert [r.partition_key for r in second.run_requests] == ["jane-doe-2"]
+        # Bad files leave the inbox at once, each with its reason.
+        rejected = storage.persona_inbox_rejected
+        assert sorted(p.name for p in rejected.iterdir()) == ["!!!.png", "!!!.png.reason.txt", "notes.png", "notes.png.reason.txt"]
+        assert "no letters or digits" in (rejected / "!!!.png.reason.txt").read_text()
+        assert sorted(p.name for p in inbox.iterdir() if p.is_file()) == ["Jane Doe.png"]
+        second = _tick(persona_inbox_sensor, instance, first.cursor)  # unchanged once: not yet
+        assert not second.run_requests and storage.find_persona_source("jane-doe-2") is None
+        third = _tick(persona_inbox_sensor, instance, second.cursor)  # unchanged over two ticks
+        assert [r.partition_key for r in third.run_requests] == ["jane-doe-2"]
         assert "jane-doe-2" in instance.get_dynamic_partitions(persona_partitions.name)
         assert storage.find_persona_source("jane-doe-2").read_bytes() == astronaut_png.read_bytes()
-        # Nothing new: no requests, and the bad files are not reported again.
-        third = _tick(persona_inbox_sensor, instance, second.cursor)
-        assert not third.run_requests
+        # Nothing new: no requests; the portrait waits in the inbox until its persona is built.
+        fourth = _tick(persona_inbox_sensor, instance, third.cursor)
+        assert not fourth.run_requests and (inbox / "Jane Doe.png").is_file()
         # A changed file keeps its id and is ingested again.
         (inbox / "Jane Doe.png").write_bytes(astronaut_png.read_bytes() + b"\x00")
-        fourth = _tick(persona_inbox_sensor, instance, _tick(persona_inbox_sensor, instance, third.cursor).cursor)
-        assert [r.partition_key for r in fourth.run_requests] == ["jane-doe-2"]
+        fifth = _ticks(persona_inbox_sensor, instance, 3, fourth.cursor)
+        assert [r.partition_key for r in fifth.run_requests] == ["jane-doe-2"]
+
+
+def test_a_file_still_being_written_is_not_taken_in(astronaut_png, storage):
+    inbox = storage.persona_inbox
+    inbox.mkdir(parents=True)
+    data = astronaut_png.read_bytes()
+    partial = inbox / "anna.png"
+    partial.write_bytes(data[: len(data) // 2])  # a copy that stalls half-way
+    with dg.instance_for_test() as instance:
+        cursor = _tick(persona_inbox_sensor, instance).cursor
+        cursor = _tick(persona_inbox_sensor, instance, cursor).cursor  # unchanged for one tick only
+        assert storage.find_persona_source("anna") is None and partial.is_file()
+        partial.write_bytes(data)  # the copy finishes
+        result = _ticks(persona_inbox_sensor, instance, 3, cursor)
+        assert [r.partition_key for r in result.run_requests] == ["anna"]
+        assert storage.find_persona_source("anna").read_bytes() == data
+
+
+def test_a_truncated_portrait_is_rejected_with_its_reason_not_run(astronaut_png, storage):
+    inbox = storage.persona_inbox
+    inbox.mkdir(parents=True)
+    data = astronaut_png.read_bytes()
+    (inbox / "anna.png").write_bytes(data[: len(data) // 2])  # stays truncated
+    with dg.instance_for_test() as instance:
+        result = _ticks(persona_inbox_sensor, instance, 3)
+        assert not result.run_requests and not instance.get_dynamic_partitions(persona_partitions.name)
+        assert storage.find_persona_source("anna") is None and not (inbox / "anna.png").exists()
+        reason = (storage.persona_inbox_rejected / "anna.png.reason.txt").read_text()
+        assert "truncated or damaged" in reason
+
+
+def test_a_built_portrait_moves_to_processed(astronaut_png, storage):
+    inbox = storage.persona_inbox
+    inbox.mkdir(parents=True)
+    shutil.copy(astronaut_png, inbox / "Anna.png")
+    with dg.instance_for_test() as instance:
+        taken = _ticks(persona_inbox_sensor, instance, 3)
+        assert [r.partition_key for r in taken.run_requests] == ["anna"]
+        assert dg.materialize([persona_cache], partition_key="anna", instance=instance, resources={"storage": StorageResource()}).success
+        after = _tick(persona_inbox_sensor, instance, taken.cursor)
+        assert not after.run_requests
+        assert not (inbox / "Anna.png").exists()
+        assert (storage.persona_inbox_processed / "Anna.png").read_bytes() == astronaut_png.read_bytes()
+        assert storage.find_persona_source("anna") is not None  # the persona keeps its own copy
+        assert not _tick(persona_inbox_sensor, instance, after.cursor).run_requests
 
 
 def test_persona_sensor_survives_a_missing_inbox():
@@ -113,38 +173,44 @@ def test_inbox_portrait_already_ingested_keeps_its_persona_when_the_cursor_is_lo
     inbox.mkdir(parents=True)
     shutil.copy(astronaut_png, inbox / "Anna.png")
     with dg.instance_for_test() as instance:
-        _tick(persona_inbox_sensor, instance, _tick(persona_inbox_sensor, instance).cursor)
+        _ticks(persona_inbox_sensor, instance, 3)
         assert instance.get_dynamic_partitions(persona_partitions.name) == ["anna"]
         source = storage.find_persona_source("anna")
         mtime = source.stat().st_mtime_ns
         # A fresh cursor (sensor reset): the same file is the same persona, not "anna-2", and its
         # source is not rewritten.
-        _tick(persona_inbox_sensor, instance, _tick(persona_inbox_sensor, instance).cursor)
+        _ticks(persona_inbox_sensor, instance, 3)
         assert instance.get_dynamic_partitions(persona_partitions.name) == ["anna"]
         assert source.stat().st_mtime_ns == mtime
 
 
-def test_a_rejected_portrait_is_not_taken_in_again(coffee_jpg, astronaut_png, storage):
+def test_a_rejected_portrait_leaves_the_inbox_and_is_not_taken_in_again(coffee_jpg, astronaut_png, storage):
     inbox = storage.persona_inbox
     inbox.mkdir(parents=True)
     shutil.copy(coffee_jpg, inbox / "mug.jpg")
     resources = {"storage": StorageResource()}
     with dg.instance_for_test() as instance:
-        ingested = _tick(persona_inbox_sensor, instance, _tick(persona_inbox_sensor, instance).cursor)
+        ingested = _ticks(persona_inbox_sensor, instance, 3)
         assert [r.partition_key for r in ingested.run_requests] == ["mug"]
         failed = dg.materialize([persona_cache], partition_key="mug", instance=instance, resources=resources, raise_on_error=False)
         assert not failed.success and not instance.get_dynamic_partitions(persona_partitions.name)
         assert (storage.persona_rejected / "mug.jpg").is_file()
+        run = instance.get_run_by_id(failed.run_id)
+        assert run.tags["newsmotion/failure"] == "bad_input"
         after = _tick(persona_inbox_sensor, instance, ingested.cursor)
         assert not after.run_requests and not instance.get_dynamic_partitions(persona_partitions.name)
-        # Even from a fresh cursor, or touched, the same picture stays out...
-        os.utime(inbox / "mug.jpg", ns=(2, 2))
-        fresh = _tick(persona_inbox_sensor, instance, _tick(persona_inbox_sensor, instance).cursor)
+        # The inbox copy follows, with the reason the run gave.
+        assert not (inbox / "mug.jpg").exists()
+        assert "person" in (storage.persona_inbox_rejected / "mug.jpg.reason.txt").read_text()
+        # Dropped again (a fresh cursor): the same picture goes straight to rejected/...
+        shutil.copy(coffee_jpg, inbox / "mug.jpg")
+        fresh = _ticks(persona_inbox_sensor, instance, 3)
         assert not fresh.run_requests and not instance.get_dynamic_partitions(persona_partitions.name)
-        assert storage.find_persona_source("mug") is None
+        assert storage.find_persona_source("mug") is None and not (inbox / "mug.jpg").exists()
+        assert "rejected before" in (storage.persona_inbox_rejected / "mug-2.jpg.reason.txt").read_text()
         # ...while another picture under that name is a new portrait.
         shutil.copy(astronaut_png, inbox / "mug.jpg")
-        replaced = _tick(persona_inbox_sensor, instance, _tick(persona_inbox_sensor, instance, fresh.cursor).cursor)
+        replaced = _ticks(persona_inbox_sensor, instance, 3, fresh.cursor)
         assert [r.partition_key for r in replaced.run_requests] == ["mug"]
 
 

@@ -1,0 +1,31 @@
+"""`make demo` records its runs in the instance `make dev` opens, so afterwards the UI shows them
+as current: neither the sensors nor automation request anything."""
+
+import dagster as dg
+
+from newsmotion_assets import sensors
+from newsmotion_assets.assets.render import render
+from newsmotion_assets.definitions import defs
+from newsmotion_assets.demo import run_demo
+from newsmotion_assets.resources import RendererResource, StorageResource, release_warm_backends
+
+
+def test_after_the_demo_dagster_dev_requests_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEWSMOTION_BENCH_RESULTS", str(tmp_path / "no-results"))
+    with dg.instance_for_test() as instance:
+        try:
+            run_demo(instance, RendererResource(width=90, height=160, keep_warm=True))
+        finally:
+            release_warm_backends()
+        assert len(instance.get_materialized_partitions(render.key)) == 7
+
+        # The first ticks of `dagster dev` on this instance: the folder sensors (no cursor yet)...
+        for sensor in (sensors.loop_sensor, sensors.persona_inbox_sensor):
+            context = dg.build_sensor_context(instance=instance, resources={"storage": StorageResource()})
+            result = sensor(context)
+            assert result.run_requests == [], (sensor.name, result.run_requests)
+        # ...and the automation sensor's first evaluation.
+        evaluation = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+        assert evaluation.total_requested == 0, [
+            (r.key, r.true_subset.size) for r in evaluation.results if r.true_subset.size
+        ]
