@@ -1,0 +1,175 @@
+"""The reference K/V of one segment: the extract pass, FP8 packing (file cache and device
+storage), the GPU-resident LRU, and byte accounting.
+
+The stock ``WanAnimate2KVCache`` holds one ``WanAnimate2KVLayerCache`` per layer with the
+*pre-RoPE* keys and values of the driving segment's tokens, ``[1, N_ref, heads, head_dim]`` in the
+model dtype; the cached pass calls ``layer.get()`` once per forward. :class:`Fp8KVLayerCache`
+keeps them as e4m3 with one float32 scale per (token, head) and dequantizes in ``get()``, so the
+device holds half the bytes and only one layer's bf16 copy is alive at a time.
+
+Bytes per segment, analytically: ``layers x 2 x N_ref x dim x bytes`` with
+``N_ref = T_lat x (H/16) x (W/16)`` and ``T_lat = (frames - 1) / 4 + 1``; FP8 adds
+``layers x 2 x N_ref x heads x 4`` for the scales (:func:`analytic_kv_bytes`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "Fp8KVLayerCache",
+    "KVLru",
+    "analytic_kv_bytes",
+    "kv_bytes",
+    "kv_from_file",
+    "kv_to_file",
+    "quantize_cache",
+]
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0
+
+
+def _new_cache(num_layers: int):
+    from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2KVCache
+
+    return WanAnimate2KVCache(num_layers)
+
+
+def _quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """e4m3 values and float32 scales ``[..., 1]`` (absmax over head_dim per token and head)."""
+    xf = x.float()
+    scale = xf.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / FP8_MAX
+    return (xf / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+
+
+class Fp8KVLayerCache:
+    """A drop-in for ``WanAnimate2KVLayerCache`` holding FP8 keys/values; ``get()`` returns them
+    dequantized to ``dtype``."""
+
+    def __init__(self, key: torch.Tensor, key_scale: torch.Tensor, value: torch.Tensor, value_scale: torch.Tensor,
+                 dtype: torch.dtype) -> None:  # fmt: skip
+        self.key, self.key_scale, self.value, self.value_scale, self.dtype = key, key_scale, value, value_scale, dtype
+
+    @classmethod
+    def from_tensors(cls, key: torch.Tensor, value: torch.Tensor) -> Fp8KVLayerCache:
+        k, ks = _quantize(key)
+        v, vs = _quantize(value)
+        return cls(k, ks, v, vs, key.dtype)
+
+    def store(self, key: torch.Tensor, value: torch.Tensor) -> None:
+        q = Fp8KVLayerCache.from_tensors(key, value)
+        self.key, self.key_scale, self.value, self.value_scale, self.dtype = q.key, q.key_scale, q.value, q.value_scale, q.dtype
+
+    def get(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.key is None:
+            raise RuntimeError("The KV cache is empty. Run the reference pass before the generation pass.")
+        return (self.key.float() * self.key_scale).to(self.dtype), (self.value.float() * self.value_scale).to(self.dtype)
+
+    def clear(self) -> None:
+        self.key = self.value = self.key_scale = self.value_scale = None
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [t for t in (self.key, self.key_scale, self.value, self.value_scale) if t is not None]
+
+
+def quantize_cache(cache: Any) -> Any:
+    """Replace every layer of a filled ``WanAnimate2KVCache`` by its FP8 form (in place)."""
+    for i, layer in enumerate(cache.layer_caches):
+        if not isinstance(layer, Fp8KVLayerCache):
+            k, v = layer.get()
+            cache.layer_caches[i] = Fp8KVLayerCache.from_tensors(k, v)
+            layer.clear()
+    return cache
+
+
+def _layer_tensors(layer: Any) -> list[torch.Tensor]:
+    if isinstance(layer, Fp8KVLayerCache):
+        return layer.tensors()
+    return [t for t in (layer.key, layer.value) if t is not None]
+
+
+def kv_bytes(cache: Any) -> int:
+    """Bytes a filled cache holds (all layers, keys + values, scales included)."""
+    return sum(t.numel() * t.element_size() for layer in cache.layer_caches for t in _layer_tensors(layer))
+
+
+def analytic_kv_bytes(*, num_layers: int, dim: int, heads: int, frames: int, width: int, height: int,
+                      bytes_per_value: float) -> dict[str, Any]:  # fmt: skip
+    """K/V bytes of one segment from the architecture and size (see the module docstring)."""
+    t_lat = (frames - 1) // 4 + 1
+    tokens = t_lat * (height // 16) * (width // 16)
+    values = num_layers * 2 * tokens * dim
+    scales = num_layers * 2 * tokens * heads * 4 if bytes_per_value == 1 else 0
+    total = int(values * bytes_per_value + scales)
+    return {"layers": num_layers, "tokens": tokens, "dim": dim, "bytes_per_value": bytes_per_value,
+            "bytes": total, "gib": round(total / 2**30, 3), "gb": round(total / 1e9, 3)}  # fmt: skip
+
+
+def kv_to_file(cache: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(uint8 [L, 2, N, heads, head_dim], float32 [L, 2, N, heads, 1])`` of a filled cache (batch 1)."""
+    data, scales = [], []
+    for layer in cache.layer_caches:
+        q = layer if isinstance(layer, Fp8KVLayerCache) else Fp8KVLayerCache.from_tensors(*layer.get())
+        data.append(torch.stack([q.key[0], q.value[0]]).view(torch.uint8).cpu())
+        scales.append(torch.stack([q.key_scale[0], q.value_scale[0]]).cpu())
+    return torch.stack(data).numpy(), torch.stack(scales).numpy()
+
+
+def kv_from_file(data: np.ndarray, scales: np.ndarray, device: Any, dtype: torch.dtype) -> Any:
+    """A ``WanAnimate2KVCache`` of :class:`Fp8KVLayerCache` layers on ``device`` from the
+    memory-mapped arrays of :func:`kv_to_file`."""
+    cache = _new_cache(int(data.shape[0]))
+    d = torch.from_numpy(np.ascontiguousarray(data)).to(device, non_blocking=True).view(FP8)
+    s = torch.from_numpy(np.ascontiguousarray(scales)).to(device, non_blocking=True)
+    for i in range(d.shape[0]):
+        cache.layer_caches[i] = Fp8KVLayerCache(d[i, 0:1], s[i, 0:1], d[i, 1:2], s[i, 1:2], dtype)
+    return cache
+
+
+class KVLru:
+    """A device-resident LRU of filled reference K/V caches keyed by (loop, size, segment, model),
+    bounded by bytes. Entries larger than the budget are not kept."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget = int(budget_bytes)
+        self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self.hits = self.misses = self.evictions = 0
+
+    @property
+    def bytes(self) -> int:
+        return sum(b for _, b in self._items.values())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: Hashable) -> Any | None:
+        item = self._items.get(key)
+        if item is None:
+            self.misses += 1
+            return None
+        self._items.move_to_end(key)
+        self.hits += 1
+        return item[0]
+
+    def put(self, key: Hashable, cache: Any) -> bool:
+        size = kv_bytes(cache)
+        if size > self.budget:
+            return False
+        self._items.pop(key, None)
+        while self._items and self.bytes + size > self.budget:
+            self._items.popitem(last=False)
+            self.evictions += 1
+        self._items[key] = (cache, size)
+        return True
+
+    def clear(self) -> None:
+        self._items.clear()
+
+    def stats(self) -> dict[str, int]:
+        return {"entries": len(self), "bytes": self.bytes, "hits": self.hits, "misses": self.misses, "evictions": self.evictions}
