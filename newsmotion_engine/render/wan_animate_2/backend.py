@@ -340,7 +340,7 @@ class WanAnimate2Backend:
 
         comps = self.components
         dev, dtype = comps.device, comps.dtype
-        t = lambda a: torch.from_numpy(np.asarray(a)).to(dev, dtype)  # noqa: E731
+        t = lambda a: C.as_tensor(a).to(dev, dtype)  # noqa: E731
         with torch.no_grad():
             cache = D.extract_reference_kv(comps.transformer, t(g.driving_condition[segment]), t(g.prompt_ref_embeds),
                                            t(g.clip_context), self.geometry(spec))  # fmt: skip

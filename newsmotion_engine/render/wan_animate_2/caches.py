@@ -47,6 +47,7 @@ __all__ = [
     "GUIDANCE_SCHEMA",
     "PERSONA_SCHEMA",
     "GuidanceArtifacts",
+    "as_tensor",
     "PersonaArtifacts",
     "SegmentPlan",
     "guidance_artifacts_dir",
@@ -139,6 +140,14 @@ def _check_shape(path: Path, array: np.ndarray, shape: tuple[int | None, ...]) -
     got = tuple(array.shape)
     if len(got) != len(shape) or any(s is not None and s != g for s, g in zip(shape, got)):
         raise CacheCorruptError(path, f"shape {list(got)}, expected {[s if s is not None else '*' for s in shape]}")
+
+
+def as_tensor(array: np.ndarray):
+    """A CPU tensor of a (memory-mapped, read-only) cache array: copied once into process memory,
+    which the following ``.to(device)`` needs anyway."""
+    import torch
+
+    return torch.from_numpy(np.array(array, dtype=array.dtype, copy=True))
 
 
 def _save(tmp: Path, arrays: Mapping[str, Any]) -> None:

@@ -18,7 +18,7 @@ import torch
 
 from newsmotion_engine.accel.cfg import CFGStrategy
 from newsmotion_engine.render.wan_animate_2 import denoise as D
-from newsmotion_engine.render.wan_animate_2.caches import GuidanceArtifacts, PersonaArtifacts
+from newsmotion_engine.render.wan_animate_2.caches import GuidanceArtifacts, PersonaArtifacts, as_tensor
 
 __all__ = ["SegmentResult", "render_segment"]
 
@@ -66,20 +66,20 @@ def render_segment(
     _sync(dev)
     t1 = time.perf_counter()
     if segment == 0:
-        gen = torch.from_numpy(np.asarray(guidance.gen_condition)).to(dev)
+        gen = as_tensor(guidance.gen_condition).to(dev)
     elif continuation == "pixel":
         gen = D.encode_pixel_continuation(components.vae, previous.video, prev_frames, geom)
     else:
-        gen = D.latent_continuation(torch.from_numpy(np.asarray(guidance.gen_condition)).to(dev), previous.latents, prev_frames)
-    reference = torch.cat([torch.from_numpy(np.asarray(persona.ref_latents)).to(dev), gen.to(dev, torch.float32)], dim=1).to(dtype)
+        gen = D.latent_continuation(as_tensor(guidance.gen_condition).to(dev), previous.latents, prev_frames)
+    reference = torch.cat([as_tensor(persona.ref_latents).to(dev), gen.to(dev, torch.float32)], dim=1).to(dtype)
     use_cfg = guidance_scale > 1.0
     strategy = CFGStrategy(guidance_scale, steps, getattr(components, "cfg_schedule", None))
     with torch.no_grad():
         latents = D.denoise_segment(
             components.transformer, components.new_scheduler(), noise.to(dev), reference, kv,
-            prompt=torch.from_numpy(np.asarray(guidance.prompt_embeds)).to(dev, dtype),
-            negative=torch.from_numpy(np.asarray(guidance.negative_embeds)).to(dev, dtype) if use_cfg else None,
-            image_tokens=torch.from_numpy(np.asarray(persona.image_tokens)).to(dev, dtype),
+            prompt=as_tensor(guidance.prompt_embeds).to(dev, dtype),
+            negative=as_tensor(guidance.negative_embeds).to(dev, dtype) if use_cfg else None,
+            image_tokens=as_tensor(persona.image_tokens).to(dev, dtype),
             steps=steps, cfg=strategy, geom=geom, generator=generator, dtype=dtype,
         )  # fmt: skip
         _sync(dev)
