@@ -23,7 +23,8 @@ bytes; dequantized one layer at a time as the attention reads it).
 
 Accelerations: the typed configs of :mod:`newsmotion_engine.accel` that apply to this model —
 ``Fp8Linears`` (the blocks' linears), ``FfnChunks``, ``VaeTiling``, ``Compile`` (regional, which
-the cached pass's flex attention needs on a GPU) and, on the base schedule only, ``CFGSchedule``.
+the cached pass's flex attention needs on a GPU; ``fullgraph=False``, since the stock blocks call
+``grid_sizes.tolist()`` in ``rope_apply``) and, on the base schedule only, ``CFGSchedule``.
 The others are refused with the reason: ``Attention`` / ``SparseAttention`` (the cached pass is
 flex attention over a block mask, not the processors those replace), ``TeaCache`` (its hook reads
 the Wan-Animate transformer's ``condition_embedder``), ``ContextParallel`` (no plan for this model).
@@ -254,6 +255,11 @@ class WanAnimate2Options(BackendOptions):
         except (AccelConfigError, UnknownAccelerationError) as exc:
             raise WanAnimate2ConfigError(f"{NAME} option accelerations: {exc}") from None
         for c in configs:
+            if c.technique == "compile" and getattr(c, "fullgraph", False):
+                raise WanAnimate2ConfigError(
+                    f"{NAME}: Compile(fullgraph=True) cannot compile this transformer: its rope_apply reads "
+                    "grid_sizes.tolist() inside every block (a graph break); use Compile(fullgraph=False) or compile='blocks'"
+                )
             if c.technique in _REFUSED:
                 raise WanAnimate2ConfigError(f"{NAME}: acceleration {type(c).__name__} does not apply: {_REFUSED[c.technique]}")
             if c.technique in _BASE_ONLY and self.schedule != "base":
@@ -278,7 +284,9 @@ class WanAnimate2Options(BackendOptions):
             raise cls.unknown_options_error(unknown)
         flat_keys = set(_flat_keys())
         flat = {k: merged.pop(k) for k in list(merged) if k in flat_keys}
-        parsed = _parse_flat_accelerations(flat)
+        # The flat compile key means regional compile with graph breaks allowed (see __post_init__).
+        parsed = tuple(dataclasses.replace(c, fullgraph=False) if c.technique == "compile" else c
+                       for c in _parse_flat_accelerations(flat))  # fmt: skip
         given = tuple(merged.pop("accelerations", ()) or ())
         clash = {type(c) for c in parsed} & {type(c) for c in given}
         if clash:
