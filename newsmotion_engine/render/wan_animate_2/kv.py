@@ -111,10 +111,12 @@ def analytic_kv_bytes(*, num_layers: int, dim: int, heads: int, frames: int, wid
             "bytes": total, "gib": round(total / 2**30, 3), "gb": round(total / 1e9, 3)}  # fmt: skip
 
 
-def kv_to_file(cache: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``(uint8 [L, 2, N, heads, head_dim], float32 [L, 2, N, heads, 1])`` of a filled cache (batch 1)."""
+def kv_to_file(cache: Any, layers: range | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(uint8 [L, 2, N, heads, head_dim], float32 [L, 2, N, heads, 1])`` of a filled cache (batch 1);
+    ``layers`` selects some (the benchmark times a few at the largest shapes)."""
     data, scales = [], []
-    for layer in cache.layer_caches:
+    picked = cache.layer_caches if layers is None else [cache.layer_caches[i] for i in layers]
+    for layer in picked:
         q = layer if isinstance(layer, Fp8KVLayerCache) else Fp8KVLayerCache.from_tensors(*layer.get())
         data.append(torch.stack([q.key[0], q.value[0]]).view(torch.uint8).cpu())
         scales.append(torch.stack([q.key_scale[0], q.value_scale[0]]).cpu())
