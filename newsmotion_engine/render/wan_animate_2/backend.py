@@ -136,7 +136,8 @@ class WanAnimate2Backend:
             "negative_prompt": o.negative_prompt,
             "prompt_ref": o.prompt_ref,
             "reference_kv": o.reference_kv,
-            "kv_fp8": o.kv_fp8 or o.reference_kv == "fp8-file",
+            "kv_fp8": o.kv_fp8 or o.kv_offload or o.reference_kv == "fp8-file",
+            "kv_offload": o.kv_offload,
             "accelerations": o.accel_summary(),
             "driving_video": "loop keypoints drawn DWPose-style (Tier-1 guidance cache)",
         }
@@ -336,15 +337,16 @@ class WanAnimate2Backend:
         import torch
 
         from newsmotion_engine.render.wan_animate_2 import denoise as D
-        from newsmotion_engine.render.wan_animate_2.kv import quantize_cache
+        from newsmotion_engine.render.wan_animate_2.kv import fp8_cache
 
-        comps = self.components
+        comps, o = self.components, self.options
         dev, dtype = comps.device, comps.dtype
         t = lambda a: C.as_tensor(a).to(dev, dtype)  # noqa: E731
+        # FP8 (and offloaded) layers quantize as the extract pass stores each layer's K/V.
+        target = fp8_cache(comps.transformer.config.num_layers, offload=o.kv_offload) if (o.kv_fp8 or o.kv_offload) else None
         with torch.no_grad():
-            cache = D.extract_reference_kv(comps.transformer, t(g.driving_condition[segment]), t(g.prompt_ref_embeds),
-                                           t(g.clip_context), self.geometry(spec))  # fmt: skip
-        return quantize_cache(cache) if self.options.kv_fp8 else cache
+            return D.extract_reference_kv(comps.transformer, t(g.driving_condition[segment]), t(g.prompt_ref_embeds),
+                                          t(g.clip_context), self.geometry(spec), cache=target)  # fmt: skip
 
     def reference_kv_source(self, guidance: Any, g: C.GuidanceArtifacts, spec: RenderSpec, plan: C.SegmentPlan):
         """``segment -> (filled K/V cache, how)`` for the configured ``reference_kv``; records each
@@ -366,7 +368,8 @@ class WanAnimate2Backend:
         def source_fn(segment: int):
             if mode == "fp8-file":
                 data, scale = C.read_kv_segment(kv_file[0], plan.segments, segment, kv_file[1], kv_file[2])
-                cache, how = K.kv_from_file(data, scale, self.components.device, self.components.dtype), "fp8-file"
+                cache = K.kv_from_file(data, scale, self.components.device, self.components.dtype, offload=self.options.kv_offload)
+                how = "fp8-file"
             elif mode == "gpu-lru":
                 key = (str(tier1), self._tier1_digest(tier1), segment, self.components.identity["digest"])
                 cache = self.kv_lru.get(key)
@@ -377,7 +380,7 @@ class WanAnimate2Backend:
                         how = "extract (larger than kv_lru_gib; not kept)"
             else:
                 cache, how = self._extract(g, segment, spec), "extract"
-            self._kv_log.append({"segment": segment, "source": how, "bytes": K.kv_bytes(cache)})
+            self._kv_log.append({"segment": segment, "source": how, "bytes": K.kv_bytes(cache), "device_bytes": K.device_bytes(cache)})
             return cache, how
 
         return source_fn
@@ -405,8 +408,10 @@ class WanAnimate2Backend:
         tips = []
         if not o.has("fp8"):
             tips.append("fp8='auto' (halves transformer weights)")
-        if not o.kv_fp8 and o.reference_kv != "fp8-file":
+        if not o.kv_fp8 and o.reference_kv != "fp8-file" and not o.kv_offload:
             tips.append("kv_fp8=True (halves the reference K/V)")
+        if not o.kv_offload:
+            tips.append("kv_offload=True (reference K/V in host memory, one layer on the GPU at a time)")
         if o.reference_kv == "gpu-lru":
             tips.append(f"a smaller kv_lru_gib (now {o.kv_lru_gib}) or reference_kv='extract'")
         if not o.has("vae_tiling"):

@@ -19,7 +19,9 @@ driving-video segment, which depend only on the loop (not the persona). Three so
   them across personas.
 
 ``kv_fp8=True`` stores extracted K/V (extract and gpu-lru) as FP8 on the device too (half the
-bytes; dequantized one layer at a time as the attention reads it).
+bytes; dequantized one layer at a time as the attention reads it). ``kv_offload=True`` keeps the
+FP8 K/V in pinned host memory and copies one layer to the device as the attention reads it
+(the device holds one layer's K/V; with ``gpu-lru`` the LRU then holds host tensors).
 
 Accelerations: the typed configs of :mod:`newsmotion_engine.accel` that apply to this model —
 ``Fp8Linears`` (the blocks' linears), ``FfnChunks``, ``VaeTiling``, ``Compile`` (regional, which
@@ -182,7 +184,8 @@ class WanAnimate2Options(BackendOptions):
         prompt / negative_prompt / prompt_ref: text (cached as embeddings in Tier 1).
     Reference K/V:
         reference_kv: ``"extract"`` (default), ``"fp8-file"`` or ``"gpu-lru"``; kv_fp8: hold
-        extracted K/V as FP8; kv_lru_gib: the LRU's byte budget.
+        extracted K/V as FP8; kv_offload: FP8 K/V in host memory, one layer copied per read;
+        kv_lru_gib: the LRU's byte budget.
     Accelerations:
         accelerations: typed configs (see the module docstring for which apply).
     Tests:
@@ -205,6 +208,7 @@ class WanAnimate2Options(BackendOptions):
     prompt_ref: str = REFERENCE_PROMPT
     reference_kv: ReferenceKV = "extract"
     kv_fp8: bool = False
+    kv_offload: bool = False
     kv_lru_gib: float = 80.0
     accelerations: tuple[AccelConfig, ...] = ()
     cache_root: str | None = None
@@ -238,8 +242,9 @@ class WanAnimate2Options(BackendOptions):
             raise bad("continuation", f"use one of {', '.join(_CONTINUATION)}")
         if self.reference_kv not in REFERENCE_KV:
             raise bad("reference_kv", f"use one of {', '.join(REFERENCE_KV)}")
-        if not isinstance(self.kv_fp8, bool):
-            raise bad("kv_fp8", "use true or false")
+        for name in ("kv_fp8", "kv_offload"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, "use true or false")
         if not isinstance(self.kv_lru_gib, (int, float)) or isinstance(self.kv_lru_gib, bool) or self.kv_lru_gib <= 0:
             raise bad("kv_lru_gib", "use a positive number of GiB")
         for name in ("prompt", "model_path", "cache_root"):

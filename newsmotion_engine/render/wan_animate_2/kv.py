@@ -23,6 +23,8 @@ import torch
 
 __all__ = [
     "Fp8KVLayerCache",
+    "device_bytes",
+    "fp8_cache",
     "KVLru",
     "analytic_kv_bytes",
     "kv_bytes",
@@ -50,26 +52,43 @@ def _quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 class Fp8KVLayerCache:
     """A drop-in for ``WanAnimate2KVLayerCache`` holding FP8 keys/values; ``get()`` returns them
-    dequantized to ``dtype``."""
+    dequantized to ``dtype`` on ``device``. With ``offload`` the FP8 tensors live in (pinned) host
+    memory and ``get()`` copies the one layer the attention is about to read: the device then holds
+    one layer's K/V instead of all of them (``kv_offload=True``)."""
 
-    def __init__(self, key: torch.Tensor, key_scale: torch.Tensor, value: torch.Tensor, value_scale: torch.Tensor,
-                 dtype: torch.dtype) -> None:  # fmt: skip
+    def __init__(self, key: torch.Tensor | None, key_scale: torch.Tensor | None, value: torch.Tensor | None,
+                 value_scale: torch.Tensor | None, dtype: torch.dtype, *, device: Any = None, offload: bool = False) -> None:  # fmt: skip
         self.key, self.key_scale, self.value, self.value_scale, self.dtype = key, key_scale, value, value_scale, dtype
+        self.device = device if device is not None else (key.device if key is not None else None)
+        self.offload = offload
 
     @classmethod
-    def from_tensors(cls, key: torch.Tensor, value: torch.Tensor) -> Fp8KVLayerCache:
-        k, ks = _quantize(key)
-        v, vs = _quantize(value)
-        return cls(k, ks, v, vs, key.dtype)
+    def empty(cls, *, offload: bool = False) -> Fp8KVLayerCache:
+        """A layer cache the extract pass fills through :meth:`store` (quantized as it arrives, so
+        the model-dtype K/V of all layers never coexist)."""
+        return cls(None, None, None, None, torch.bfloat16, offload=offload)
+
+    @classmethod
+    def from_tensors(cls, key: torch.Tensor, value: torch.Tensor, *, offload: bool = False) -> Fp8KVLayerCache:
+        layer = cls.empty(offload=offload)
+        layer.store(key, value)
+        return layer
 
     def store(self, key: torch.Tensor, value: torch.Tensor) -> None:
-        q = Fp8KVLayerCache.from_tensors(key, value)
-        self.key, self.key_scale, self.value, self.value_scale, self.dtype = q.key, q.key_scale, q.value, q.value_scale, q.dtype
+        k, ks = _quantize(key)
+        v, vs = _quantize(value)
+        self.dtype, self.device = key.dtype, key.device
+        if self.offload:
+            k, ks, v, vs = (_to_host(t) for t in (k, ks, v, vs))
+        self.key, self.key_scale, self.value, self.value_scale = k, ks, v, vs
 
     def get(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.key is None:
             raise RuntimeError("The KV cache is empty. Run the reference pass before the generation pass.")
-        return (self.key.float() * self.key_scale).to(self.dtype), (self.value.float() * self.value_scale).to(self.dtype)
+        k, ks, v, vs = self.key, self.key_scale, self.value, self.value_scale
+        if self.device is not None and k.device != self.device:
+            k, ks, v, vs = (t.to(self.device, non_blocking=True) for t in (k, ks, v, vs))
+        return (k.float() * ks).to(self.dtype), (v.float() * vs).to(self.dtype)
 
     def clear(self) -> None:
         self.key = self.value = self.key_scale = self.value_scale = None
@@ -78,13 +97,31 @@ class Fp8KVLayerCache:
         return [t for t in (self.key, self.key_scale, self.value, self.value_scale) if t is not None]
 
 
+def _to_host(t: torch.Tensor) -> torch.Tensor:
+    if t.device.type == "cpu":
+        return t
+    return t.to("cpu", non_blocking=False).pin_memory()
+
+
+def fp8_cache(num_layers: int, *, offload: bool = False) -> Any:
+    """An empty ``WanAnimate2KVCache`` of FP8 layers for the extract pass to fill."""
+    cache = _new_cache(num_layers)
+    cache.layer_caches = [Fp8KVLayerCache.empty(offload=offload) for _ in range(num_layers)]
+    return cache
+
+
+def device_bytes(cache: Any) -> int:
+    """Bytes of the cache that sit on an accelerator (0 when offloaded to the host)."""
+    return sum(t.numel() * t.element_size() for layer in cache.layer_caches for t in _layer_tensors(layer) if t.device.type != "cpu")
+
+
 def quantize_cache(cache: Any) -> Any:
     """Replace every layer of a filled ``WanAnimate2KVCache`` by its FP8 form (in place)."""
     for i, layer in enumerate(cache.layer_caches):
         if not isinstance(layer, Fp8KVLayerCache):
             k, v = layer.get()
-            cache.layer_caches[i] = Fp8KVLayerCache.from_tensors(k, v)
             layer.clear()
+            cache.layer_caches[i] = Fp8KVLayerCache.from_tensors(k, v)
     return cache
 
 
@@ -123,14 +160,17 @@ def kv_to_file(cache: Any, layers: range | None = None) -> tuple[np.ndarray, np.
     return torch.stack(data).numpy(), torch.stack(scales).numpy()
 
 
-def kv_from_file(data: np.ndarray, scales: np.ndarray, device: Any, dtype: torch.dtype) -> Any:
-    """A ``WanAnimate2KVCache`` of :class:`Fp8KVLayerCache` layers on ``device`` from the
-    memory-mapped arrays of :func:`kv_to_file`."""
+def kv_from_file(data: np.ndarray, scales: np.ndarray, device: Any, dtype: torch.dtype, *, offload: bool = False) -> Any:
+    """A ``WanAnimate2KVCache`` of :class:`Fp8KVLayerCache` layers from the memory-mapped arrays of
+    :func:`kv_to_file`: on ``device``, or (``offload``) in host memory, copied per layer when read."""
     cache = _new_cache(int(data.shape[0]))
-    d = torch.from_numpy(np.ascontiguousarray(data)).to(device, non_blocking=True).view(FP8)
-    s = torch.from_numpy(np.ascontiguousarray(scales)).to(device, non_blocking=True)
+    where = "cpu" if offload else device
+    d = torch.from_numpy(np.array(data, copy=True)).to(where).view(FP8)
+    s = torch.from_numpy(np.array(scales, copy=True)).to(where)
+    if offload and torch.cuda.is_available() and getattr(device, "type", str(device)) != "cpu":
+        d, s = d.pin_memory(), s.pin_memory()
     for i in range(d.shape[0]):
-        cache.layer_caches[i] = Fp8KVLayerCache(d[i, 0:1], s[i, 0:1], d[i, 1:2], s[i, 1:2], dtype)
+        cache.layer_caches[i] = Fp8KVLayerCache(d[i, 0:1], s[i, 0:1], d[i, 1:2], s[i, 1:2], dtype, device=device, offload=offload)
     return cache
 
 

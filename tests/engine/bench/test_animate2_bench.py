@@ -21,6 +21,8 @@ def test_forward_part_measures_both_sides_and_the_kv_bytes(tmp_path):
     for side in ("stock", "ours"):
         assert fwd[side]["extract"]["ms"] > 0 and fwd[side]["cached_cond"]["ms"] > 0 and fwd[side]["cached_uncond"]["ms"] > 0
         assert fwd[side]["base_segment_s_estimate"] > fwd[side]["distilled_segment_s_estimate"]
+    off = fwd["ours_kv_offload"]  # FP8 K/V in host memory: nothing of it on the device between reads
+    assert off["cached_cond"]["ms"] > 0 and off["host_bytes"] == fwd["kv"]["bytes_fp8"] and off["device_kv_bytes"] == 0
     kv = fwd["kv"]
     # Measured bytes of the tiny model equal the formula; scaled to 14B at 720x1280 x 81 frames they
     # give the analytic figure (57.7 GiB in bf16; 32.0 GiB at the pipeline's default 640x800 area).

@@ -202,6 +202,9 @@ def test_reference_kv_sources_agree_and_report_bytes(pair):
     assert [k["source"] for k in lru.last_render["kv"]] == ["lru-hit", "lru-hit"]
     assert lru.last_render["kv_lru"]["entries"] == 2
     fp8_extract = _render(_backend(kv_fp8=True), loop, persona)
+    offloaded = _backend(kv_offload=True)
+    assert np.array_equal(_render(offloaded, loop, persona), fp8_extract)  # the same FP8 values, read from the host
+    assert offloaded.describe()["kv_offload"] is True
     filed = _backend(reference_kv="fp8-file")
     with pytest.raises(BackendCacheMissingError):  # the K/V file is built by prepare_guidance, not by a render
         _render(filed, loop, persona)
