@@ -128,8 +128,9 @@ def _stock_frames(backend, loop, persona, spec, *, schedule, steps, seed):
 @pytest.mark.parametrize("schedule", ["distilled", "base"])
 def test_parity_with_the_stock_modular_pipeline(pair, schedule):
     """Same weights, inputs, seed and steps (2), both segments, pixel continuation (the stock
-    way): our frames equal the stock pipeline's to within 1/255 everywhere (uint8 rounding of the
-    same float32 computation; measured max 0 or 1 level)."""
+    way): our uint8 frames equal the stock pipeline's float frames to within 0.6/255 everywhere.
+    Measured (2026-12-01, CPU, float32): max 0.5/255, mean 0.25/255 on both schedules, i.e. only
+    our rounding to uint8 of the same float values; the margin covers a rounding flip."""
     loop, persona = pair
     backend = _backend(schedule=schedule, continuation="pixel")
     backend.prepare_guidance(loop, SPEC)
@@ -137,7 +138,7 @@ def test_parity_with_the_stock_modular_pipeline(pair, schedule):
     ours = _render(backend, loop, persona).astype(np.float32) / 255.0
     stock = _stock_frames(backend, loop, persona, SPEC, schedule=schedule, steps=2, seed=SPEC.seed)
     assert ours.shape == stock.shape == (loop.frames, SPEC.height, SPEC.width, 3)
-    assert float(np.abs(ours - stock).max()) <= 1.0 / 255 + 1e-6
+    assert float(np.abs(ours - stock).max()) <= 0.6 / 255
     assert backend.last_render["uncond_passes"] == (4 if schedule == "base" else 0)  # 2 segments x 2 steps
 
 
