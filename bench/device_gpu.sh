@@ -2,6 +2,7 @@
 # The one script the GPU device runs: the wan-animate GPU benchmark, results under $OUT.
 # Usage (device, repo root, with .whl carried; see ../shared/tools/device-wheels.sh):
 #   bash bench/device_gpu.sh forward|render|all|smoke|sweep|sparse|cp|clip [preset] [JSON of extra bench_gpu kwargs] [part after sweep]
+#   bash bench/device_gpu.sh animate2 [preset] [forward|clip|multistream|all] ["extra bench.animate2 flags"]
 # e.g. bash bench/device_gpu.sh render 14b '{"width": 480, "height": 832, "steps": 20, "guidance_scale": 5.0}'
 # Writes $OUT/gpu_<part>.json (rewritten after every variant) and $OUT/gpu_<part>.log (smoke also
 # $OUT/gpu_backend_smoke.json). Copy the JSON into bench/results/ only from a real run.
@@ -67,6 +68,14 @@ if [ "$part" = cp ]; then
   n=$(nvidia-smi -L | wc -l)
   python3 -m torch.distributed.run --standalone --nproc-per-node "$n" -m newsmotion_engine.bench.context_parallel \
     --preset "$preset" --json "$out/gpu_cp_${n}gpu.json" $([ "$preset" = 14b ] || echo --check) 2>&1 | tee "$out/gpu_cp.log"
+  exit "${PIPESTATUS[0]}"
+fi
+if [ "$part" = animate2 ]; then
+  # Wan-Animate-2: the stock modular pipelines vs the wan-animate-2 backend (random weights);
+  # each sub-part fits one call (--budget-s 540). Writes $out/gpu_animate2_<sub>_<preset>.json.
+  sub="${3:-forward}"
+  python3 -m newsmotion_engine.bench.animate2 --preset "$preset" --part "$sub" --budget-s 540 \
+    --json "$out/gpu_animate2_${sub}_${preset}.json" ${4:-} 2>&1 | tee "$out/gpu_animate2_${sub}_${preset}.log"
   exit "${PIPESTATUS[0]}"
 fi
 if [ "$part" = sweep ]; then

@@ -123,6 +123,15 @@ class Storage:
         )
 
     @property
+    def ab_root(self) -> Path:
+        return self.motion_dir / "ab"
+
+    def ab_dir(self, persona_id: str, loop_id: str) -> Path:
+        """``motion/ab/{persona}/{loop}/``: the two clips of an A/B comparison (``{label}.mp4`` +
+        telemetry) and its per-frame record ``comparison.json``."""
+        return self.ab_root / validate_id(persona_id, "persona id") / validate_id(loop_id, "loop id")
+
+    @property
     def scorecards_dir(self) -> Path:
         return self.motion_dir / "scorecards"
 

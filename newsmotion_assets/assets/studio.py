@@ -3,6 +3,7 @@ A/B comparisons of each persona x loop's backends and the scorecard's charts."""
 
 import dagster as dg
 
+from newsmotion_assets.assets.ab import ab_comparison
 from newsmotion_assets.assets.render import render
 from newsmotion_assets.assets.reports import scorecard
 from newsmotion_assets.metadata import studio_url
@@ -11,7 +12,7 @@ from newsmotion_engine.studio.site import build_studio
 
 
 @dg.asset(
-    deps=[render, scorecard],
+    deps=[render, scorecard, ab_comparison],
     group_name="reports",
     kinds={"html"},
     description="The studio: index of every render (thumbnails, badges), a page per render (clip, guidance "

@@ -22,8 +22,10 @@ from newsmotion_engine.render.base import (
 from newsmotion_engine.render.retarget import retarget
 from newsmotion_engine.render import warp as _warp  # noqa: F401  (registers "warp")
 from newsmotion_engine.render import wan_animate as _wan_animate
+from newsmotion_engine.render import wan_animate_2 as _wan_animate_2
 
 _wan_animate.register()  # lazy: torch/diffusers load only when a wan-animate backend is created
+_wan_animate_2.register()
 from newsmotion_engine.render.clip import render_clip
 from newsmotion_engine.render.telemetry import RenderProvenance, RenderTelemetry
 

@@ -14,13 +14,15 @@ def test_definitions_load_with_expected_graph():
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert keys == {
         "guidance_cache", "backend_guidance_cache", "persona_cache", "backend_persona_cache", "render", "benchmarks",
-        "scorecard", "studio",
+        "scorecard", "studio", "ab_comparison",
     }  # fmt: skip
     parents = lambda name: {k.to_user_string() for k in graph.get(dg.AssetKey(name)).parent_keys}  # noqa: E731
     assert parents("backend_guidance_cache") == {"guidance_cache"}
     assert parents("backend_persona_cache") == {"persona_cache"}
     assert parents("render") == {"guidance_cache", "backend_guidance_cache", "persona_cache", "backend_persona_cache"}
-    assert parents("studio") == {"render", "scorecard"}
+    assert parents("studio") == {"render", "scorecard", "ab_comparison"}
+    assert parents("ab_comparison") == {"guidance_cache", "persona_cache"}
+    assert graph.get(dg.AssetKey("ab_comparison")).pools == {"gpu"}
     for name in ("backend_guidance_cache", "backend_persona_cache", "render"):
         node = graph.get(dg.AssetKey(name))
         assert node.pools == {"gpu"} and node.automation_condition.get_label() == "eager_after_valid_upstream"

@@ -1,0 +1,793 @@
+"""GPU benchmark of the ``wan-animate-2`` backend against diffusers' stock modular pipelines
+(random weights; every result says so). Each part fits one 10-minute device command
+(``--budget-s``: work that would start past the budget is recorded as skipped).
+
+Parts (``--part``):
+
+- ``forward``: one transformer, timed twice — stock (bf16, the regional compile the stock
+  docstring requires for the cached pass's flex attention) and ours (FP8 linears + regional
+  compile, through the acceleration registry). Per side: the extract pass ms, one cached
+  (conditional) forward ms and one unconditional forward ms (the base schedule's second pass),
+  each the median of ``reps`` after ``warmup``; weights GiB, peak VRAM. Then the reference K/V
+  per segment: measured bytes (bf16 and FP8) next to the analytic figure (this shape, and 14B at
+  720x1280 x 81 frames), and the cache-hit paths: an LRU hit, the FP8 file read back (page cache
+  dropped, then warm), and a cached forward reading FP8 K/V. Base schedule (40 steps, CFG 3.0):
+  per-forward timing only (a clip would not fit a call): ``base_segment_s_estimate`` is
+  ``extract + 40 x (cond + uncond)`` from the measured forwards, labelled as an estimate.
+- ``clip``: a 120-frame 720x1280 clip, distilled schedule (10 steps), both sides in child
+  processes (concurrently on two GPUs when the host has two, else one after the other):
+  ``clip-stock`` = ``WanAnimate2DistilledModularPipeline`` end to end from the reference image
+  and the driving video (its text, CLIP and VAE encoders included, as a user runs it), after a
+  compile warm-up at the segment shape; ``clip-ours`` = the backend: ``prepare_*`` (timed apart:
+  built once per loop / persona), the K/V of the loop's segments extracted into the GPU LRU
+  (timed apart: a warm renderer has them from the previous persona), then ``frames()`` for the
+  clip (``animate2_clip_s``). Keys ``animate2_clip_s``, ``animate2_clip_s_stock``,
+  ``animate2_clip_speedup_vs_stock``, peak VRAM per side.
+- ``multistream``: A/B of two configurations (A: bf16, B: FP8 linears; preset ``--ms-preset``,
+  default 1.3b) on one GPU, each side ``--ms-forwards`` cached forwards: one after the other,
+  two CUDA streams in one process (a thread per side), two processes (started together behind a
+  file barrier); throughput ratio vs serial and peak VRAM.
+
+``--preset tiny`` runs every part on the CPU in seconds (a dry run of the same code).
+
+    python -m newsmotion_engine.bench.animate2 --preset 14b --part forward --budget-s 540 --json $OUT/gpu_animate2_forward_14b.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["bench_animate2", "main"]
+
+Log = Callable[[str], None]
+FILE_LAYERS = 4  # layers in the FP8-file read measurement when all layers would exceed 4 GiB
+PARTS = ("forward", "clip", "clip-ours", "clip-stock", "multistream", "ms-worker", "all")
+
+
+def _gib(n: float) -> float:
+    return round(float(n) / 2**30, 3)
+
+
+def _sync(dev: Any) -> None:
+    import torch
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _peak_reset(dev: Any) -> None:
+    import torch
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(dev)
+
+
+def _peak(dev: Any) -> float | None:
+    import torch
+
+    return _gib(torch.cuda.max_memory_allocated(dev)) if dev.type == "cuda" else None
+
+
+def _timed(fn: Callable[[], Any], dev: Any, warmup: int, reps: int) -> dict[str, Any]:
+    """Median / all ms of ``reps`` calls after ``warmup`` (the first warm-up call's ms kept: compile)."""
+    first = None
+    for i in range(warmup):
+        t0 = time.perf_counter()
+        fn()
+        _sync(dev)
+        if i == 0:
+            first = (time.perf_counter() - t0) * 1e3
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        _sync(dev)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return {"ms": round(statistics.median(times), 2), "ms_all": [round(t, 2) for t in times],
+            "first_call_ms": None if first is None else round(first, 1)}  # fmt: skip
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return type(exc).__name__ == "OutOfMemoryError"
+
+
+def _options(preset: str, device: str, accel: Mapping[str, Any], **kw: Any):
+    from newsmotion_engine.render.wan_animate_2.config import WanAnimate2Options
+
+    return WanAnimate2Options.from_mapping({"preset": preset, "device": device, **accel, **kw})
+
+
+def _default_accel(cuda: bool) -> dict[str, Any]:
+    # FP8 linears + regional compile on a GPU; nothing on the CPU dry run (inductor there would
+    # spend minutes compiling a model that runs in milliseconds).
+    return {"fp8": "auto", "compile": "blocks"} if cuda else {}
+
+
+def _header(preset: str, dev: Any, **shape: Any) -> dict[str, Any]:
+    import diffusers
+    import torch
+
+    return {
+        "bench": "animate2",
+        "weights": "random weights",
+        "note": "random weights: timing, memory and numerical drift only, not picture quality",
+        "preset": preset,
+        "shape": shape,
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
+        "versions": {"torch": torch.__version__, "diffusers": diffusers.__version__, "cuda": torch.version.cuda,
+                     "python": platform.python_version()},  # fmt: skip
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+class _Writer:
+    def __init__(self, result: dict[str, Any], path: str | Path | None) -> None:
+        self.result, self.path, self.t0 = result, Path(path) if path else None, time.perf_counter()
+
+    def __call__(self) -> None:
+        self.result["wall_s"] = round(time.perf_counter() - self.t0, 1)
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f".{self.path.name}.tmp")
+            tmp.write_text(json.dumps(self.result, indent=2, default=str) + "\n")
+            os.replace(tmp, self.path)
+
+
+# ---------------------------------------------------------------------------------------- forward
+def _segment_inputs(comps: Any, geom: Any, seed: int = 0) -> dict[str, Any]:
+    """Random tensors of one segment's shapes (the extract pass's and the cached pass's)."""
+    import torch
+
+    g = torch.Generator("cpu").manual_seed(seed)
+    dev, dt = comps.device, comps.dtype
+    cfg = comps.transformer.config
+    r = lambda *s: torch.randn(*s, generator=g).to(dev, dt)  # noqa: E731
+    t, h, w = geom.latent_frames, geom.latent_h, geom.latent_w
+    return {
+        "driving_condition": r(20, t, h, w),
+        "prompt_ref": r(1, 512, cfg.text_dim),
+        "clip": r(1, 257, 1280),
+        "latents": torch.randn(16, t + 1, h, w, generator=g).to(dev),
+        "reference": r(20, t + 1, h, w),
+        "prompt": r(1, 512, cfg.text_dim),
+        "negative": r(1, 512, cfg.text_dim),
+        "image": r(1, 257, 1280),
+    }
+
+
+def _forward_side(comps: Any, geom: Any, inputs: dict[str, Any], warmup: int, reps: int, log: Log, label: str) -> tuple[dict, Any]:
+    import torch
+
+    from newsmotion_engine.accel.fp8 import module_weight_gib
+    from newsmotion_engine.render.wan_animate_2 import denoise as D
+
+    dev, tr = comps.device, comps.transformer
+    out: dict[str, Any] = {"weight_gib": round(module_weight_gib(tr), 3)}
+    _peak_reset(dev)
+    box: dict[str, Any] = {}
+
+    def extract():
+        box["kv"] = None
+        with torch.no_grad():
+            box["kv"] = D.extract_reference_kv(tr, inputs["driving_condition"], inputs["prompt_ref"], inputs["clip"], geom)
+
+    out["extract"] = _timed(extract, dev, warmup, reps)
+    log(f"  {label}: extract {out['extract']['ms']} ms")
+    t = torch.tensor(999.0, device=dev)
+
+    def cached(uncond: bool):
+        def run():
+            with torch.no_grad():
+                text = inputs["negative"] if uncond else inputs["prompt"]
+                return D._forward(tr, inputs["latents"], t, text, inputs["reference"], box["kv"], inputs["image"], geom, uncond, comps.dtype)
+
+        return run
+
+    out["cached_cond"] = _timed(cached(False), dev, warmup, reps)
+    out["cached_uncond"] = _timed(cached(True), dev, warmup, reps)
+    out["peak_gib"] = _peak(dev)
+    log(f"  {label}: cached cond {out['cached_cond']['ms']} ms, uncond {out['cached_uncond']['ms']} ms, peak {out['peak_gib']} GiB")
+    return out, box["kv"]
+
+
+def _kv_paths(comps: Any, geom: Any, kv: Any, inputs: dict[str, Any], warmup: int, reps: int, tmp: Path, log: Log) -> dict[str, Any]:
+    """Measured K/V bytes and the cache-hit paths: an LRU hit, the cached forward reading FP8 K/V
+    (``kv`` is quantized in place: the device never holds both copies), and the FP8 file read
+    back. At the largest shapes the file holds ``FILE_LAYERS`` layers (host memory and disk);
+    its per-layer read time is scaled to all layers and labelled so."""
+    import torch
+
+    from newsmotion_engine.bench.common import drop_from_page_cache
+    from newsmotion_engine.render.wan_animate_2 import denoise as D
+    from newsmotion_engine.render.wan_animate_2 import kv as K
+
+    dev = comps.device
+    cfg = comps.transformer.config
+    out: dict[str, Any] = {"bytes_model_dtype": K.kv_bytes(kv)}
+    lru = K.KVLru(2**62)
+    lru.put("seg", kv)
+    out["lru_hit"] = _timed(lambda: lru.get("seg"), dev, 1, max(reps, 5))
+    t = torch.tensor(999.0, device=dev)
+
+    def cached(cache: Any):
+        with torch.no_grad():
+            return D._forward(comps.transformer, inputs["latents"], t, inputs["prompt"], inputs["reference"], cache,
+                              inputs["image"], geom, False, comps.dtype)  # fmt: skip
+
+    ref = cached(kv).float()
+    t0 = time.perf_counter()
+    K.quantize_cache(kv)
+    _sync(dev)
+    out["fp8_quantize_s"] = round(time.perf_counter() - t0, 3)
+    out["bytes_fp8"] = K.kv_bytes(kv)
+    out["cached_cond_fp8_kv"] = _timed(lambda: cached(kv), dev, warmup, reps)
+    got = cached(kv).float()
+    out["fp8_kv_output_rel_err"] = round(float((got - ref).norm() / ref.norm().clamp_min(1e-30)), 5)
+    del ref, got
+    n_layers = cfg.num_layers if out["bytes_fp8"] < 4 * 2**30 else min(FILE_LAYERS, cfg.num_layers)
+    data, scales = K.kv_to_file(kv, range(n_layers))
+    need = data.nbytes + scales.nbytes
+    free = shutil.disk_usage(tmp).free
+    if free < 1.5 * need:
+        out["fp8_file"] = {"skipped": f"needs {_gib(need)} GiB of disk, {_gib(free)} GiB free"}
+    else:
+        np.save(tmp / "kv.npy", data)
+        np.save(tmp / "kv_scale.npy", scales)
+        del data, scales
+
+        def read():
+            d = np.load(tmp / "kv.npy", mmap_mode="r")
+            s = np.load(tmp / "kv_scale.npy", mmap_mode="r")
+            return K.kv_from_file(d, s, dev, comps.dtype)
+
+        drop_from_page_cache(tmp)
+        t0 = time.perf_counter()
+        read()
+        _sync(dev)
+        cold = (time.perf_counter() - t0) * 1e3
+        warm = _timed(read, dev, 1, reps)
+        scale = cfg.num_layers / n_layers
+        out["fp8_file"] = {"layers_in_file": n_layers, "bytes_on_disk": need, "read_cold_ms": round(cold, 1), "read_warm": warm,
+                           "all_layers_read_cold_ms_scaled": round(cold * scale, 1),
+                           "all_layers_read_warm_ms_scaled": round(warm["ms"] * scale, 1),
+                           "note": None if n_layers == cfg.num_layers else f"measured on {n_layers} of {cfg.num_layers} layers, scaled x{scale:g}"}  # fmt: skip
+        (tmp / "kv.npy").unlink()
+        (tmp / "kv_scale.npy").unlink()
+    args = dict(num_layers=cfg.num_layers, dim=cfg.dim, heads=cfg.num_heads, frames=geom.segment_frames, width=geom.width, height=geom.height)
+    out["analytic_this_shape"] = {"model_dtype": K.analytic_kv_bytes(**args, bytes_per_value=comps.transformer.dtype.itemsize),
+                                  "fp8": K.analytic_kv_bytes(**args, bytes_per_value=1)}  # fmt: skip
+    full = dict(num_layers=40, dim=5120, heads=40, frames=81, width=720, height=1280)
+    out["analytic_14b_720x1280_81f"] = {"bf16": K.analytic_kv_bytes(**full, bytes_per_value=2), "fp8": K.analytic_kv_bytes(**full, bytes_per_value=1)}
+    area = dict(num_layers=40, dim=5120, heads=40, frames=81, width=640, height=800)
+    out["analytic_14b_640x800_81f_pipeline_default_area"] = {"bf16": K.analytic_kv_bytes(**area, bytes_per_value=2)}
+    # The 14B figure from this run's measurement: bytes per (layer x token x channel) scaled.
+    per_value = out["bytes_model_dtype"] / (cfg.num_layers * 2 * out["analytic_this_shape"]["model_dtype"]["tokens"] * cfg.dim)
+    tokens_full = out["analytic_14b_720x1280_81f"]["bf16"]["tokens"]
+    out["measured_scaled_to_14b_720x1280_81f_bf16_bytes"] = int(round(per_value / comps.transformer.dtype.itemsize * 2 * 40 * 2 * tokens_full * 5120))
+    log(f"  K/V: {_gib(out['bytes_model_dtype'])} GiB ({comps.dtype}), {_gib(out['bytes_fp8'])} GiB FP8; "
+        f"14B 720x1280 81f: {out['analytic_14b_720x1280_81f']['bf16']['gib']} GiB bf16")  # fmt: skip
+    return out
+
+
+def _offload_side(comps: Any, geom: Any, inputs: dict[str, Any], warmup: int, reps: int, log: Log) -> dict[str, Any]:
+    """Our accelerated transformer with the K/V in FP8 in pinned host memory (``kv_offload``):
+    extract ms, cached forward ms (each layer's K/V copied in as it is read), device peak."""
+    import torch
+
+    from newsmotion_engine.render.wan_animate_2 import denoise as D
+    from newsmotion_engine.render.wan_animate_2 import kv as K
+
+    dev, tr = comps.device, comps.transformer
+    _peak_reset(dev)
+    box: dict[str, Any] = {}
+
+    def extract():
+        box["kv"] = None
+        with torch.no_grad():
+            box["kv"] = D.extract_reference_kv(tr, inputs["driving_condition"], inputs["prompt_ref"], inputs["clip"], geom,
+                                               cache=K.fp8_cache(tr.config.num_layers, offload=True))  # fmt: skip
+
+    out: dict[str, Any] = {"extract": _timed(extract, dev, warmup, reps)}
+    t = torch.tensor(999.0, device=dev)
+
+    def cached():
+        with torch.no_grad():
+            return D._forward(tr, inputs["latents"], t, inputs["prompt"], inputs["reference"], box["kv"], inputs["image"], geom, False, comps.dtype)
+
+    out["cached_cond"] = _timed(cached, dev, warmup, reps)
+    out["host_bytes"] = K.kv_bytes(box["kv"]) - K.device_bytes(box["kv"])
+    out["device_kv_bytes"] = K.device_bytes(box["kv"])
+    out["peak_gib"] = _peak(dev)
+    log(f"  ours + kv_offload: extract {out['extract']['ms']} ms, cached {out['cached_cond']['ms']} ms, peak {out['peak_gib']} GiB")
+    del box
+    return out
+
+
+def _part_forward(preset: str, dev_name: str, width: int, height: int, segment_frames: int | None, accel: Mapping[str, Any],
+                  warmup: int, reps: int, deadline: float, result: dict, write: Callable[[], None], log: Log) -> None:  # fmt: skip
+    import torch
+
+    from newsmotion_engine.accel.compile import Compile, uncompile_blocks
+    from newsmotion_engine.accel.registry import apply_accelerations
+    from newsmotion_engine.render.wan_animate_2.components import load_render_components
+    from newsmotion_engine.render.wan_animate_2.denoise import geometry
+
+    opts = _options(preset, dev_name, {}, segment_frames=segment_frames)
+    t0 = time.perf_counter()
+    comps = load_render_components(opts)
+    dev = comps.device
+    geom = geometry(opts.segment_length, width, height)
+    fwd: dict[str, Any] = {"load_s": round(time.perf_counter() - t0, 1), "segment_frames": geom.segment_frames,
+                           "tokens_generation": geom.seq_len, "tokens_reference": geom.seq_len_ref}  # fmt: skip
+    result["forward"] = fwd
+    inputs = _segment_inputs(comps, geom)
+    try:
+        if dev.type == "cuda":
+            comps.transformer.compile_repeated_blocks()  # the stock docstring: the cached pass needs compile
+        fwd["stock"], kv = _forward_side(comps, geom, inputs, warmup, reps, log, "stock")
+        fwd["stock"]["setup"] = "bf16, compile_repeated_blocks()" if dev.type == "cuda" else "float/bf16 eager (CPU dry run)"
+        write()
+        if time.perf_counter() < deadline:
+            with tempfile.TemporaryDirectory(prefix="newsmotion-kv-") as tmp:
+                fwd["kv"] = _kv_paths(comps, geom, kv, inputs, warmup, reps, Path(tmp), log)
+            write()
+        del kv
+        if dev.type == "cuda":
+            uncompile_blocks(comps.transformer)
+        ours_opts = _options(preset, dev_name, accel, segment_frames=segment_frames)
+        if time.perf_counter() < deadline:
+            applied = apply_accelerations(comps, ours_opts.accelerations)
+            fwd["ours"], _ = _forward_side(comps, geom, inputs, warmup, reps, log, "ours")
+            fwd["ours"]["accelerations"] = applied.report
+            if time.perf_counter() < deadline:
+                fwd["ours_kv_offload"] = _offload_side(comps, geom, inputs, warmup, reps, log)
+            for key in ("extract", "cached_cond", "cached_uncond"):
+                fwd[f"{key}_speedup_vs_stock"] = round(fwd["stock"][key]["ms"] / fwd["ours"][key]["ms"], 3)
+            for side in ("stock", "ours"):
+                s = fwd[side]
+                s["base_segment_s_estimate"] = round((s["extract"]["ms"] + 40 * (s["cached_cond"]["ms"] + s["cached_uncond"]["ms"])) / 1e3, 1)
+                s["distilled_segment_s_estimate"] = round((s["extract"]["ms"] + 10 * s["cached_cond"]["ms"]) / 1e3, 1)
+            fwd["estimates_note"] = "segment estimates = extract + steps x measured forwards (no VAE, no encoders); the clip part measures end to end"
+        else:
+            fwd["ours"] = {"skipped": "budget"}
+    except Exception as exc:
+        if not _is_oom(exc):
+            raise
+        fwd["oom"] = str(exc).splitlines()[0]
+        log(f"  OOM: {fwd['oom']}")
+    finally:
+        del comps, inputs
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    write()
+
+
+def _compile_warmup(comps: Any, geom: Any, fp8_kv: bool) -> float:
+    """Compile the extract and cached graphs at the segment shape (random inputs) so the timed
+    clip measures sampling, not compilation; ``fp8_kv``: the cached pass reads FP8 layer caches
+    (another graph: dynamo guards on the layer cache's type)."""
+    import torch
+
+    from newsmotion_engine.render.wan_animate_2 import denoise as D
+    from newsmotion_engine.render.wan_animate_2.kv import quantize_cache
+
+    t0 = time.perf_counter()
+    inputs = _segment_inputs(comps, geom)
+    with torch.no_grad():
+        kv = D.extract_reference_kv(comps.transformer, inputs["driving_condition"], inputs["prompt_ref"], inputs["clip"], geom)
+        if fp8_kv:
+            quantize_cache(kv)
+        D._forward(comps.transformer, inputs["latents"], torch.tensor(999.0, device=comps.device), inputs["prompt"],
+                   inputs["reference"], kv, inputs["image"], geom, False, comps.dtype)  # fmt: skip
+    del kv, inputs
+    _sync(comps.device)
+    return round(time.perf_counter() - t0, 1)
+
+
+# ------------------------------------------------------------------------------------------- clip
+def _clip_inputs(width: int, height: int, frames: int, root: Path):
+    from newsmotion_engine.bench.gpu import bench_inputs
+
+    return bench_inputs(width, height, frames, root)
+
+
+def _part_clip_ours(preset: str, dev_name: str, width: int, height: int, frames: int, segment_frames: int | None,
+                    accel: Mapping[str, Any], result: dict, write: Callable[[], None], log: Log) -> None:  # fmt: skip
+    from newsmotion_engine.render.base import RenderSpec
+    from newsmotion_engine.render.wan_animate_2.backend import WanAnimate2Backend
+
+    opts = _options(preset, dev_name, accel, segment_frames=segment_frames, reference_kv="gpu-lru", kv_fp8=True, kv_lru_gib=200.0)
+    side: dict[str, Any] = {"options": {k: str(v) for k, v in opts.as_mapping().items()}}
+    result["ours"] = side
+    backend = WanAnimate2Backend(opts)
+    spec = RenderSpec(width=width, height=height)
+    with tempfile.TemporaryDirectory(prefix="newsmotion-clip-") as tmp:
+        loop, persona = _clip_inputs(width, height, frames, Path(tmp))
+        t0 = time.perf_counter()
+        backend.load()
+        dev = backend.components.device
+        side["load_s"] = round(time.perf_counter() - t0, 1)
+        side["accelerations"] = backend.accel_report
+        t0 = time.perf_counter()
+        backend.prepare_guidance(loop, spec)
+        side["prepare_guidance_s"] = round(time.perf_counter() - t0, 1)
+        t0 = time.perf_counter()
+        backend.prepare_persona(persona, spec)
+        side["prepare_persona_s"] = round(time.perf_counter() - t0, 1)
+        write()
+        log(f"  ours: load {side['load_s']} s, Tier 1 {side['prepare_guidance_s']} s, Tier 2 {side['prepare_persona_s']} s")
+        # Warm the K/V LRU (what a warm renderer holds after the loop's first persona) and the compile.
+        plan = backend.plan(frames)
+        g = backend.load_guidance(loop, spec, frames)
+        source = backend.reference_kv_source(loop, g, spec, plan)
+        t0 = time.perf_counter()
+        for k in range(plan.segments):
+            source(k)
+        _sync(dev)
+        side["kv_extract_all_segments_s"] = round(time.perf_counter() - t0, 1)
+        side["kv_bytes_per_segment"] = [e["bytes"] for e in backend._kv_log]
+        log(f"  ours: K/V of {plan.segments} segments extracted into the LRU in {side['kv_extract_all_segments_s']} s (incl. compile)")
+        if dev.type == "cuda":  # the cached graph (FP8 K/V) compiled before the timed clip
+            side["compile_warmup_s"] = _compile_warmup(backend.components, backend.geometry(spec), fp8_kv=True)
+        _peak_reset(dev)
+        t0 = time.perf_counter()
+        n = sum(1 for _ in backend.frames(loop, persona, loop.keypoints, spec))
+        _sync(dev)
+        side["clip_s"] = round(time.perf_counter() - t0, 2)
+        side["frames"] = n
+        side["peak_gib"] = _peak(dev)
+        side["last_render"] = backend.last_render
+        result["animate2_clip_s"] = side["clip_s"]
+        log(f"  ours: {n} frames in {side['clip_s']} s, peak {side['peak_gib']} GiB")
+        backend.close()
+    write()
+
+
+def _part_clip_stock(preset: str, dev_name: str, width: int, height: int, frames: int, segment_frames: int | None,
+                     steps: int | None, result: dict, write: Callable[[], None], log: Log) -> None:  # fmt: skip
+    import PIL.Image
+    import torch
+    from diffusers.modular_pipelines import WanAnimate2DistilledBlocks
+
+    from newsmotion_engine.accel.fp8 import module_weight_gib
+    from newsmotion_engine.render.wan_animate_2 import denoise as D
+    from newsmotion_engine.render.wan_animate_2.components import load_image_encoder, load_render_components, load_text_encoder
+
+    opts = _options(preset, dev_name, {}, segment_frames=segment_frames)
+    side: dict[str, Any] = {"pipeline": "WanAnimate2DistilledModularPipeline", "steps": steps or 10}
+    result["stock"] = side
+    t0 = time.perf_counter()
+    comps = load_render_components(opts)
+    dev = comps.device
+    tok, te = load_text_encoder(opts, dev)
+    pipe = WanAnimate2DistilledBlocks().init_pipeline()
+    pipe.update_components(transformer=comps.transformer, vae=comps.vae, image_encoder=load_image_encoder(opts, dev),
+                           text_encoder=te, tokenizer=tok, scheduler=comps.new_scheduler())  # fmt: skip
+    side["load_s"] = round(time.perf_counter() - t0, 1)
+    side["weight_gib"] = round(module_weight_gib(comps.transformer), 3)
+    geom = D.geometry(opts.segment_length, width, height)
+    if dev.type == "cuda":
+        comps.transformer.compile_repeated_blocks()  # the stock docstring: the cached pass needs compile
+        side["compile_warmup_s"] = _compile_warmup(comps, geom, fp8_kv=False)
+    write()
+    with tempfile.TemporaryDirectory(prefix="newsmotion-stock-") as tmp:
+        loop, persona = _clip_inputs(width, height, frames, Path(tmp))
+        from newsmotion_engine.guidance.draw import draw_pose
+
+        driving = [PIL.Image.fromarray(draw_pose(kp, width, height)) for kp in loop.keypoints]
+        image = PIL.Image.fromarray(persona.portrait)
+        _peak_reset(dev)
+        t0 = time.perf_counter()
+        out = pipe(prompt="a news anchor waves to the camera", image=image, driving_video=driving, height=height, width=width,
+                   segment_frame_length=opts.segment_length, num_inference_steps=steps or 10,
+                   generator=torch.Generator().manual_seed(0), output_type="np")  # fmt: skip
+        _sync(dev)
+        side["clip_s"] = round(time.perf_counter() - t0, 2)
+        side["frames"] = int(np.asarray(out.get("videos")[0]).shape[0])
+        side["peak_gib"] = _peak(dev)
+    result["animate2_clip_s_stock"] = side["clip_s"]
+    log(f"  stock: {side['frames']} frames in {side['clip_s']} s, peak {side['peak_gib']} GiB")
+    write()
+
+
+def _child(args: list[str], json_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "newsmotion_engine.bench.animate2", *args, "--json", str(json_path)]
+    return subprocess.Popen(cmd, env={**os.environ, **(env or {})})
+
+
+def _part_clip(preset: str, dev_name: str, width: int, height: int, frames: int, segment_frames: int | None,
+               accel: Mapping[str, Any], budget_s: float, result: dict, write: Callable[[], None], log: Log) -> None:  # fmt: skip
+    import torch
+
+    n_gpu = torch.cuda.device_count() if dev_name in ("auto", "cuda") else 0
+    common = ["--preset", preset, "--width", str(width), "--height", str(height), "--frames", str(frames),
+              "--accel", json.dumps(dict(accel)), "--budget-s", str(budget_s)]  # fmt: skip
+    if segment_frames:
+        common += ["--segment-frames", str(segment_frames)]
+    out: dict[str, Any] = {"layout": "two GPUs, concurrently" if n_gpu >= 2 else "one device, one after the other"}
+    result["clip"] = out
+    with tempfile.TemporaryDirectory(prefix="newsmotion-clip-json-") as tmp:
+        paths = {side: Path(tmp) / f"{side}.json" for side in ("ours", "stock")}
+        sides = []
+        for i, side in enumerate(("ours", "stock")):
+            device = f"cuda:{i}" if n_gpu >= 2 else dev_name
+            sides.append((side, [f"--part", f"clip-{side}", "--device", device]))
+        deadline = time.perf_counter() + budget_s
+
+        def wait(proc: subprocess.Popen) -> int | str:
+            try:
+                return proc.wait(timeout=max(1.0, deadline - time.perf_counter()))
+            except subprocess.TimeoutExpired:
+                proc.kill()  # our own child, past the budget: what it measured so far is in its JSON
+                proc.wait()
+                return "killed at the budget"
+
+        if n_gpu >= 2:
+            procs = [(s, _child([*a, *common], paths[s])) for s, a in sides]
+            codes = {s: wait(p) for s, p in procs}
+        else:
+            codes = {s: wait(_child([*a, *common], paths[s])) for s, a in sides}
+        for side, path in paths.items():
+            out[side] = json.loads(path.read_text()) if path.is_file() else {"error": f"exit {codes[side]}, no result"}
+            out[side]["exit_code"] = codes[side]
+    ours, stock = out["ours"].get("animate2_clip_s"), out["stock"].get("animate2_clip_s_stock")
+    if ours is not None:
+        result["animate2_clip_s"] = ours
+    if stock is not None:
+        result["animate2_clip_s_stock"] = stock
+    if ours and stock:
+        result["animate2_clip_speedup_vs_stock"] = round(stock / ours, 3)
+        log(f"clip: ours {ours} s, stock {stock} s -> {result['animate2_clip_speedup_vs_stock']}x")
+    for side, key in (("ours", "ours"), ("stock", "stock")):
+        peak = out[side].get(key, {}).get("peak_gib") if isinstance(out[side].get(key), dict) else None
+        result[f"animate2_clip_peak_gib_{side}"] = peak
+    write()
+
+
+# ------------------------------------------------------------------------------------ multistream
+def _ms_backend(preset: str, dev_name: str, side: str, width: int, height: int, segment_frames: int | None):
+    """Side A: bf16; side B: FP8 linears (on the CPU dry run: FP8 storage). Both with the K/V of
+    one segment in their LRU and one segment's conditioning prepared."""
+    import torch
+
+    from newsmotion_engine.render.wan_animate_2.backend import WanAnimate2Backend
+
+    cuda = dev_name.startswith("cuda") or (dev_name == "auto" and torch.cuda.is_available())
+    accel = {"fp8": "auto"} if side == "b" else {}
+    if cuda:
+        accel["compile"] = "blocks"  # uncompiled flex attention would materialize the score matrix
+    return WanAnimate2Backend(_options(preset, dev_name, accel, segment_frames=segment_frames))
+
+
+def _ms_workload(backend: Any, width: int, height: int, seed: int):
+    """A closure running ``n`` cached forwards (one segment's denoising steps) of ``backend``."""
+    import torch
+
+    from newsmotion_engine.render.wan_animate_2 import denoise as D
+
+    backend.load()
+    comps = backend.components
+    geom = D.geometry(backend.options.segment_length, width, height)
+    inputs = _segment_inputs(comps, geom, seed)
+    with torch.no_grad():
+        kv = D.extract_reference_kv(comps.transformer, inputs["driving_condition"], inputs["prompt_ref"], inputs["clip"], geom)
+    t = torch.tensor(999.0, device=comps.device)
+
+    def run(n: int) -> None:
+        with torch.no_grad():
+            for _ in range(n):
+                D._forward(comps.transformer, inputs["latents"], t, inputs["prompt"], inputs["reference"], kv, inputs["image"],
+                           geom, False, comps.dtype)  # fmt: skip
+        _sync(comps.device)
+
+    run(1)  # warm-up
+    return run
+
+
+def _part_multistream(preset: str, dev_name: str, width: int, height: int, segment_frames: int | None, forwards: int,
+                      result: dict, write: Callable[[], None], log: Log) -> None:  # fmt: skip
+    import torch
+
+    ms: dict[str, Any] = {"preset": preset, "forwards_per_side": forwards, "a": "bf16", "b": "FP8 linears",
+                          "compile": "regional on a GPU (both sides)",
+                          "shape": {"width": width, "height": height, "segment_frames": segment_frames}}  # fmt: skip
+    result["multistream"] = ms
+    dev = torch.device("cuda" if dev_name == "auto" and torch.cuda.is_available() else ("cpu" if dev_name == "auto" else dev_name))
+    a, b = (_ms_backend(preset, dev_name, s, width, height, segment_frames) for s in ("a", "b"))
+    _peak_reset(dev)
+    run_a, run_b = _ms_workload(a, width, height, 1), _ms_workload(b, width, height, 2)
+    ms["weights_peak_gib"] = _peak(dev)
+    run_a(1), run_b(1)  # a second warm-up each (first calls are slower on some backends)
+
+    def serial_once() -> float:
+        t0 = time.perf_counter()
+        run_a(forwards)
+        run_b(forwards)
+        return time.perf_counter() - t0
+
+    _peak_reset(dev)
+    serial_runs = [serial_once(), serial_once()]
+    serial = min(serial_runs)  # best of two: the reference the concurrent modes must beat
+    ms["serial"] = {"wall_s": round(serial, 3), "wall_s_runs": [round(x, 3) for x in serial_runs],
+                    "forwards_per_s": round(2 * forwards / serial, 4), "peak_gib": _peak(dev)}  # fmt: skip
+    log(f"  multistream serial: {ms['serial']}")
+    write()
+    _peak_reset(dev)
+    errors: list[BaseException] = []
+
+    def on_stream(run: Callable[[int], None]) -> None:
+        try:
+            if dev.type == "cuda":
+                with torch.cuda.stream(torch.cuda.Stream(dev)):
+                    run(forwards)
+            else:
+                run(forwards)
+        except BaseException as exc:  # re-raised below in the main thread
+            errors.append(exc)
+
+    def streams_once() -> float:
+        threads = [threading.Thread(target=on_stream, args=(r,)) for r in (run_a, run_b)]
+        t0 = time.perf_counter()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        _sync(dev)
+        if errors:
+            raise errors[0]
+        return time.perf_counter() - t0
+
+    streams = min(streams_once(), streams_once())
+    ms["two_streams"] = {"wall_s": round(streams, 3), "forwards_per_s": round(2 * forwards / streams, 4), "peak_gib": _peak(dev),
+                         "throughput_vs_serial": round(serial / streams, 3)}  # fmt: skip
+    log(f"  multistream two streams: {ms['two_streams']}")
+    write()
+    a.close(), b.close()
+    del run_a, run_b
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    with tempfile.TemporaryDirectory(prefix="newsmotion-ms-") as tmp:
+        go = Path(tmp) / "go"
+        common = ["--part", "ms-worker", "--preset", preset, "--device", str(dev) if dev.type == "cuda" else "cpu",
+                  "--width", str(width), "--height", str(height), "--ms-forwards", str(forwards), "--ms-go", str(go)]  # fmt: skip
+        if segment_frames:
+            common += ["--segment-frames", str(segment_frames)]
+        paths = {s: Path(tmp) / f"{s}.json" for s in ("a", "b")}
+        procs = {s: _child([*common, "--ms-side", s], paths[s]) for s in ("a", "b")}
+        ready = [Path(tmp) / f"{s}.json.ready" for s in ("a", "b")]
+        deadline = time.time() + 900
+        while not all(r.exists() for r in ready) and time.time() < deadline and all(p.poll() is None for p in procs.values()):
+            time.sleep(0.2)
+        go.write_text("go")
+        codes = {s: p.wait() for s, p in procs.items()}
+        workers = {s: json.loads(paths[s].read_text()) if paths[s].is_file() else {"exit_code": codes[s]} for s in ("a", "b")}
+    if all("start" in w for w in workers.values()):
+        wall = max(w["end"] for w in workers.values()) - min(w["start"] for w in workers.values())
+        ms["two_processes"] = {"wall_s": round(wall, 3), "forwards_per_s": round(2 * forwards / wall, 4),
+                               "peak_gib_sum": round(sum(w.get("peak_gib") or 0 for w in workers.values()), 3) if dev.type == "cuda" else None,
+                               "throughput_vs_serial": round(serial / wall, 3), "workers": workers}  # fmt: skip
+    else:
+        ms["two_processes"] = {"error": "a worker failed", "workers": workers}
+    log(f"  multistream two processes: {ms['two_processes'].get('throughput_vs_serial')}x serial")
+    best = max(("two_streams", "two_processes"), key=lambda k: ms[k].get("throughput_vs_serial") or 0)
+    ms["best"] = best
+    result["animate2_ab_throughput_ratio"] = ms[best].get("throughput_vs_serial")
+    write()
+
+
+def _ms_worker(preset: str, dev_name: str, side: str, width: int, height: int, segment_frames: int | None, forwards: int,
+               go: Path, result: dict, write: Callable[[], None]) -> None:  # fmt: skip
+    import torch
+
+    backend = _ms_backend(preset, dev_name, side, width, height, segment_frames)
+    run = _ms_workload(backend, width, height, 1 if side == "a" else 2)
+    dev = backend.components.device
+    _peak_reset(dev)
+    Path(str(write.path) + ".ready").write_text("ready")  # type: ignore[attr-defined]
+    while not go.exists():
+        time.sleep(0.05)
+    result["start"] = time.time()
+    run(forwards)
+    result["end"] = time.time()
+    result["peak_gib"] = _peak(dev)
+    write()
+    del torch
+
+
+# ------------------------------------------------------------------------------------------- entry
+def bench_animate2(preset: str = "14b", *, part: str = "forward", width: int | None = None, height: int | None = None,
+                   frames: int = 120, segment_frames: int | None = None, device: str = "auto",
+                   accel: Mapping[str, Any] | None = None, warmup: int = 1, reps: int = 2, budget_s: float = 540.0,
+                   ms_preset: str | None = None, ms_forwards: int = 4, ms_side: str | None = None, ms_go: str | None = None,
+                   json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
+    """Run one part (see the module docstring); returns (and writes, after every measurement) the result."""
+    import torch
+
+    if part not in PARTS:
+        raise ValueError(f"part {part!r}: use one of {', '.join(PARTS)}")
+    tiny = preset == "tiny"
+    width = width or (64 if tiny else 720)
+    height = height or (128 if tiny else 1280)
+    if tiny and frames == 120:
+        frames = 13  # two 9-frame segments
+    cuda = (device == "auto" and torch.cuda.is_available()) or device.startswith("cuda")
+    accel = dict(accel) if accel is not None else _default_accel(cuda)
+    dev = torch.device("cuda" if device == "auto" and cuda else ("cpu" if device == "auto" else device))
+    result = _header(preset, dev, width=width, height=height, frames=frames, segment_frames=segment_frames)
+    result["part"] = part
+    result["budget_s"] = budget_s
+    write = _Writer(result, json_path)
+    deadline = time.perf_counter() + budget_s
+    log(f"animate2 bench: part {part}, preset {preset} (random weights), {width}x{height}, device {dev}")
+    if part == "ms-worker":
+        _ms_worker(ms_preset or preset, device, ms_side or "a", width, height, segment_frames, ms_forwards, Path(ms_go or "go"), result, write)
+        return result
+    if part in ("forward", "all"):
+        _part_forward(preset, device, width, height, segment_frames, accel, warmup, reps, deadline, result, write, log)
+    if part == "clip-ours":
+        _part_clip_ours(preset, device, width, height, frames, segment_frames, accel, result, write, log)
+    if part == "clip-stock":
+        _part_clip_stock(preset, device, width, height, frames, segment_frames, None, result, write, log)
+    if part in ("clip", "all"):
+        if time.perf_counter() < deadline:
+            _part_clip(preset, device, width, height, frames, segment_frames, accel, max(60.0, deadline - time.perf_counter()), result, write, log)
+        else:
+            result["clip"] = {"skipped": "budget"}
+    if part in ("multistream", "all"):
+        if time.perf_counter() < deadline:
+            msp = ms_preset or ("tiny" if tiny else "1.3b")
+            _part_multistream(msp, device, width, height, segment_frames if msp == preset else None, ms_forwards, result, write, log)
+        else:
+            result["multistream"] = {"skipped": "budget"}
+    write()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m newsmotion_engine.bench.animate2", description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="14b")
+    p.add_argument("--part", default="forward", choices=PARTS)
+    p.add_argument("--width", type=int)
+    p.add_argument("--height", type=int)
+    p.add_argument("--frames", type=int, default=120)
+    p.add_argument("--segment-frames", type=int)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--accel", help="JSON of flat acceleration options for our side (default FP8 + compile on a GPU)")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--budget-s", type=float, default=540.0)
+    p.add_argument("--ms-preset")
+    p.add_argument("--ms-forwards", type=int, default=4)
+    p.add_argument("--ms-side", choices=("a", "b"))
+    p.add_argument("--ms-go")
+    p.add_argument("--json")
+    a = p.parse_args(argv)
+    bench_animate2(a.preset, part=a.part, width=a.width, height=a.height, frames=a.frames, segment_frames=a.segment_frames,
+                   device=a.device, accel=json.loads(a.accel) if a.accel else None, warmup=a.warmup, reps=a.reps,
+                   budget_s=a.budget_s, ms_preset=a.ms_preset, ms_forwards=a.ms_forwards, ms_side=a.ms_side, ms_go=a.ms_go,
+                   json_path=a.json)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

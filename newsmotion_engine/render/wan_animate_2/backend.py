@@ -1,0 +1,471 @@
+"""The ``wan-animate-2`` render backend: Wan-Animate-2 (diffusers 0.42.1's components) driven by
+the two-tier caches, with the reference K/V extracted, read from an FP8 file, or kept on the GPU.
+
+Tiers (formats in :mod:`.caches`):
+
+- Tier 1, per (loop, resolution): every segment's extract-pass inputs — the driving segment's VAE
+  latents and i2v condition, the CLIP features of the driving video's first frame, the
+  reference-prompt embeddings — plus the loop's prompt / negative embeddings and the first
+  segment's generation conditioning. Built by :meth:`WanAnimate2Backend.prepare_guidance` (the only
+  place the VAE encoder, CLIP and the text encoder run for a loop); with ``reference_kv="fp8-file"``
+  it also runs the extract passes and writes the K/V.
+- Tier 2, per persona: the reference image's latents and CLIP tokens (:meth:`prepare_persona`).
+
+Renders only load them (``frames`` raises ``BackendCacheError`` naming what to materialize).
+
+Driving video for a loop: its own keypoints drawn DWPose-style (``guidance/draw.py``) at W x H.
+Why not the warp backend's frames of a neutral persona: the extract pass's inputs must not depend
+on a persona (that is what makes them Tier 1, shared by every persona), a neutral persona would
+make every loop's cache depend on a second cache and put that person's appearance into the
+in-context reference the generation attends to, and the drawing is deterministic and cheap
+(3 ms/frame). With random weights neither choice can be judged on pictures; with real weights the
+choice is one function (``_driving_frames``) to revisit. Custom loops are drawn the same way (the
+backend is handed the guidance cache, not the original clip).
+
+Reference K/V (``reference_kv``): see :mod:`.config`; :meth:`reference_kv_source` is the one place
+the three options differ, and ``last_render["kv"]`` reports where each segment's came from and its bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from newsmotion_engine import cachedir
+from newsmotion_engine.errors import CacheError, NewsmotionError
+from newsmotion_engine.render.base import BackendCacheError, BackendNeeds, InvalidSpecError, RenderSpec
+from newsmotion_engine.render.wan_animate_2 import caches as C
+from newsmotion_engine.render.wan_animate_2.config import NAME, RANDOM_WEIGHTS_LABEL, WanAnimate2Options
+
+__all__ = ["WanAnimate2Backend", "WanAnimate2OOMError"]
+
+log = logging.getLogger(__name__)
+
+
+class WanAnimate2OOMError(NewsmotionError, RuntimeError):
+    """The GPU ran out of memory; the message names the settings that reduce memory."""
+
+
+def _loop_prompt(guidance: Any, override: str | None) -> str:
+    from newsmotion_engine.render.wan_animate.backend import loop_prompt
+
+    return loop_prompt(guidance, override)
+
+
+class WanAnimate2Backend:
+    """See the module docstring. ``get_backend("wan-animate-2", preset="tiny", device="cpu")``."""
+
+    name = NAME
+    needs = BackendNeeds(
+        guidance=frozenset({"keypoints", "driving_condition", "clip_context", "prompt_embeds", "prompt_ref_embeds"}),
+        persona=frozenset({"portrait", "person_mask", "ref_latents", "image_tokens"}),
+    )
+
+    def __init__(self, options: WanAnimate2Options) -> None:
+        self.options = options
+        self.components: Any = None
+        self.applied: Any = None
+        self.accel_report: dict[str, Any] = {}
+        self.last_render: dict[str, Any] = {}
+        self.kv_lru: Any = None  # kv.KVLru with reference_kv="gpu-lru"
+
+    @classmethod
+    def from_options(cls, **options: Any) -> WanAnimate2Backend:
+        return cls(WanAnimate2Options.from_mapping(options))
+
+    # ------------------------------------------------------------------ lifecycle
+    def load(self) -> None:
+        """Load transformer + VAE and apply the configured accelerations (once)."""
+        if self.components is not None:
+            return
+        from newsmotion_engine.accel.fp8 import module_weight_gib
+        from newsmotion_engine.accel.registry import apply_accelerations
+        from newsmotion_engine.render.wan_animate_2.components import load_render_components
+        from newsmotion_engine.render.wan_animate_2.kv import KVLru
+
+        t0 = time.perf_counter()
+        comps = load_render_components(self.options)
+        loaded_gib = module_weight_gib(comps.transformer)
+        self.applied = apply_accelerations(comps, self.options.accelerations)
+        self.components = comps
+        self.accel_report = {"weight_gib_loaded": round(loaded_gib, 3), **self.applied.report,
+                             "weight_gib": round(module_weight_gib(comps.transformer), 3),
+                             "load_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
+        if self.options.reference_kv == "gpu-lru":
+            self.kv_lru = KVLru(int(self.options.kv_lru_gib * 2**30))
+        if comps.identity["weights"] == RANDOM_WEIGHTS_LABEL:
+            log.warning("wan-animate-2: preset %r with RANDOM WEIGHTS: frames are noise, for timing only", self.options.preset)
+
+    def close(self) -> None:
+        """Drop the models and the K/V LRU, free GPU memory. Idempotent."""
+        if self.components is None:
+            return
+        device = self.components.device
+        self.components = self.applied = None
+        if self.kv_lru is not None:
+            self.kv_lru.clear()
+            self.kv_lru = None
+        import gc
+
+        gc.collect()
+        if getattr(device, "type", "cpu") == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+
+    def describe(self) -> dict[str, Any]:
+        o = self.options
+        weights = self.components.weights_label if self.components else (f"folder {o.model_path}" if o.model_path else RANDOM_WEIGHTS_LABEL)
+        info: dict[str, Any] = {
+            "weights": weights,
+            "preset": None if o.model_path else o.preset,
+            "device": str(self.components.device) if self.components else o.device,
+            "dtype": o.dtype,
+            "schedule": o.schedule,
+            "steps": o.num_steps,
+            "guidance_scale": o.cfg_scale,
+            "segment_frames": o.segment_length,
+            "prev_frames": o.prev_frames,
+            "continuation": o.continuation,
+            "prompt": o.prompt,
+            "negative_prompt": o.negative_prompt,
+            "prompt_ref": o.prompt_ref,
+            "reference_kv": o.reference_kv,
+            "kv_fp8": o.kv_fp8 or o.kv_offload or o.reference_kv == "fp8-file",
+            "kv_offload": o.kv_offload,
+            "accelerations": o.accel_summary(),
+            "driving_video": "loop keypoints drawn DWPose-style (Tier-1 guidance cache)",
+        }
+        if self.components is not None:
+            info["model_digest"] = self.components.identity["digest"]
+        if self.accel_report:
+            info["accel_report"] = self.accel_report
+        if self.last_render:
+            info["last_render"] = self.last_render
+        if weights == RANDOM_WEIGHTS_LABEL:
+            info["note"] = "random weights: frames are noise-shaped; use for timing and memory only"
+        return info
+
+    # ------------------------------------------------------------------ caches
+    def _check_spec(self, spec: RenderSpec) -> None:
+        if spec.width % 16 or spec.height % 16:
+            raise InvalidSpecError(
+                f"wan-animate-2 renders sizes divisible by 16 (VAE x8, patch x2); {spec.width}x{spec.height} is not, "
+                f"e.g. use {spec.width // 16 * 16}x{spec.height // 16 * 16}"
+            )
+
+    def _cache_root(self) -> Path | None:
+        return Path(self.options.cache_root) if self.options.cache_root else None
+
+    def plan(self, frames: int) -> C.SegmentPlan:
+        return C.plan_segments(frames, self.options.segment_length, self.options.prev_frames)
+
+    def geometry(self, spec: RenderSpec):
+        from newsmotion_engine.render.wan_animate_2.denoise import geometry
+
+        return geometry(self.options.segment_length, spec.width, spec.height)
+
+    def guidance_params(self, guidance: Any, spec: RenderSpec, plan: C.SegmentPlan) -> tuple[dict, dict]:
+        o = self.options
+        source = {"kind": "guidance", "sha256": C.source_digest(guidance)}
+        params = {"format": C.FORMAT_VERSION, "size": [spec.width, spec.height], "segments": plan.as_dict(),
+                  "model": self.components.identity["digest"], "prompt": _loop_prompt(guidance, o.prompt),
+                  "negative_prompt": o.negative_prompt, "prompt_ref": o.prompt_ref, "driving": "dwpose"}  # fmt: skip
+        return source, params
+
+    def persona_params(self, persona: Any, spec: RenderSpec) -> tuple[dict, dict]:
+        source = {"kind": "persona", "sha256": C.source_digest(persona)}
+        params = {"format": C.FORMAT_VERSION, "size": [spec.width, spec.height], "background": list(spec.background),
+                  "model": self.components.identity["digest"]}  # fmt: skip
+        return source, params
+
+    def kv_params(self, tier1_digest: str) -> tuple[dict, dict]:
+        """The FP8 K/V file's key: the Tier-1 cache it was extracted from and what shapes the
+        transformer's K/V (weights, dtype, FP8 linears)."""
+        o = self.options
+        return ({"kind": "wan-animate-2-guidance", "digest": tier1_digest},
+                {"format": C.FORMAT_VERSION, "model": self.components.identity["digest"], "dtype": o.dtype,
+                 "fp8_linears": o.accel_summary().get("fp8")})  # fmt: skip
+
+    def _guidance_location(self, guidance: Any, spec: RenderSpec, frames: int | None = None):
+        self.load()
+        self._check_spec(spec)
+        plan = self.plan(int(np.asarray(guidance.keypoints).shape[0]) if frames is None else frames)
+        path = C.guidance_artifacts_dir(Path(guidance.path), spec.width, spec.height, self._cache_root())
+        return plan, path, *self.guidance_params(guidance, spec, plan)
+
+    def _persona_location(self, persona: Any, spec: RenderSpec):
+        self.load()
+        self._check_spec(spec)
+        path = C.persona_artifacts_dir(Path(persona.path), spec.width, spec.height, self._cache_root())
+        return path, *self.persona_params(persona, spec)
+
+    def prepare_guidance(self, guidance: Any, spec: RenderSpec) -> bool:
+        """Build (or validate) Tier 1 of ``guidance`` at ``spec``'s size (and, with
+        ``reference_kv="fp8-file"``, the FP8 K/V): ``True`` when something was built. Runs the VAE
+        encoder, CLIP and the text encoder (loaded for the build, then freed)."""
+        plan, path, source, params = self._guidance_location(guidance, spec)
+        read = lambda: C.read_guidance_artifacts(path, source, params, plan, spec.width, spec.height)  # noqa: E731
+        _, built = cachedir.ensure(path, read, lambda: self._build_guidance(path, guidance, spec, plan, source, params))
+        if self.options.reference_kv == "fp8-file":
+            built = self._prepare_kv_file(path, plan, spec) or built
+        return built
+
+    def prepare_persona(self, persona: Any, spec: RenderSpec) -> bool:
+        """Build (or validate) Tier 2 of ``persona`` at ``spec``'s size and background. Runs the
+        VAE encoder and CLIP."""
+        path, source, params = self._persona_location(persona, spec)
+        read = lambda: C.read_persona_artifacts(path, source, params, spec.width, spec.height)  # noqa: E731
+        _, built = cachedir.ensure(path, read, lambda: self._build_persona(path, persona, spec, source, params))
+        return built
+
+    def _not_ready(self, exc: CacheError, tier: str, cache_id: Any, spec: RenderSpec) -> BackendCacheError:
+        return BackendCacheError.from_cache_error(exc, backend=NAME, tier=tier, cache_id=str(cache_id),
+                                                  size=f"{spec.width}x{spec.height}")  # fmt: skip
+
+    def load_guidance(self, guidance: Any, spec: RenderSpec, frames: int | None = None) -> C.GuidanceArtifacts:
+        """Tier 1, memory-mapped. Raises :class:`BackendCacheError` (missing / stale / corrupt, or
+        built at another size); builds nothing."""
+        plan, path, source, params = self._guidance_location(guidance, spec, frames)
+        try:
+            return C.read_guidance_artifacts(path, source, params, plan, spec.width, spec.height)
+        except CacheError as exc:
+            raise self._not_ready(exc, "guidance", getattr(guidance, "loop_id", path.parent.parent.name), spec) from None
+
+    def load_persona(self, persona: Any, spec: RenderSpec) -> C.PersonaArtifacts:
+        path, source, params = self._persona_location(persona, spec)
+        try:
+            return C.read_persona_artifacts(path, source, params, spec.width, spec.height)
+        except CacheError as exc:
+            raise self._not_ready(exc, "persona", getattr(persona, "persona_id", path.parent.parent.name), spec) from None
+
+    def _tier1_digest(self, path: Path) -> str:
+        return cachedir.cache_digest(cachedir.read_metadata(path, C.GUIDANCE_SCHEMA))
+
+    # ------------------------------------------------------------------ builds
+    def _driving_frames(self, guidance: Any, spec: RenderSpec, plan: C.SegmentPlan, segment: int) -> np.ndarray:
+        """uint8 ``[L, H, W, 3]``: the loop's pose drawn DWPose-style, cyclic past the end."""
+        from newsmotion_engine.guidance.draw import draw_pose
+
+        kp = np.asarray(guidance.keypoints)
+        start = plan.start(segment)
+        return np.stack([draw_pose(kp[(start + j) % kp.shape[0]], spec.width, spec.height) for j in range(plan.segment_frames)])
+
+    def _build_guidance(self, path: Path, guidance: Any, spec: RenderSpec, plan: C.SegmentPlan, source: dict, params: dict) -> None:
+        import torch
+        from diffusers.modular_pipelines.wan_animate_2.encoders import clip_visual_encode, encode_vae, get_i2v_mask, get_t5_prompt_embeds
+
+        from newsmotion_engine.render.wan_animate_2.components import load_image_encoder, load_text_encoder
+
+        comps, dev = self.components, self.components.device
+        geom = self.geometry(spec)
+        conds, first = [], None
+        with torch.no_grad():
+            for k in range(plan.segments):
+                pixels = _pixels(self._driving_frames(guidance, spec, plan, k)).to(dev)
+                if k == 0:
+                    first = pixels[0, :, 0]
+                lat = encode_vae(comps.vae, pixels)[0].float()
+                mask = get_i2v_mask(lat.shape[1], geom.latent_h, geom.latent_w, plan.segment_frames, device=dev)
+                conds.append(torch.cat([mask, lat], dim=0).cpu())
+            zeros = torch.zeros(1, 3, plan.segment_frames, spec.height, spec.width, device=dev)
+            zlat = encode_vae(comps.vae, zeros)[0].float()
+            gen = torch.cat([get_i2v_mask(zlat.shape[1], geom.latent_h, geom.latent_w, 0, device=dev), zlat], dim=0).cpu()
+            enc = load_image_encoder(self.options, dev)
+            try:
+                clip = clip_visual_encode(enc, first, dev, enc.dtype).float().cpu()
+            finally:
+                del enc
+            tok, te = load_text_encoder(self.options, dev)
+            try:
+                texts = {name: get_t5_prompt_embeds(te, tok, params[key], C.TEXT_TOKENS, dev).float().cpu()
+                         for name, key in (("prompt", "prompt"), ("negative", "negative_prompt"), ("ref", "prompt_ref"))}  # fmt: skip
+            finally:
+                del te
+                if dev.type == "cuda":
+                    torch.cuda.empty_cache()
+        artifacts = C.GuidanceArtifacts(torch.stack(conds).numpy(), clip.numpy(), gen.numpy(), texts["prompt"].numpy(),
+                                        texts["negative"].numpy(), texts["ref"].numpy())  # fmt: skip
+        C.write_guidance_artifacts(path, artifacts, source=source, params=params, extra={"backend": NAME, "weights": comps.weights_label})
+
+    def _build_persona(self, path: Path, persona: Any, spec: RenderSpec, source: dict, params: dict) -> None:
+        import torch
+        from diffusers.modular_pipelines.wan_animate_2.encoders import clip_visual_encode, encode_vae, get_i2v_mask
+
+        from newsmotion_engine.render.wan_animate_2.components import load_image_encoder
+
+        comps, dev = self.components, self.components.device
+        frame = C.reference_frame(persona, spec.width, spec.height, spec.background)
+        pixels = _pixels(frame[None]).to(dev)  # [1, 3, 1, H, W]
+        with torch.no_grad():
+            lat = encode_vae(comps.vae, pixels)[0].float()
+            ref = torch.cat([get_i2v_mask(1, spec.height // 8, spec.width // 8, 1, device=dev), lat], dim=0).cpu()
+            enc = load_image_encoder(self.options, dev)
+            try:
+                tokens = clip_visual_encode(enc, pixels[0, :, 0], dev, enc.dtype).float().cpu()
+            finally:
+                del enc
+        C.write_persona_artifacts(path, C.PersonaArtifacts(ref.numpy(), tokens.numpy()), source=source, params=params,
+                                  extra={"backend": NAME, "weights": comps.weights_label})  # fmt: skip
+
+    def _prepare_kv_file(self, tier1: Path, plan: C.SegmentPlan, spec: RenderSpec) -> bool:
+        from newsmotion_engine.render.wan_animate_2 import kv as K
+
+        source, params = self.kv_params(self._tier1_digest(tier1))
+        path = C.kv_cache_dir(tier1)
+        read = lambda: C.read_kv_segment(path, plan.segments, 0, source, params)  # noqa: E731
+
+        def build() -> None:
+            g = C.read_guidance_artifacts(tier1, *self.guidance_params_from_meta(tier1), plan, spec.width, spec.height)
+            packed = [K.kv_to_file(self._extract(g, k, spec)) for k in range(plan.segments)]
+            C.write_kv_cache(path, packed, source=source, params=params, extra={"backend": NAME, "weights": self.components.weights_label})
+
+        _, built = cachedir.ensure(path, read, build)
+        return built
+
+    def guidance_params_from_meta(self, tier1: Path) -> tuple[dict, dict]:
+        meta = cachedir.read_metadata(tier1, C.GUIDANCE_SCHEMA)
+        return meta["source"], meta["params"]
+
+    # ------------------------------------------------------------------ reference K/V
+    def _extract(self, g: C.GuidanceArtifacts, segment: int, spec: RenderSpec):
+        import torch
+
+        from newsmotion_engine.render.wan_animate_2 import denoise as D
+        from newsmotion_engine.render.wan_animate_2.kv import fp8_cache
+
+        comps, o = self.components, self.options
+        dev, dtype = comps.device, comps.dtype
+        t = lambda a: C.as_tensor(a).to(dev, dtype)  # noqa: E731
+        # FP8 (and offloaded) layers quantize as the extract pass stores each layer's K/V.
+        target = fp8_cache(comps.transformer.config.num_layers, offload=o.kv_offload) if (o.kv_fp8 or o.kv_offload) else None
+        with torch.no_grad():
+            return D.extract_reference_kv(comps.transformer, t(g.driving_condition[segment]), t(g.prompt_ref_embeds),
+                                          t(g.clip_context), self.geometry(spec), cache=target)  # fmt: skip
+
+    def reference_kv_source(self, guidance: Any, g: C.GuidanceArtifacts, spec: RenderSpec, plan: C.SegmentPlan):
+        """``segment -> (filled K/V cache, how)`` for the configured ``reference_kv``; records each
+        segment's source and bytes in ``self._kv_log``."""
+        from newsmotion_engine.render.wan_animate_2 import kv as K
+
+        mode = self.options.reference_kv
+        tier1 = C.guidance_artifacts_dir(Path(guidance.path), spec.width, spec.height, self._cache_root())
+        self._kv_log: list[dict[str, Any]] = []
+        kv_file = None
+        if mode == "fp8-file":
+            source, params = self.kv_params(self._tier1_digest(tier1))
+            kv_file = (C.kv_cache_dir(tier1), source, params)
+            try:
+                C.read_kv_segment(kv_file[0], plan.segments, 0, source, params)
+            except CacheError as exc:
+                raise self._not_ready(exc, "guidance", getattr(guidance, "loop_id", tier1.parent.parent.name), spec) from None
+
+        def source_fn(segment: int):
+            if mode == "fp8-file":
+                data, scale = C.read_kv_segment(kv_file[0], plan.segments, segment, kv_file[1], kv_file[2])
+                cache = K.kv_from_file(data, scale, self.components.device, self.components.dtype, offload=self.options.kv_offload)
+                how = "fp8-file"
+            elif mode == "gpu-lru":
+                key = (str(tier1), self._tier1_digest(tier1), segment, self.components.identity["digest"])
+                cache = self.kv_lru.get(key)
+                how = "lru-hit"
+                if cache is None:
+                    cache, how = self._extract(g, segment, spec), "extract"
+                    if not self.kv_lru.put(key, cache):
+                        how = "extract (larger than kv_lru_gib; not kept)"
+            else:
+                cache, how = self._extract(g, segment, spec), "extract"
+            self._kv_log.append({"segment": segment, "source": how, "bytes": K.kv_bytes(cache), "device_bytes": K.device_bytes(cache)})
+            return cache, how
+
+        return source_fn
+
+    # ------------------------------------------------------------------ render
+    def frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
+        """Yield the clip's frames (uint8 RGB ``[H, W, 3]``), one segment decoded at a time.
+
+        Raises:
+            BackendCacheError: a sub-cache is missing, stale, or at another size (raised before
+                any denoising).
+            WanAnimate2OOMError: the GPU ran out of memory (the message names what reduces it).
+        """
+        self.load()
+        self._check_spec(spec)
+        try:
+            yield from self._frames(guidance, persona, keypoints, spec)
+        except Exception as exc:
+            if type(exc).__name__ == "OutOfMemoryError":
+                raise WanAnimate2OOMError(self.oom_message(spec)) from exc
+            raise
+
+    def oom_message(self, spec: RenderSpec) -> str:
+        o = self.options
+        tips = []
+        if not o.has("fp8"):
+            tips.append("fp8='auto' (halves transformer weights)")
+        if not o.kv_fp8 and o.reference_kv != "fp8-file" and not o.kv_offload:
+            tips.append("kv_fp8=True (halves the reference K/V)")
+        if not o.kv_offload:
+            tips.append("kv_offload=True (reference K/V in host memory, one layer on the GPU at a time)")
+        if o.reference_kv == "gpu-lru":
+            tips.append(f"a smaller kv_lru_gib (now {o.kv_lru_gib}) or reference_kv='extract'")
+        if not o.has("vae_tiling"):
+            tips.append("vae_tiling=True")
+        if not o.has("ffn_chunks"):
+            tips.append("ffn_chunks=8")
+        tips.append(f"a shorter segment_frames (now {o.segment_length})")
+        tips.append(f"a smaller render size (now {spec.width}x{spec.height})")
+        return f"wan-animate-2 ran out of GPU memory at {spec.width}x{spec.height}; reduce memory with: " + ", ".join(tips)
+
+    def _frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
+        import torch
+
+        from newsmotion_engine.render.wan_animate_2.segment import render_segment
+
+        o, comps = self.options, self.components
+        T = int(np.asarray(keypoints).shape[0])
+        plan = self.plan(T)
+        geom = self.geometry(spec)
+        t0 = time.perf_counter()
+        g = self.load_guidance(guidance, spec, T)
+        p = self.load_persona(persona, spec)
+        kv_source = self.reference_kv_source(guidance, g, spec, plan)
+        prep_s = time.perf_counter() - t0
+        gen = torch.Generator("cpu").manual_seed(spec.seed)
+        stats: dict[str, Any] = {"segments": plan.segments, "kv_s": 0.0, "denoise_s": 0.0, "decode_s": 0.0,
+                                 "cond_passes": 0, "uncond_passes": 0}  # fmt: skip
+        emitted, previous = 0, None
+        for k in range(plan.segments):
+            noise = torch.randn(geom.noise_shape, generator=gen, dtype=torch.float32)
+            result = render_segment(comps, g, p, geom=geom, segment=k, noise=noise, steps=o.num_steps,
+                                    guidance_scale=o.cfg_scale, kv_source=kv_source, previous=previous,
+                                    continuation=o.continuation, prev_frames=o.prev_frames, generator=gen)  # fmt: skip
+            for key in ("kv_s", "denoise_s", "decode_s", "cond_passes", "uncond_passes"):
+                stats[key] += result.stats[key]
+            previous = result
+            for frame in result.frames[0 if k == 0 else o.prev_frames :]:
+                if emitted >= T:
+                    break
+                emitted += 1
+                yield np.ascontiguousarray(frame)
+        stats["prep_s"] = prep_s
+        for key in ("kv_s", "denoise_s", "decode_s", "prep_s"):
+            stats[key] = round(stats[key], 3)
+        stats["kv"] = list(self._kv_log)
+        if self.kv_lru is not None:
+            stats["kv_lru"] = self.kv_lru.stats()
+        self.last_render = stats
+
+
+def _pixels(frames: np.ndarray):
+    """uint8 ``[T, H, W, 3]`` -> float32 ``[1, 3, T, H, W]`` in [-1, 1], as the stock video processor
+    normalizes (``x / 255 * 2 - 1``)."""
+    import torch
+
+    t = torch.from_numpy(np.ascontiguousarray(frames)).float().div_(255.0).mul_(2.0).sub_(1.0)
+    return t.permute(3, 0, 1, 2).unsqueeze(0)

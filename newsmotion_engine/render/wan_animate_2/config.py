@@ -1,0 +1,328 @@
+"""Configuration of the ``wan-animate-2`` backend as data: presets, the two sampling schedules,
+the reference K/V source, and :class:`WanAnimate2Options`.
+
+Schedules (diffusers 0.42.1's modular pipelines are the reference):
+
+- ``distilled`` (default): ``WanAnimate2DistilledModularPipeline``'s defaults, 10 steps, no CFG.
+- ``base``: ``WanAnimate2ModularPipeline``'s defaults, 40 steps, CFG 3.0 (the unconditional branch
+  uses the negative prompt and skips block 9, as the stock transformer does).
+
+Reference K/V (``reference_kv``): every segment's denoising passes read the per-layer K/V of the
+driving-video segment, which depend only on the loop (not the persona). Three sources:
+
+- ``extract`` (default): run the transformer's extract pass at render time from the Tier-1 inputs
+  (driving latents and condition, CLIP context, reference-prompt embeddings; no encoder runs).
+- ``fp8-file``: ``prepare_guidance`` also runs the extract passes and writes every segment's K/V
+  as FP8 (e4m3, one scale per token and head) beside the Tier-1 inputs; renders read it.
+- ``gpu-lru``: extract once, keep the K/V on the device in an LRU keyed by (loop cache, size,
+  segment, model) inside the backend, bounded by ``kv_lru_gib``; a warm renderer resource reuses
+  them across personas.
+
+``kv_fp8=True`` stores extracted K/V (extract and gpu-lru) as FP8 on the device too (half the
+bytes; dequantized one layer at a time as the attention reads it). ``kv_offload=True`` keeps the
+FP8 K/V in pinned host memory and copies one layer to the device as the attention reads it
+(the device holds one layer's K/V; with ``gpu-lru`` the LRU then holds host tensors).
+
+Accelerations: the typed configs of :mod:`newsmotion_engine.accel` that apply to this model —
+``Fp8Linears`` (the blocks' linears), ``FfnChunks``, ``VaeTiling``, ``Compile`` (regional, which
+the cached pass's flex attention needs on a GPU; ``fullgraph=False``, since the stock blocks call
+``grid_sizes.tolist()`` in ``rope_apply``) and, on the base schedule only, ``CFGSchedule``.
+The others are refused with the reason: ``Attention`` / ``SparseAttention`` (the cached pass is
+flex attention over a block mask, not the processors those replace), ``TeaCache`` (its hook reads
+the Wan-Animate transformer's ``condition_embedder``), ``ContextParallel`` (no plan for this model).
+The flat keys are the wan-animate ones (``fp8``, ``compile``, ``cfg_*``, ``vae_tiling``,
+``ffn_chunks``), parsed by the same parser.
+
+Presets build the architecture with **random weights** when no model folder is given (labelled
+so everywhere; frames are noise):
+
+- ``tiny``: two layers of width 24, 9-frame segments; CPU tests run a clip in seconds.
+- ``1.3b``: Wan 1.3B dimensions (30 layers, 12 heads x 128, FFN 8960) — architecture-equivalent
+  to a 1.3B Wan-Animate-2 (same blocks and attention pattern at that size), not a released model.
+- ``14b``: Wan 14B dimensions (40 layers, 40 heads x 128, FFN 13824).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, UnknownAccelerationError, ordered
+from newsmotion_engine.render.base import BackendOptionError, BackendOptions
+
+__all__ = [
+    "NAME",
+    "PRESETS",
+    "RANDOM_WEIGHTS_LABEL",
+    "REFERENCE_KV",
+    "SCHEDULES",
+    "Preset",
+    "Schedule",
+    "WanAnimate2ConfigError",
+    "WanAnimate2Options",
+]
+
+NAME = "wan-animate-2"
+RANDOM_WEIGHTS_LABEL = "random weights"
+MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR_ANIMATE2"
+REFERENCE_PROMPT = "人物动作的参考视频"  # the stock pipeline's default `prompt_ref` ("reference video of a person's motion")
+ReferenceKV = Literal["extract", "fp8-file", "gpu-lru"]
+REFERENCE_KV: tuple[str, ...] = ("extract", "fp8-file", "gpu-lru")
+
+
+class WanAnimate2ConfigError(BackendOptionError):
+    """A wan-animate-2 option that is unknown, out of range or does not apply to this model."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One sampling schedule: the stock pipeline's defaults."""
+
+    name: str
+    steps: int
+    guidance_scale: float
+    stock_pipeline: str
+
+
+SCHEDULES: dict[str, Schedule] = {
+    "distilled": Schedule("distilled", 10, 1.0, "WanAnimate2DistilledModularPipeline"),
+    "base": Schedule("base", 40, 3.0, "WanAnimate2ModularPipeline"),
+}
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One architecture: constructor kwargs per component."""
+
+    name: str
+    transformer: dict[str, Any]  # WanAnimate2Transformer3DModel kwargs
+    vae: dict[str, Any]  # AutoencoderKLWan kwargs
+    image_encoder: dict[str, Any]  # transformers.CLIPVisionConfig kwargs (hidden 1280: img_emb is MLPProj(1280, dim))
+    text_encoder: dict[str, Any]  # transformers.UMT5Config kwargs
+    segment_frames: int = 81
+    flow_shift: float = 5.0
+
+
+_WAN21_VAE = dict(base_dim=96, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, temperal_downsample=[False, True, True])
+_CLIP_H14 = dict(hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=16,
+                 image_size=224, patch_size=14, projection_dim=1024, hidden_act="gelu")  # fmt: skip
+_UMT5_XXL = dict(vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
+                 feed_forward_proj="gated-gelu", relative_attention_num_buckets=32)  # fmt: skip
+
+PRESETS: dict[str, Preset] = {
+    "tiny": Preset(
+        name="tiny",
+        transformer=dict(dim=24, ffn_dim=32, freq_dim=32, text_dim=32, num_heads=2, num_layers=2),
+        vae=dict(base_dim=4, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]),
+        image_encoder=dict(hidden_size=1280, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=224, patch_size=14, projection_dim=16),  # fmt: skip
+        text_encoder=dict(vocab_size=512, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, feed_forward_proj="gated-gelu"),
+        segment_frames=9,
+    ),
+    "1.3b": Preset(
+        name="1.3b",
+        transformer=dict(dim=1536, ffn_dim=8960, freq_dim=256, text_dim=4096, num_heads=12, num_layers=30),
+        vae=_WAN21_VAE, image_encoder=_CLIP_H14, text_encoder=_UMT5_XXL,
+    ),  # fmt: skip
+    "14b": Preset(
+        name="14b",
+        transformer=dict(dim=5120, ffn_dim=13824, freq_dim=256, text_dim=4096, num_heads=40, num_layers=40),
+        vae=_WAN21_VAE, image_encoder=_CLIP_H14, text_encoder=_UMT5_XXL,
+    ),  # fmt: skip
+}
+
+_DTYPES = ("bfloat16", "float16", "float32")
+_CONTINUATION = ("latent", "pixel")
+# Technique name -> why it does not apply to this model (checked without importing torch).
+_REFUSED = {
+    "attention": "the cached pass is flex attention over a block mask (generation + same-frame reference tokens); "
+    "the Attention kernels replace Wan-Animate's processors, not this one",
+    "sparse_attention": "the block-sparse layout is written for Wan-Animate's dense self-attention, not the flex block mask",
+    "teacache": "the TeaCache hook reads the Wan-Animate transformer's condition_embedder, which wan-animate-2 does not have",
+    "context_parallel": "there is no context-parallel plan for WanAnimate2Transformer3DModel",
+}
+_BASE_ONLY = {"cfg": "there is no unconditional pass on the distilled schedule (no CFG); use schedule='base'"}
+
+
+def _parse_flat_accelerations(flat: Mapping[str, Any]) -> tuple[AccelConfig, ...]:
+    from newsmotion_engine.render.wan_animate.config import FLAT_ACCELERATION_KEYS, WanAnimateConfigError, parse_accelerations
+
+    unknown = sorted(set(flat) - set(FLAT_ACCELERATION_KEYS))
+    if unknown:
+        raise WanAnimate2ConfigError(f"unknown {NAME} acceleration option(s) {', '.join(unknown)}")
+    try:
+        return parse_accelerations(flat)
+    except WanAnimateConfigError as exc:
+        raise WanAnimate2ConfigError(str(exc).replace("wan-animate option", f"{NAME} option")) from None
+
+
+def _flat_keys() -> tuple[str, ...]:
+    from newsmotion_engine.render.wan_animate.config import FLAT_ACCELERATION_KEYS
+
+    return FLAT_ACCELERATION_KEYS
+
+
+@dataclass(frozen=True)
+class WanAnimate2Options(BackendOptions):
+    """Every ``wan-animate-2`` option (:meth:`from_mapping` parses the flat keys).
+
+    Model:
+        model_path: a diffusers-format Wan-Animate-2 folder (default ``$NEWSMOTION_MODEL_DIR_ANIMATE2``);
+            none -> ``preset`` with random weights. device: ``"auto"``/``"cpu"``/``"cuda[:n]"``.
+        dtype: transformer compute dtype (default ``"bfloat16"``).
+    Sampling:
+        schedule: ``"distilled"`` (10 steps, no CFG) or ``"base"`` (40 steps, CFG 3.0).
+        steps / guidance_scale: override the schedule's (guidance > 1 only on ``base``).
+        segment_frames: frames per segment (4k+1; default the preset's, 81 for the real sizes);
+        prev_frames: frames carried into the next segment (the stock default 1).
+        continuation: ``"latent"`` (default: the next segment's conditioning is built from the
+            previous segment's last latent frame, no VAE encoder at render time) or ``"pixel"``
+            (the stock way: VAE-encode the decoded last frame; for parity checks).
+        prompt / negative_prompt / prompt_ref: text (cached as embeddings in Tier 1).
+    Reference K/V:
+        reference_kv: ``"extract"`` (default), ``"fp8-file"`` or ``"gpu-lru"``; kv_fp8: hold
+        extracted K/V as FP8; kv_offload: FP8 K/V in host memory, one layer copied per read;
+        kv_lru_gib: the LRU's byte budget.
+    Accelerations:
+        accelerations: typed configs (see the module docstring for which apply).
+    Tests:
+        cache_root: where sub-caches go (default: inside the parent caches).
+    """
+
+    backend: ClassVar[str] = NAME
+    model_path: str | None = None
+    preset: str = "tiny"
+    device: str = "auto"
+    dtype: str = "bfloat16"
+    schedule: str = "distilled"
+    steps: int | None = None
+    guidance_scale: float | None = None
+    segment_frames: int | None = None
+    prev_frames: int = 1
+    continuation: str = "latent"
+    prompt: str | None = None
+    negative_prompt: str = ""
+    prompt_ref: str = REFERENCE_PROMPT
+    reference_kv: ReferenceKV = "extract"
+    kv_fp8: bool = False
+    kv_offload: bool = False
+    kv_lru_gib: float = 80.0
+    accelerations: tuple[AccelConfig, ...] = ()
+    cache_root: str | None = None
+
+    def __post_init__(self) -> None:
+        def bad(name: str, rule: str) -> WanAnimate2ConfigError:
+            return WanAnimate2ConfigError(str(self.option_error(name, rule)))
+
+        if self.preset not in PRESETS:
+            raise bad("preset", f"use one of {', '.join(PRESETS)}")
+        if self.dtype not in _DTYPES:
+            raise bad("dtype", f"use one of {', '.join(_DTYPES)}")
+        if self.schedule not in SCHEDULES:
+            raise bad("schedule", f"use one of {', '.join(SCHEDULES)}")
+        if self.steps is not None and (not isinstance(self.steps, int) or isinstance(self.steps, bool) or not 1 <= self.steps <= 1000):
+            raise bad("steps", "use an integer 1..1000")
+        if self.guidance_scale is not None:
+            g = self.guidance_scale
+            if not isinstance(g, (int, float)) or isinstance(g, bool) or not 1.0 <= float(g) <= 30.0:
+                raise bad("guidance_scale", "use 1.0 (no CFG) .. 30")
+            if float(g) > 1.0 and self.schedule == "distilled":
+                raise bad("guidance_scale", "the distilled schedule samples without CFG; use schedule='base' for guidance")
+            object.__setattr__(self, "guidance_scale", float(g))
+        if self.segment_frames is not None and (
+            not isinstance(self.segment_frames, int) or self.segment_frames < 5 or (self.segment_frames - 1) % 4
+        ):
+            raise bad("segment_frames", "use 4k+1 frames, at least 5 (e.g. 81)")
+        if self.prev_frames != 1 or isinstance(self.prev_frames, bool):
+            raise bad("prev_frames", "use 1 (the stock pipeline's prev_segment_conditioning_frames)")
+        if self.continuation not in _CONTINUATION:
+            raise bad("continuation", f"use one of {', '.join(_CONTINUATION)}")
+        if self.reference_kv not in REFERENCE_KV:
+            raise bad("reference_kv", f"use one of {', '.join(REFERENCE_KV)}")
+        for name in ("kv_fp8", "kv_offload"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, "use true or false")
+        if not isinstance(self.kv_lru_gib, (int, float)) or isinstance(self.kv_lru_gib, bool) or self.kv_lru_gib <= 0:
+            raise bad("kv_lru_gib", "use a positive number of GiB")
+        for name in ("prompt", "model_path", "cache_root"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise bad(name, "use a string")
+        for name in ("negative_prompt", "prompt_ref"):
+            if not isinstance(getattr(self, name), str):
+                raise bad(name, "use a string")
+        if isinstance(self.accelerations, (str, bytes, Mapping)) or not hasattr(self.accelerations, "__iter__"):
+            raise bad("accelerations", "give a sequence of acceleration configs (newsmotion_engine.accel)")
+        try:
+            configs = ordered(self.accelerations)
+        except (AccelConfigError, UnknownAccelerationError) as exc:
+            raise WanAnimate2ConfigError(f"{NAME} option accelerations: {exc}") from None
+        for c in configs:
+            if c.technique == "compile" and getattr(c, "fullgraph", False):
+                raise WanAnimate2ConfigError(
+                    f"{NAME}: Compile(fullgraph=True) cannot compile this transformer: its rope_apply reads "
+                    "grid_sizes.tolist() inside every block (a graph break); use Compile(fullgraph=False) or compile='blocks'"
+                )
+            if c.technique in _REFUSED:
+                raise WanAnimate2ConfigError(f"{NAME}: acceleration {type(c).__name__} does not apply: {_REFUSED[c.technique]}")
+            if c.technique in _BASE_ONLY and self.schedule != "base":
+                raise WanAnimate2ConfigError(f"{NAME}: acceleration {type(c).__name__} needs the base schedule: {_BASE_ONLY[c.technique]}")
+        object.__setattr__(self, "accelerations", configs)
+
+    @classmethod
+    def known_options(cls) -> tuple[str, ...]:
+        return tuple(sorted({f.name for f in dataclasses.fields(cls)} | set(_flat_keys())))
+
+    @classmethod
+    def unknown_options_error(cls, unknown: list[str]) -> BackendOptionError:
+        return WanAnimate2ConfigError(str(super().unknown_options_error(unknown)))
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any] | None = None, **kw: Any) -> WanAnimate2Options:
+        """Build from a flat mapping (CLI ``-o``, the resource's ``options``): plain fields, the
+        flat acceleration keys, typed configs in ``accelerations``."""
+        merged = {**(dict(options) if options else {}), **kw}
+        unknown = [k for k in merged if k not in cls.known_options()]
+        if unknown:
+            raise cls.unknown_options_error(unknown)
+        flat_keys = set(_flat_keys())
+        flat = {k: merged.pop(k) for k in list(merged) if k in flat_keys}
+        # The flat compile key means regional compile with graph breaks allowed (see __post_init__).
+        parsed = tuple(dataclasses.replace(c, fullgraph=False) if c.technique == "compile" else c
+                       for c in _parse_flat_accelerations(flat))  # fmt: skip
+        given = tuple(merged.pop("accelerations", ()) or ())
+        clash = {type(c) for c in parsed} & {type(c) for c in given}
+        if clash:
+            names = ", ".join(sorted(t.__name__ for t in clash))
+            raise WanAnimate2ConfigError(f"{NAME} options: {names} given both as flat keys and in accelerations; give it once")
+        if merged.get("model_path") is None and os.environ.get(MODEL_DIR_ENV):
+            merged["model_path"] = os.environ[MODEL_DIR_ENV]
+        return cls(**merged, accelerations=(*parsed, *given))
+
+    @property
+    def preset_spec(self) -> Preset:
+        return PRESETS[self.preset]
+
+    @property
+    def schedule_spec(self) -> Schedule:
+        return SCHEDULES[self.schedule]
+
+    @property
+    def num_steps(self) -> int:
+        return self.steps if self.steps is not None else self.schedule_spec.steps
+
+    @property
+    def cfg_scale(self) -> float:
+        return self.guidance_scale if self.guidance_scale is not None else self.schedule_spec.guidance_scale
+
+    @property
+    def segment_length(self) -> int:
+        return self.segment_frames or self.preset_spec.segment_frames
+
+    def has(self, technique: str) -> bool:
+        return any(c.technique == technique for c in self.accelerations)
+
+    def accel_summary(self) -> dict[str, Any]:
+        return {c.technique: c.fields() for c in self.accelerations}

@@ -1,0 +1,217 @@
+"""The reference K/V of one segment: the extract pass, FP8 packing (file cache and device
+storage), the GPU-resident LRU, and byte accounting.
+
+The stock ``WanAnimate2KVCache`` holds one ``WanAnimate2KVLayerCache`` per layer with the
+*pre-RoPE* keys and values of the driving segment's tokens, ``[1, N_ref, heads, head_dim]`` in the
+model dtype; the cached pass calls ``layer.get()`` once per forward. :class:`Fp8KVLayerCache`
+keeps them as e4m3 with one float32 scale per (token, head) and dequantizes in ``get()``, so the
+device holds half the bytes and only one layer's bf16 copy is alive at a time.
+
+Bytes per segment, analytically: ``layers x 2 x N_ref x dim x bytes`` with
+``N_ref = T_lat x (H/16) x (W/16)`` and ``T_lat = (frames - 1) / 4 + 1``; FP8 adds
+``layers x 2 x N_ref x heads x 4`` for the scales (:func:`analytic_kv_bytes`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "Fp8KVLayerCache",
+    "device_bytes",
+    "fp8_cache",
+    "KVLru",
+    "analytic_kv_bytes",
+    "kv_bytes",
+    "kv_from_file",
+    "kv_to_file",
+    "quantize_cache",
+]
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0
+
+
+def _new_cache(num_layers: int):
+    from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2KVCache
+
+    return WanAnimate2KVCache(num_layers)
+
+
+def _quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """e4m3 values and float32 scales ``[..., 1]`` (absmax over head_dim per token and head)."""
+    xf = x.float()
+    scale = xf.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / FP8_MAX
+    return (xf / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+
+
+class Fp8KVLayerCache:
+    """A drop-in for ``WanAnimate2KVLayerCache`` holding FP8 keys/values; ``get()`` returns them
+    dequantized to ``dtype`` on ``device``. With ``offload`` the FP8 tensors live in (pinned) host
+    memory and ``get()`` copies the one layer the attention is about to read: the device then holds
+    one layer's K/V instead of all of them (``kv_offload=True``)."""
+
+    def __init__(self, key: torch.Tensor | None, key_scale: torch.Tensor | None, value: torch.Tensor | None,
+                 value_scale: torch.Tensor | None, dtype: torch.dtype, *, device: Any = None, offload: bool = False) -> None:  # fmt: skip
+        self.key, self.key_scale, self.value, self.value_scale, self.dtype = key, key_scale, value, value_scale, dtype
+        self.device = device if device is not None else (key.device if key is not None else None)
+        self.offload = offload
+
+    @classmethod
+    def empty(cls, *, offload: bool = False) -> Fp8KVLayerCache:
+        """A layer cache the extract pass fills through :meth:`store` (quantized as it arrives, so
+        the model-dtype K/V of all layers never coexist)."""
+        return cls(None, None, None, None, torch.bfloat16, offload=offload)
+
+    @classmethod
+    def from_tensors(cls, key: torch.Tensor, value: torch.Tensor, *, offload: bool = False) -> Fp8KVLayerCache:
+        layer = cls.empty(offload=offload)
+        layer.store(key, value)
+        return layer
+
+    def store(self, key: torch.Tensor, value: torch.Tensor) -> None:
+        k, ks = _quantize(key)
+        v, vs = _quantize(value)
+        self.dtype, self.device = key.dtype, key.device
+        if self.offload:
+            k, ks, v, vs = (_to_host(t) for t in (k, ks, v, vs))
+        self.key, self.key_scale, self.value, self.value_scale = k, ks, v, vs
+
+    def get(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.key is None:
+            raise RuntimeError("The KV cache is empty. Run the reference pass before the generation pass.")
+        k, ks, v, vs = self.key, self.key_scale, self.value, self.value_scale
+        if self.device is not None and k.device != self.device:
+            k, ks, v, vs = (t.to(self.device, non_blocking=True) for t in (k, ks, v, vs))
+        return (k.float() * ks).to(self.dtype), (v.float() * vs).to(self.dtype)
+
+    def clear(self) -> None:
+        self.key = self.value = self.key_scale = self.value_scale = None
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [t for t in (self.key, self.key_scale, self.value, self.value_scale) if t is not None]
+
+
+def _to_host(t: torch.Tensor) -> torch.Tensor:
+    if t.device.type == "cpu":
+        return t
+    return t.to("cpu", non_blocking=False).pin_memory()
+
+
+def fp8_cache(num_layers: int, *, offload: bool = False) -> Any:
+    """An empty ``WanAnimate2KVCache`` of FP8 layers for the extract pass to fill."""
+    cache = _new_cache(num_layers)
+    cache.layer_caches = [Fp8KVLayerCache.empty(offload=offload) for _ in range(num_layers)]
+    return cache
+
+
+def device_bytes(cache: Any) -> int:
+    """Bytes of the cache that sit on an accelerator (0 when offloaded to the host)."""
+    return sum(t.numel() * t.element_size() for layer in cache.layer_caches for t in _layer_tensors(layer) if t.device.type != "cpu")
+
+
+def quantize_cache(cache: Any) -> Any:
+    """Replace every layer of a filled ``WanAnimate2KVCache`` by its FP8 form (in place)."""
+    for i, layer in enumerate(cache.layer_caches):
+        if not isinstance(layer, Fp8KVLayerCache):
+            k, v = layer.get()
+            layer.clear()
+            cache.layer_caches[i] = Fp8KVLayerCache.from_tensors(k, v)
+    return cache
+
+
+def _layer_tensors(layer: Any) -> list[torch.Tensor]:
+    if isinstance(layer, Fp8KVLayerCache):
+        return layer.tensors()
+    return [t for t in (layer.key, layer.value) if t is not None]
+
+
+def kv_bytes(cache: Any) -> int:
+    """Bytes a filled cache holds (all layers, keys + values, scales included)."""
+    return sum(t.numel() * t.element_size() for layer in cache.layer_caches for t in _layer_tensors(layer))
+
+
+def analytic_kv_bytes(*, num_layers: int, dim: int, heads: int, frames: int, width: int, height: int,
+                      bytes_per_value: float) -> dict[str, Any]:  # fmt: skip
+    """K/V bytes of one segment from the architecture and size (see the module docstring)."""
+    t_lat = (frames - 1) // 4 + 1
+    tokens = t_lat * (height // 16) * (width // 16)
+    values = num_layers * 2 * tokens * dim
+    scales = num_layers * 2 * tokens * heads * 4 if bytes_per_value == 1 else 0
+    total = int(values * bytes_per_value + scales)
+    return {"layers": num_layers, "tokens": tokens, "dim": dim, "bytes_per_value": bytes_per_value,
+            "bytes": total, "gib": round(total / 2**30, 3), "gb": round(total / 1e9, 3)}  # fmt: skip
+
+
+def kv_to_file(cache: Any, layers: range | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(uint8 [L, 2, N, heads, head_dim], float32 [L, 2, N, heads, 1])`` of a filled cache (batch 1);
+    ``layers`` selects some (the benchmark times a few at the largest shapes)."""
+    data, scales = [], []
+    picked = cache.layer_caches if layers is None else [cache.layer_caches[i] for i in layers]
+    for layer in picked:
+        q = layer if isinstance(layer, Fp8KVLayerCache) else Fp8KVLayerCache.from_tensors(*layer.get())
+        data.append(torch.stack([q.key[0], q.value[0]]).view(torch.uint8).cpu())
+        scales.append(torch.stack([q.key_scale[0], q.value_scale[0]]).cpu())
+    return torch.stack(data).numpy(), torch.stack(scales).numpy()
+
+
+def kv_from_file(data: np.ndarray, scales: np.ndarray, device: Any, dtype: torch.dtype, *, offload: bool = False) -> Any:
+    """A ``WanAnimate2KVCache`` of :class:`Fp8KVLayerCache` layers from the memory-mapped arrays of
+    :func:`kv_to_file`: on ``device``, or (``offload``) in host memory, copied per layer when read."""
+    cache = _new_cache(int(data.shape[0]))
+    where = "cpu" if offload else device
+    d = torch.from_numpy(np.array(data, copy=True)).to(where).view(FP8)
+    s = torch.from_numpy(np.array(scales, copy=True)).to(where)
+    if offload and torch.cuda.is_available() and getattr(device, "type", str(device)) != "cpu":
+        d, s = d.pin_memory(), s.pin_memory()
+    for i in range(d.shape[0]):
+        cache.layer_caches[i] = Fp8KVLayerCache(d[i, 0:1], s[i, 0:1], d[i, 1:2], s[i, 1:2], dtype, device=device, offload=offload)
+    return cache
+
+
+class KVLru:
+    """A device-resident LRU of filled reference K/V caches keyed by (loop, size, segment, model),
+    bounded by bytes. Entries larger than the budget are not kept."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget = int(budget_bytes)
+        self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self.hits = self.misses = self.evictions = 0
+
+    @property
+    def bytes(self) -> int:
+        return sum(b for _, b in self._items.values())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: Hashable) -> Any | None:
+        item = self._items.get(key)
+        if item is None:
+            self.misses += 1
+            return None
+        self._items.move_to_end(key)
+        self.hits += 1
+        return item[0]
+
+    def put(self, key: Hashable, cache: Any) -> bool:
+        size = kv_bytes(cache)
+        if size > self.budget:
+            return False
+        self._items.pop(key, None)
+        while self._items and self.bytes + size > self.budget:
+            self._items.popitem(last=False)
+            self.evictions += 1
+        self._items[key] = (cache, size)
+        return True
+
+    def clear(self) -> None:
+        self._items.clear()
+
+    def stats(self) -> dict[str, int]:
+        return {"entries": len(self), "bytes": self.bytes, "hits": self.hits, "misses": self.misses, "evictions": self.evictions}

@@ -1,0 +1,50 @@
+"""The wan-animate-2 GPU bench, dry-run on the CPU with the tiny preset: the same script and
+parts the H200 runs (``bench/device_gpu.sh animate2``), labelled random weights."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("diffusers")
+
+from newsmotion_engine.bench.animate2 import bench_animate2, main  # noqa: E402
+
+
+def test_forward_part_measures_both_sides_and_the_kv_bytes(tmp_path):
+    path = tmp_path / "fwd.json"
+    main(["--preset", "tiny", "--part", "forward", "--reps", "1", "--json", str(path)])
+    r = json.loads(path.read_text())
+    assert r["weights"] == "random weights" and r["part"] == "forward"
+    fwd = r["forward"]
+    for side in ("stock", "ours"):
+        assert fwd[side]["extract"]["ms"] > 0 and fwd[side]["cached_cond"]["ms"] > 0 and fwd[side]["cached_uncond"]["ms"] > 0
+        assert fwd[side]["base_segment_s_estimate"] > fwd[side]["distilled_segment_s_estimate"]
+    off = fwd["ours_kv_offload"]  # FP8 K/V in host memory: nothing of it on the device between reads
+    assert off["cached_cond"]["ms"] > 0 and off["host_bytes"] == fwd["kv"]["bytes_fp8"] and off["device_kv_bytes"] == 0
+    kv = fwd["kv"]
+    # Measured bytes of the tiny model equal the formula; scaled to 14B at 720x1280 x 81 frames they
+    # give the analytic figure (57.7 GiB in bf16; 32.0 GiB at the pipeline's default 640x800 area).
+    assert kv["bytes_model_dtype"] == kv["analytic_this_shape"]["model_dtype"]["bytes"]
+    assert kv["bytes_fp8"] == kv["analytic_this_shape"]["fp8"]["bytes"]
+    assert kv["measured_scaled_to_14b_720x1280_81f_bf16_bytes"] == kv["analytic_14b_720x1280_81f"]["bf16"]["bytes"] == 61_931_520_000
+    assert kv["analytic_14b_640x800_81f_pipeline_default_area"]["bf16"]["bytes"] == 34_406_400_000
+    assert kv["fp8_file"]["read_cold_ms"] > 0 and kv["lru_hit"]["ms"] >= 0
+    assert 0 < kv["fp8_kv_output_rel_err"] < 0.05
+
+
+def test_clip_and_multistream_parts_write_the_headline_keys(tmp_path):
+    r = bench_animate2("tiny", part="clip", json_path=tmp_path / "clip.json")
+    assert r["clip"]["ours"]["ours"]["frames"] == r["clip"]["stock"]["stock"]["frames"] == 13
+    assert r["animate2_clip_s"] > 0 and r["animate2_clip_s_stock"] > 0
+    assert r["animate2_clip_speedup_vs_stock"] == pytest.approx(r["animate2_clip_s_stock"] / r["animate2_clip_s"], rel=1e-2)
+    assert json.loads((tmp_path / "clip.json").read_text())["animate2_clip_s"] == r["animate2_clip_s"]
+    ms = bench_animate2("tiny", part="multistream", ms_forwards=1, json_path=tmp_path / "ms.json")["multistream"]
+    assert ms["serial"]["wall_s"] > 0 and ms["two_streams"]["throughput_vs_serial"] > 0
+    assert ms["two_processes"]["throughput_vs_serial"] > 0 and ms["best"] in ("two_streams", "two_processes")
+
+
+def test_bad_part_is_refused():
+    with pytest.raises(ValueError, match="use one of"):
+        bench_animate2("tiny", part="everything")

@@ -1,0 +1,292 @@
+"""wan-animate-2 backend on the tiny preset (CPU, random weights): parity with the stock modular
+pipelines, the two tiers (encoders counted: none at render time), the three reference-K/V
+sources, and bad input."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+
+from newsmotion_engine.errors import BadInputError  # noqa: E402
+from newsmotion_engine.render import RenderSpec, get_backend, render_clip  # noqa: E402
+from newsmotion_engine.render.base import BackendCacheMissingError, BackendCacheStaleError, InvalidSpecError  # noqa: E402
+from newsmotion_engine.render.wan_animate_2.config import WanAnimate2ConfigError  # noqa: E402
+
+
+def _fixtures():
+    spec = importlib.util.spec_from_file_location("render_fixtures_wa2", Path(__file__).with_name("conftest.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+FX = _fixtures()
+
+
+@dataclass
+class Loop:
+    loop_id: str
+    keypoints: np.ndarray
+    path: Path
+    metadata: dict
+    fps: int = 30
+
+    @property
+    def frames(self) -> int:
+        return int(self.keypoints.shape[0])
+
+
+@dataclass
+class Persona:
+    persona_id: str
+    portrait: np.ndarray
+    person_mask: np.ndarray
+    face_mask: np.ndarray
+    landmarks: np.ndarray
+    path: Path
+    metadata: dict
+
+
+@pytest.fixture
+def pair(tmp_path):
+    p = FX.make_persona(144, 256)
+    g = FX.make_loop(13)  # 13 frames = 2 segments of 9 (overlap 1, the last one partly used)
+    (tmp_path / "loop").mkdir()
+    (tmp_path / "persona").mkdir()
+    loop = Loop("nod", g.keypoints, tmp_path / "loop", {"source": {"kind": "authored", "sha256": "a" * 64}})
+    persona = Persona("anna", p.portrait, p.person_mask, p.face_mask, p.landmarks, tmp_path / "persona",
+                      {"source": {"kind": "image", "sha256": "b" * 64}})  # fmt: skip
+    return loop, persona
+
+
+SPEC = RenderSpec(width=64, height=128)
+
+
+def _backend(**kw):
+    return get_backend("wan-animate-2", **{"preset": "tiny", "device": "cpu", "dtype": "float32", "steps": 2, **kw})
+
+
+class _Counter:
+    """Counts VAE-encoder, CLIP and text-encoder calls (patched on the classes)."""
+
+    def __init__(self, monkeypatch):
+        from diffusers import AutoencoderKLWan
+        from transformers import CLIPVisionModel, UMT5EncoderModel
+
+        self.calls = {"vae.encode": 0, "image_encoder": 0, "text_encoder": 0}
+        for key, cls, attr in (("vae.encode", AutoencoderKLWan, "encode"), ("image_encoder", CLIPVisionModel, "forward"),
+                               ("text_encoder", UMT5EncoderModel, "forward")):  # fmt: skip
+            orig = getattr(cls, attr)
+
+            def wrapped(self_, *a, _orig=orig, _key=key, **k):
+                self.calls[_key] += 1
+                return _orig(self_, *a, **k)
+
+            monkeypatch.setattr(cls, attr, wrapped)
+
+
+def _render(backend, loop, persona, spec=SPEC):
+    return np.stack(list(backend.frames(loop, persona, loop.keypoints, spec)))
+
+
+def _stock_frames(backend, loop, persona, spec, *, schedule, steps, seed):
+    """The stock modular pipeline on the backend's own transformer/VAE (and the same seeded
+    encoders), fed the same driving frames (the loop drawn and continued cyclically to whole
+    segments, so the stock zigzag padding adds nothing) and the same reference frame."""
+    import PIL.Image
+    from diffusers.modular_pipelines import WanAnimate2Blocks, WanAnimate2DistilledBlocks
+
+    from newsmotion_engine.render.wan_animate_2 import caches as C
+    from newsmotion_engine.render.wan_animate_2.components import load_image_encoder, load_text_encoder
+
+    o, comps = backend.options, backend.components
+    plan = backend.plan(loop.frames)
+    driving = [f for k in range(plan.segments) for f in backend._driving_frames(loop, spec, plan, k)[0 if k == 0 else 1 :]]
+    ref = C.reference_frame(persona, spec.width, spec.height, spec.background)
+    tok, te = load_text_encoder(o, comps.device)
+    blocks = WanAnimate2DistilledBlocks() if schedule == "distilled" else WanAnimate2Blocks()
+    pipe = blocks.init_pipeline()
+    pipe.update_components(transformer=comps.transformer, vae=comps.vae, image_encoder=load_image_encoder(o, comps.device),
+                           text_encoder=te, tokenizer=tok, scheduler=comps.new_scheduler())  # fmt: skip
+    prompt = backend.guidance_params(loop, spec, plan)[1]["prompt"]
+    out = pipe(prompt=prompt, negative_prompt=o.negative_prompt, image=PIL.Image.fromarray(ref),
+               driving_video=[PIL.Image.fromarray(f) for f in driving], height=spec.height, width=spec.width,
+               segment_frame_length=o.segment_length, num_inference_steps=steps,
+               generator=torch.Generator().manual_seed(seed), output_type="np")  # fmt: skip
+    return np.asarray(out.get("videos")[0])[: loop.frames]
+
+
+@pytest.mark.parametrize("schedule", ["distilled", "base"])
+def test_parity_with_the_stock_modular_pipeline(pair, schedule):
+    """Same weights, inputs, seed and steps (2), both segments, pixel continuation (the stock
+    way): our uint8 frames equal the stock pipeline's float frames to within 0.6/255 everywhere.
+    Measured (2026-12-01, CPU, float32): max 0.5/255, mean 0.25/255 on both schedules, i.e. only
+    our rounding to uint8 of the same float values; the margin covers a rounding flip."""
+    loop, persona = pair
+    backend = _backend(schedule=schedule, continuation="pixel")
+    backend.prepare_guidance(loop, SPEC)
+    backend.prepare_persona(persona, SPEC)
+    ours = _render(backend, loop, persona).astype(np.float32) / 255.0
+    stock = _stock_frames(backend, loop, persona, SPEC, schedule=schedule, steps=2, seed=SPEC.seed)
+    assert ours.shape == stock.shape == (loop.frames, SPEC.height, SPEC.width, 3)
+    assert float(np.abs(ours - stock).max()) <= 0.6 / 255
+    assert backend.last_render["uncond_passes"] == (4 if schedule == "base" else 0)  # 2 segments x 2 steps
+
+
+def test_renders_only_load_the_tiers_no_encoder_runs(pair, monkeypatch):
+    """prepare_* run the VAE encoder, CLIP and the text encoder; a render (latent continuation,
+    the default) runs none of them, and the Tier-1 arrays are memory-mapped."""
+    loop, persona = pair
+    backend = _backend()
+    counter = _Counter(monkeypatch)
+    assert backend.prepare_guidance(loop, SPEC) and backend.prepare_persona(persona, SPEC)
+    built = dict(counter.calls)
+    assert built["vae.encode"] == 2 + 1 + 1  # two driving segments, the zero video, the reference image
+    assert built["image_encoder"] == 2 and built["text_encoder"] == 3  # driving frame + reference; prompt, negative, prompt_ref
+    g = backend.load_guidance(loop, SPEC)
+    assert isinstance(g.driving_condition, np.memmap) and g.driving_condition.shape == (2, 20, 3, 16, 8)
+    frames = _render(backend, loop, persona)
+    assert counter.calls == built  # zero encoder calls at render time
+    assert frames.shape == (13, 128, 64, 3) and frames.dtype == np.uint8 and frames.std() > 0
+    assert [k["source"] for k in backend.last_render["kv"]] == ["extract", "extract"]
+    assert not backend.prepare_guidance(loop, SPEC) and not backend.prepare_persona(persona, SPEC)  # current: reused
+
+
+def test_frames_without_prepare_name_what_to_build_and_other_resolutions_are_refused(pair, monkeypatch):
+    loop, persona = pair
+    backend = _backend()
+    with pytest.raises(BackendCacheMissingError, match=r"backend_guidance_cache\[nod\]"):
+        next(backend.frames(loop, persona, loop.keypoints, SPEC))
+    backend.prepare_guidance(loop, SPEC)
+    backend.prepare_persona(persona, SPEC)
+    other = RenderSpec(width=64, height=64)
+    with pytest.raises(BackendCacheMissingError, match="64x64"):
+        next(backend.frames(loop, persona, loop.keypoints, other))
+    # A Tier-1 cache copied in from another resolution: its params say so -> stale, rebuilt by prepare.
+    import shutil
+
+    from newsmotion_engine.render.wan_animate_2 import caches as C
+
+    src = C.guidance_artifacts_dir(loop.path, 64, 128)
+    dst = C.guidance_artifacts_dir(loop.path, 64, 64)
+    shutil.copytree(src, dst)
+    with pytest.raises(BackendCacheStaleError, match="wan-animate-2"):
+        backend.load_guidance(loop, other)
+    with pytest.raises(InvalidSpecError, match="divisible by 16"):
+        next(backend.frames(loop, persona, loop.keypoints, RenderSpec(width=72, height=128)))
+
+
+def test_reference_kv_sources_agree_and_report_bytes(pair):
+    """extract and gpu-lru give identical frames (the LRU hit reuses the extracted K/V); the
+    FP8 file gives the frames of FP8-quantized extracted K/V exactly (same quantizer); the
+    measured bytes equal the analytic formula."""
+    from newsmotion_engine.render.wan_animate_2.kv import analytic_kv_bytes
+
+    loop, persona = pair
+    base = _backend()
+    base.prepare_guidance(loop, SPEC)
+    base.prepare_persona(persona, SPEC)
+    ref = _render(base, loop, persona)
+    lru = _backend(reference_kv="gpu-lru")
+    first = _render(lru, loop, persona)
+    second = _render(lru, loop, persona)
+    assert np.array_equal(ref, first) and np.array_equal(ref, second)
+    assert [k["source"] for k in lru.last_render["kv"]] == ["lru-hit", "lru-hit"]
+    assert lru.last_render["kv_lru"]["entries"] == 2
+    fp8_extract = _render(_backend(kv_fp8=True), loop, persona)
+    offloaded = _backend(kv_offload=True)
+    assert np.array_equal(_render(offloaded, loop, persona), fp8_extract)  # the same FP8 values, read from the host
+    assert offloaded.describe()["kv_offload"] is True
+    filed = _backend(reference_kv="fp8-file")
+    with pytest.raises(BackendCacheMissingError):  # the K/V file is built by prepare_guidance, not by a render
+        _render(filed, loop, persona)
+    assert filed.prepare_guidance(loop, SPEC)
+    from_file = _render(filed, loop, persona)
+    assert np.array_equal(from_file, fp8_extract)
+    assert [k["source"] for k in filed.last_render["kv"]] == ["fp8-file", "fp8-file"]
+    cfg = base.components.transformer.config
+    bf = analytic_kv_bytes(num_layers=cfg.num_layers, dim=cfg.dim, heads=cfg.num_heads, frames=9, width=64, height=128, bytes_per_value=4)
+    f8 = analytic_kv_bytes(num_layers=cfg.num_layers, dim=cfg.dim, heads=cfg.num_heads, frames=9, width=64, height=128, bytes_per_value=1)
+    assert base.last_render["kv"][0]["bytes"] == bf["bytes"]  # float32 on the CPU test
+    assert filed.last_render["kv"][0]["bytes"] == f8["bytes"]
+
+
+def test_render_clip_end_to_end_and_describe_says_random_weights(pair, tmp_path):
+    loop, persona = pair
+    backend = _backend()
+    backend.prepare_guidance(loop, SPEC)
+    backend.prepare_persona(persona, SPEC)
+    tele = render_clip(loop, persona, backend, SPEC, tmp_path / "out.mp4")
+    assert (tmp_path / "out.mp4").is_file() and tele.frames == 13
+    assert backend.describe()["weights"] == "random weights" and "random weights" in backend.describe()["note"]
+
+
+def test_options_refuse_what_does_not_apply():
+    from newsmotion_engine.accel.teacache import TeaCache
+
+    with pytest.raises(WanAnimate2ConfigError, match="distilled schedule samples without CFG"):
+        _backend(guidance_scale=3.0)
+    with pytest.raises(WanAnimate2ConfigError, match="needs the base schedule"):
+        _backend(cfg_every=2)
+    _backend(schedule="base", cfg_every=2)  # applies on the base schedule
+    with pytest.raises(WanAnimate2ConfigError, match="condition_embedder"):
+        _backend(accelerations=(TeaCache(threshold=0.1),))
+    with pytest.raises(WanAnimate2ConfigError, match="flex attention"):
+        _backend(attention="cudnn")
+    with pytest.raises(WanAnimate2ConfigError, match="reference_kv"):
+        _backend(reference_kv="disk")
+    with pytest.raises(WanAnimate2ConfigError, match="unknown wan-animate-2 option"):
+        _backend(face_size=3)
+    b = _backend(schedule="base")
+    assert (b.options.num_steps, b.options.cfg_scale) == (2, 3.0)
+    d = get_backend("wan-animate-2", schedule="distilled").options
+    assert (d.num_steps, d.cfg_scale, get_backend("wan-animate-2", schedule="base").options.num_steps) == (10, 1.0, 40)
+
+
+def test_model_folder_errors_name_the_problem(tmp_path):
+    with pytest.raises(BadInputError, match="does not exist"):
+        _backend(model_path=str(tmp_path / "nope")).load()
+    root = tmp_path / "model"
+    for sub in ("transformer", "vae", "scheduler", "image_encoder", "text_encoder", "tokenizer"):
+        (root / sub).mkdir(parents=True)
+    with pytest.raises(BadInputError, match="model_index.json"):
+        _backend(model_path=str(root)).load()
+    (root / "model_index.json").write_text('{"_class_name": "WanAnimatePipeline"}')
+    for sub, name in (("transformer", "config.json"), ("vae", "config.json"), ("scheduler", "scheduler_config.json"),
+                      ("image_encoder", "config.json"), ("text_encoder", "config.json"), ("tokenizer", "tokenizer_config.json")):  # fmt: skip
+        (root / sub / name).write_text('{"_class_name": "WanAnimateTransformer3DModel"}')
+    with pytest.raises(BadInputError, match="no weight file"):
+        _backend(model_path=str(root)).load()
+    for sub in ("transformer", "vae", "image_encoder", "text_encoder"):
+        (root / sub / "model.safetensors").write_bytes(b"x")
+    with pytest.raises(BadInputError, match="wrong architecture for wan-animate-2"):
+        _backend(model_path=str(root)).load()
+
+
+def test_cuda_oom_names_the_memory_settings(pair, monkeypatch):
+    from newsmotion_engine.render.wan_animate_2 import segment
+    from newsmotion_engine.render.wan_animate_2.backend import WanAnimate2OOMError
+
+    loop, persona = pair
+    backend = _backend()
+    backend.prepare_guidance(loop, SPEC)
+    backend.prepare_persona(persona, SPEC)
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    def boom(*a, **k):
+        raise OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(segment.D, "denoise_segment", boom)
+    with pytest.raises(WanAnimate2OOMError, match=r"fp8='auto'.*kv_fp8=True.*64x128"):
+        _render(backend, loop, persona)
