@@ -41,7 +41,7 @@ def bad_input(context: dg.AssetExecutionContext, exc: NewsmotionError, **metadat
     """The ``dg.Failure`` to raise for bad input: the one-line message, never retried (neither the
     step nor the run nor by automation)."""
     context.instance.add_run_tags(context.run_id, {FAILURE_TAG: "bad_input"})
-    return dg.Failure(description=str(exc), metadata=metadata or None, allow_retries=False)
+    return dg.Failure(description=str(exc), metadata={"error_class": type(exc).__name__, **metadata}, allow_retries=False)
 
 
 def sweep_temp_files(context: dg.AssetExecutionContext, store: Storage) -> int:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import uuid
 from collections.abc import Callable
@@ -34,6 +33,7 @@ import cv2
 import numpy as np
 
 from newsmotion_engine.errors import BadInputError
+from newsmotion_engine.video.compare import frame_psnr_db, ssim_luma
 from newsmotion_engine.video.encode import VideoEncoder
 from newsmotion_engine.videoio import iter_frames, open_video
 
@@ -63,35 +63,14 @@ Progress = Callable[[int, int], None]
 
 
 def psnr_db(a: np.ndarray, b: np.ndarray) -> float:
-    """PSNR of ``b`` against ``a`` (uint8 images of one shape) in dB, capped at :data:`PSNR_CAP_DB`."""
-    mse = float(np.mean((a.astype(np.float32) - b.astype(np.float32)) ** 2))
-    return PSNR_CAP_DB if mse <= 0 else min(PSNR_CAP_DB, 10.0 * math.log10(255.0**2 / mse))
+    """PSNR of ``b`` against ``a`` in dB (:func:`~newsmotion_engine.video.compare.frame_psnr_db`),
+    capped at :data:`PSNR_CAP_DB` so identical frames plot."""
+    value = frame_psnr_db(a, b)
+    return PSNR_CAP_DB if value is None else min(PSNR_CAP_DB, value)
 
 
-def ssim(a: np.ndarray, b: np.ndarray) -> float:
-    """Mean SSIM of the luma of two RGB uint8 images (Wang et al. 2004, "Image quality assessment:
-    from error visibility to structural similarity": 11x11 Gaussian window, sigma 1.5, K1 0.01,
-    K2 0.03, the constants of skimage's ``gaussian_weights=True`` mode).
-
-    Written with OpenCV's separable blur because skimage's ``structural_similarity`` (same mode)
-    was about 4x slower per 720x1280 frame on the shared 2-core machine (231 vs 57 ms, median of
-    5; equal to 5 decimals); a test holds the two within 1e-3."""
-    x = cv2.cvtColor(a, cv2.COLOR_RGB2GRAY).astype(np.float32)
-    y = cv2.cvtColor(b, cv2.COLOR_RGB2GRAY).astype(np.float32)
-    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
-
-    def blur(img: np.ndarray) -> np.ndarray:
-        return cv2.GaussianBlur(img, (11, 11), 1.5, borderType=cv2.BORDER_REFLECT)
-
-    mx, my = blur(x), blur(y)
-    sxx = blur(x * x) - mx * mx
-    syy = blur(y * y) - my * my
-    sxy = blur(x * y) - mx * my
-    num = (2 * mx * my + c1) * (2 * sxy + c2)
-    den = (mx * mx + my * my + c1) * (sxx + syy + c2)
-    # skimage crops the half-window border before averaging; so do we (comparable numbers).
-    pad = 5
-    return float(np.mean((num / den)[pad:-pad, pad:-pad]))
+# The A/B record's SSIM and the ab_comparison asset's are one function.
+ssim = ssim_luma
 
 
 def heatmap_frame(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -2,8 +2,8 @@
 streaming from the two mp4s with the engine's video reader (one frame of each in memory).
 
 - ``psnr_db``: over RGB, peak 255; ``null`` in JSON when the frames are identical (infinite).
-- ``ssim``: scikit-image's ``structural_similarity`` on BT.601 luma (the usual video practice;
-  about 3x cheaper than per channel), data range 255.
+- ``ssim``: mean SSIM on BT.601 luma (the usual video practice; about 3x cheaper than per
+  channel), :func:`ssim_luma` (OpenCV's separable blur; the studio's A/B pages use it too).
 - ``mean_abs_diff``: mean over pixels and channels of ``|A - B|`` in 0..255.
 
 The JSON record (:meth:`VideoComparison.write`, schema :data:`SCHEMA_VERSION`) is defined here
@@ -24,15 +24,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 
 from newsmotion_engine.errors import BadInputError
 from newsmotion_engine.videoio import iter_frames, open_video
 
-__all__ = ["SCHEMA_VERSION", "FrameComparison", "VideoComparison", "compare_frames", "compare_videos"]
+__all__ = ["SCHEMA_VERSION", "FrameComparison", "VideoComparison", "compare_frames", "compare_videos", "frame_psnr_db", "ssim_luma"]
 
 SCHEMA_VERSION = 1
-_LUMA = np.array([0.299, 0.587, 0.114], np.float32)
 
 
 @dataclass(frozen=True)
@@ -43,16 +43,44 @@ class FrameComparison:
     mean_abs_diff: float
 
 
+def frame_psnr_db(a: np.ndarray, b: np.ndarray) -> float | None:
+    """PSNR of ``b`` against ``a`` (uint8 images of one shape) over RGB, peak 255; ``None`` when
+    the two are identical (infinite)."""
+    diff = a.astype(np.float32) - b.astype(np.float32)
+    mse = float(np.mean(diff * diff))
+    return None if mse == 0 else 10.0 * math.log10(255.0**2 / mse)
+
+
+def ssim_luma(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean SSIM of the luma of two RGB uint8 images (Wang et al. 2004, "Image quality assessment:
+    from error visibility to structural similarity": 11x11 Gaussian window, sigma 1.5, K1 0.01,
+    K2 0.03, the constants of skimage's ``gaussian_weights=True`` mode).
+
+    Written with OpenCV's separable blur because skimage's ``structural_similarity`` (same mode)
+    was about 4x slower per 720x1280 frame; a test holds the two within 1e-3."""
+    x = cv2.cvtColor(a, cv2.COLOR_RGB2GRAY).astype(np.float32)
+    y = cv2.cvtColor(b, cv2.COLOR_RGB2GRAY).astype(np.float32)
+    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+
+    def blur(img: np.ndarray) -> np.ndarray:
+        return cv2.GaussianBlur(img, (11, 11), 1.5, borderType=cv2.BORDER_REFLECT)
+
+    mx, my = blur(x), blur(y)
+    sxx = blur(x * x) - mx * mx
+    syy = blur(y * y) - my * my
+    sxy = blur(x * y) - mx * my
+    num = (2 * mx * my + c1) * (2 * sxy + c2)
+    den = (mx * mx + my * my + c1) * (sxx + syy + c2)
+    # skimage crops the half-window border before averaging; so do we (comparable numbers).
+    pad = 5
+    return float(np.mean((num / den)[pad:-pad, pad:-pad]))
+
+
 def compare_frames(index: int, a: np.ndarray, b: np.ndarray) -> FrameComparison:
     """The three measures for one pair of uint8 RGB frames of equal size."""
-    from skimage.metrics import structural_similarity
-
-    fa, fb = a.astype(np.float32), b.astype(np.float32)
-    diff = fa - fb
-    mse = float(np.mean(diff * diff))
-    psnr = None if mse == 0 else 10.0 * math.log10(255.0**2 / mse)
-    ssim = float(structural_similarity(fa @ _LUMA, fb @ _LUMA, data_range=255.0))
-    return FrameComparison(index, None if psnr is None else round(psnr, 4), round(ssim, 6), round(float(np.abs(diff).mean()), 4))
+    psnr = frame_psnr_db(a, b)
+    mad = float(cv2.absdiff(a, b).mean())
+    return FrameComparison(index, None if psnr is None else round(psnr, 4), round(ssim_luma(a, b), 6), round(mad, 4))
 
 
 @dataclass

@@ -144,9 +144,11 @@ def test_failing_engine_process_fails_the_run_with_its_one_line_error(astronaut_
             [render], partition_key=KEY, instance=instance, resources=_resources(launcher="subprocess"), raise_on_error=False
         )
         assert not result.success
-        error = result.get_step_failure_events()[0].event_specific_data.error.cause
-        # The engine's error, as the same class, not "process failed with code 1".
-        assert error.cls_name == "CacheNotReadyError"
+        failure = result.get_step_failure_events()[0].event_specific_data
+        error = failure.error
+        # The engine's error, as the same class (so it counts as bad input: not retried), not
+        # "process failed with code 1".
+        assert failure.user_failure_data.metadata["error_class"].value == "CacheNotReadyError"
         assert error.message.strip().endswith(
             "guidance cache for loop 'nod' is missing: materialize guidance_cache[nod] or run `newsmotion guidance build nod`"
         )

@@ -15,7 +15,6 @@ import pytest
 from dagster._core.test_utils import create_run_for_test
 from dagster._daemon.auto_run_reexecution.auto_run_reexecution import should_retry
 
-from newsmotion_assets.assets import render as render_module
 from newsmotion_assets.assets.guidance import guidance_cache
 from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.assets.render import render
@@ -25,6 +24,7 @@ from newsmotion_assets.resources import RendererResource, StorageResource
 from newsmotion_assets.retries import FAILURE_TAG
 from newsmotion_engine.errors import BadInputError
 from newsmotion_engine.persona.sources import install_source
+from newsmotion_engine.render import job as job_module
 from newsmotion_engine.render.telemetry import RenderTelemetry
 from newsmotion_engine.video.encode import EncoderError, probe_video
 
@@ -160,7 +160,7 @@ def test_bad_input_is_not_retried_by_the_step_the_run_or_automation(astronaut_pn
     def bad(store, persona_id, loop_id, backend, spec, **kw):
         raise BadInputError(store.render_path(persona_id, loop_id, backend.name), "output folder is not writable")
 
-    monkeypatch.setattr(render_module, "render_persona_loop", bad)
+    monkeypatch.setattr(job_module, "render_persona_loop", bad)
     with dg.instance_for_test(overrides=RUN_RETRIES) as instance:
         _setup(instance, storage, astronaut_png)
         resources = {"renderer": RendererResource(width=180, height=320), "storage": StorageResource()}
@@ -176,7 +176,7 @@ def test_bad_input_is_not_retried_by_the_step_the_run_or_automation(astronaut_pn
 
 
 def test_a_transient_render_error_is_retried_in_the_same_run(astronaut_png, storage, monkeypatch):
-    real = render_module.render_persona_loop
+    real = job_module.render_persona_loop
     calls = []
 
     def flaky(store, persona_id, loop_id, backend, spec, **kw):
@@ -185,7 +185,7 @@ def test_a_transient_render_error_is_retried_in_the_same_run(astronaut_png, stor
             raise EncoderError(store.render_path(persona_id, loop_id, backend.name), "ffmpeg failed (killed by signal 9)")
         return real(store, persona_id, loop_id, backend, spec, **kw)
 
-    monkeypatch.setattr(render_module, "render_persona_loop", flaky)
+    monkeypatch.setattr(job_module, "render_persona_loop", flaky)
     with dg.instance_for_test(overrides=RUN_RETRIES) as instance:
         _setup(instance, storage, astronaut_png)
         resources = {"renderer": RendererResource(width=180, height=320), "storage": StorageResource()}

@@ -178,14 +178,14 @@ def calibrate_approximation(
 
 def _compare_clips(reference: Path, other: Path) -> dict[str, Any]:
     """PSNR / SSIM of ``other``'s frames against ``reference``'s, streamed (two frames in memory)."""
-    from skimage.metrics import peak_signal_noise_ratio, structural_similarity
-
+    from newsmotion_engine.video.compare import compare_frames
     from newsmotion_engine.videoio import iter_frames
 
     psnr, ssim = [], []
-    for a, b in zip(iter_frames(reference), iter_frames(other)):
-        psnr.append(min(float(peak_signal_noise_ratio(a, b, data_range=255)), 100.0))  # identical frames: inf -> 100
-        ssim.append(float(structural_similarity(a, b, channel_axis=2, data_range=255)))
+    for i, (a, b) in enumerate(zip(iter_frames(reference), iter_frames(other))):
+        f = compare_frames(i, a, b)  # the A/B record's measures: RGB PSNR, luma SSIM
+        psnr.append(100.0 if f.psnr_db is None else min(f.psnr_db, 100.0))  # identical frames: inf -> 100
+        ssim.append(f.ssim)
     if not psnr:
         raise NewsmotionError(f"{other}: no frames to compare")
     return {"frames": len(psnr), "psnr_db": round(float(np.mean(psnr)), 2), "psnr_db_min": round(min(psnr), 2),
