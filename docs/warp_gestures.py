@@ -86,7 +86,7 @@ def main(persona_id: str, out_png: str) -> None:
     sheet = np.concatenate([row(cells[:4]), row(cells[4:])], axis=0)
     # Footer: which parts were not animated and why (the render telemetry's words).
     note = "not animated: " + ("; ".join(f"{k}: {v}" for k, v in (parts or {}).get("not_animated", {}).items()) or "none")
-    lines = textwrap.wrap(f"{persona_id} - warp backend, peak frame of each loop. {note}", sheet.shape[1] // 8)
+    lines = textwrap.wrap(f"{persona_id} - warp backend, peak frame of each loop. {note}", sheet.shape[1] // 9)
     footer = np.full((24 * len(lines) + 12, sheet.shape[1], 3), 255, np.uint8)
     for i, line in enumerate(lines):
         cv2.putText(footer, line, (10, 24 * (i + 1)), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, cv2.LINE_AA)
