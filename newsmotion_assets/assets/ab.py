@@ -15,8 +15,11 @@ import dagster as dg
 from newsmotion_assets.assets.guidance import guidance_cache
 from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.partitions import render_partitions
+from newsmotion_assets.metadata import studio_url
 from newsmotion_assets.resources import RendererResource, StorageResource
 from newsmotion_engine.render.ab import ABSide, run_ab
+from newsmotion_engine.studio.catalog import ab_entry_name
+from newsmotion_engine.studio.paths import ab_page
 
 
 class ABComparisonConfig(dg.Config):
@@ -57,6 +60,8 @@ def ab_comparison(
         metadata={
             **{k: v for k, v in summary.items() if v is not None},
             "comparison": dg.MetadataValue.path(str(result.path)),
+            # The studio's A/B page of these two clips (wipe, heatmap, plots), after `studio` builds.
+            "studio_page": studio_url(ab_page(persona_id, loop_id, *sorted((ab_entry_name(a.label), ab_entry_name(b.label))))),
             **{f"clip_{label}": dg.MetadataValue.path(str(p)) for label, p in result.clips.items()},
             **{f"weights_{label}": str(t.weights) for label, t in result.telemetry.items()},
             "per_frame": dg.MetadataValue.table(

@@ -76,22 +76,43 @@ def _probe(entry_mp4: Path, tele: RenderTelemetry | None) -> tuple[str, dict, li
     return "ok", video, []
 
 
+# The clips of an ab_comparison run (storage/motion/ab/{persona}/{loop}/{label}.mp4) appear beside
+# the renders under this prefix, so each comparison gets its A/B page like any two renders.
+AB_PREFIX = "ab-"
+
+
+def ab_entry_name(label: str) -> str:
+    """The studio's name of an ``ab_comparison`` side (its entries' ``backend``)."""
+    return f"{AB_PREFIX}{label}"
+
+
 def scan_renders(storage: Storage) -> list[RenderEntry]:
-    """Every render under ``storage.renders_root``, sorted by persona, loop, backend.
+    """Every render under ``storage.renders_root`` and every ``ab_comparison`` clip under
+    ``storage.ab_root`` (named :func:`ab_entry_name`), sorted by persona, loop, backend.
 
     Folders or files whose names are not ids are skipped (nothing else writes there)."""
-    root = storage.renders_root
     found: dict[tuple[str, str, str], Path] = {}
+    for root, prefix in ((storage.renders_root, ""), (storage.ab_root, AB_PREFIX)):
+        _scan_root(root, prefix, found)
+    return _entries(found)
+
+
+def _scan_root(root: Path, prefix: str, found: dict[tuple[str, str, str], Path]) -> None:
     for path in sorted(root.glob("*/*/*")) if root.is_dir() else []:
         if path.suffix not in (".mp4", ".json") or path.name.startswith("."):
             continue
-        persona_id, loop_id, backend = path.parent.parent.name, path.parent.name, path.stem
+        persona_id, loop_id, backend = path.parent.parent.name, path.parent.name, prefix + path.stem
+        if prefix and path.stem == "comparison":  # the ab_comparison record, not a clip
+            continue
         try:
             for value, what in ((persona_id, "persona id"), (loop_id, "loop id"), (backend, "backend")):
                 validate_id(value, what)
         except NewsmotionError:
             continue
         found[(persona_id, loop_id, backend)] = path.with_suffix(".mp4")
+
+
+def _entries(found: dict[tuple[str, str, str], Path]) -> list[RenderEntry]:
     entries = []
     for (persona_id, loop_id, backend), mp4 in sorted(found.items()):
         problems: list[str] = []

@@ -108,3 +108,22 @@ def test_a_failed_build_keeps_the_previous_site(storage, tmp_path, monkeypatch):
         build_studio(storage, bench_results=tmp_path / "none", pose=False)
     assert (storage.studio_dir / "index.html").read_text() == before
     assert [p.name for p in storage.studio_dir.parent.iterdir() if p.name.endswith((".tmp", ".old"))] == []
+
+
+def test_ab_comparison_clips_get_their_own_ab_page(storage, tmp_path):
+    from newsmotion_engine.studio.catalog import ab_entry_name
+
+    make_render(storage, "anna", "nod", "warp")
+    ab = storage.ab_dir("anna", "nod")
+    for label, shift in (("bf16", 0), ("fp8", 3)):  # what run_ab writes: {label}.mp4 + .json, comparison.json
+        tele = make_render(storage, "anna", "nod", label, shift=shift)
+        src = storage.render_path("anna", "nod", label)
+        ab.mkdir(parents=True, exist_ok=True)
+        src.rename(ab / f"{label}.mp4")
+        src.with_suffix(".json").rename(ab / f"{label}.json")
+    (ab / "comparison.json").write_text("{}")
+    keys = sorted(e.key for e in scan_renders(storage))
+    assert keys == ["anna/nod/ab-bf16", "anna/nod/ab-fp8", "anna/nod/warp"]  # the record is not a clip
+    build_studio(storage, pose=False, log=lambda m: None)
+    page = storage.studio_dir / ab_page("anna", "nod", ab_entry_name("bf16"), ab_entry_name("fp8"))
+    assert page.is_file() and tele.persona_id == "anna"
