@@ -21,6 +21,7 @@ import numpy as np
 
 from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.render.base import Backend, RenderSpec
+from newsmotion_engine.render.fidelity import FidelityConfig, measure_render
 from newsmotion_engine.render.retarget import retarget
 from newsmotion_engine.render.telemetry import RenderProvenance, RenderTelemetry
 from newsmotion_engine.video.encode import VideoEncoder, check_output_folder
@@ -60,6 +61,7 @@ def render_clip(
     encoder: str = "auto",
     encoder_threads: int | None = None,
     encoder_preset: str | None = None,
+    fidelity: FidelityConfig | None = None,
 ) -> RenderTelemetry:
     """Render ``guidance`` (a motion loop) on ``persona`` with ``backend`` into ``out_path``.
 
@@ -77,6 +79,9 @@ def render_clip(
             inputs that are not caches (benchmarks).
         encoder, encoder_threads, encoder_preset: passed to :class:`VideoEncoder` (``None`` = its
             defaults: auto, ffmpeg's thread choice, libx264 superfast).
+        fidelity: measure pose fidelity on the written mp4 (:mod:`~newsmotion_engine.render.fidelity`)
+            after the render, outside ``wall_s``; ``None`` (benchmarks) records no measurement.
+            :func:`~newsmotion_engine.render.job.render_persona_loop` passes one (on by default).
 
     Returns:
         The :class:`RenderTelemetry` written beside the mp4.
@@ -134,6 +139,12 @@ def render_clip(
             raise RuntimeError(f"backend {backend.name!r} yielded {done} frames for a {total}-frame loop")
     wall_s = time.perf_counter() - t_start
 
+    if fidelity is None:
+        pose_fidelity, pose_reason = None, "not requested (render_clip called without a fidelity configuration)"
+    else:
+        pose_fidelity, pose_reason = measure_render(
+            out_path, retargeted, persona.landmarks, portrait_hw=(int(portrait_hw[0]), int(portrait_hw[1])), config=fidelity
+        )
     telemetry = RenderTelemetry(
         persona_id=getattr(persona, "persona_id", None),
         loop_id=getattr(guidance, "loop_id", None),
@@ -156,6 +167,8 @@ def render_clip(
         output=str(out_path),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         provenance=provenance,
+        pose_fidelity=pose_fidelity,
+        pose_fidelity_reason=pose_reason,
     )
     try:
         telemetry.write(json_path)

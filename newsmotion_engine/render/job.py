@@ -44,6 +44,7 @@ from newsmotion_engine.persona.cache import (
 )
 from newsmotion_engine.render.base import Backend, RenderSpec
 from newsmotion_engine.render.clip import render_clip
+from newsmotion_engine.render.fidelity import FidelityConfig
 from newsmotion_engine.render.telemetry import RenderProvenance, RenderTelemetry, TelemetryError
 from newsmotion_engine.storage import Storage
 from newsmotion_engine.video.encode import check_output_folder
@@ -235,6 +236,8 @@ def current_render(out_path: Path, digest: str) -> RenderTelemetry | None:
         recorded = RenderTelemetry.read(json_path)
     except TelemetryError:
         return None  # an unreadable or older record cannot prove the clip current: render again
+    if recorded.schema_version < 2:
+        return None  # recorded before pose fidelity: render again so the clip gets measured
     return recorded if recorded.input_digest == digest else None
 
 
@@ -249,6 +252,7 @@ def render_persona_loop(
     out_path: Path | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    fidelity: FidelityConfig = FidelityConfig(),
 ) -> RenderTelemetry:
     """Render ``loop_id`` performed by ``persona_id`` to ``out_path`` (default
     ``motion/renders/{persona}/{loop}/{backend}.mp4``) and return its :class:`RenderTelemetry`.
@@ -261,6 +265,8 @@ def render_persona_loop(
             loaded here with :func:`check_render_request` and :func:`load_render_inputs`.
         force: render even when the clip on disk is current.
         progress: ``progress(done, total)`` per frame.
+        fidelity: pose fidelity measured on the new clip (on by default; ``FidelityConfig(enabled=
+            False)`` turns it off, and the record says so). A skipped render keeps its record.
 
     When the clip and its telemetry on disk record the same :func:`input_digest`, nothing is
     rendered: the stored record is returned with ``outcome="skipped"`` and this call's cache states.
@@ -292,4 +298,6 @@ def render_persona_loop(
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise BadInputError(out.parent, f"cannot create the output folder ({exc.strerror or exc})") from None
-    return render_clip(inputs.guidance, inputs.persona, backend, spec, out, progress=progress, provenance=provenance)
+    return render_clip(
+        inputs.guidance, inputs.persona, backend, spec, out, progress=progress, provenance=provenance, fidelity=fidelity
+    )
