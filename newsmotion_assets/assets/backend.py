@@ -23,7 +23,7 @@ from newsmotion_assets.resources import RendererResource, StorageResource
 from newsmotion_engine import cachedir
 from newsmotion_engine.errors import CacheNotReadyError
 from newsmotion_engine.guidance.cache import load_guidance, loop_source
-from newsmotion_engine.persona.cache import image_source, load_persona, persona_params, persona_source_image
+from newsmotion_engine.persona.cache import current_params, image_source, load_persona, persona_source_image
 from newsmotion_engine.render.job import backend_identity
 
 # What the base caches already hold (see ``BackendNeeds``); anything else a backend needs is a
@@ -81,7 +81,7 @@ def backend_persona_cache(
         persona = _upstream(
             f"persona cache for {persona_id!r}",
             f"persona_cache[{persona_id}]",
-            lambda: load_persona(store, persona_id, expected_source=source, expected_params=persona_params()),
+            lambda: load_persona(store, persona_id, expected_source=source, expected_params=current_params(store, persona_id)),
         )
         built[persona_id] = backend.prepare_persona(persona, spec)
         digests[persona_id] = persona.digest

@@ -25,14 +25,9 @@ def private_storage() -> Iterator[Storage]:
 
 def sample_portrait(folder: Path) -> Path:
     """The bundled sample persona (scikit-image's astronaut) written as a PNG into ``folder``."""
-    import cv2
+    from newsmotion_engine.samples import write_sample_portrait
 
-    from newsmotion_engine.samples import astronaut_rgb
-
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "astronaut.png"
-    cv2.imwrite(str(path), cv2.cvtColor(astronaut_rgb(), cv2.COLOR_RGB2BGR))
-    return path
+    return write_sample_portrait("astronaut", folder)
 
 
 def _guidance(log: Log) -> dict[str, Any]:

@@ -15,6 +15,22 @@ Three matte paths, chosen per image by :func:`person_matte`:
   that hold no detected body/face landmark are dropped (the segmenter hallucinates people in
   cats and coffee cups; holistic's landmarks are the stronger evidence).
 
+Then, on every path (``clean=True``, the default; ``clean=False`` is the earlier matte, kept so
+``newsmotion bench matte`` can measure before and after on the same photos):
+
+- **no background fragments**: pieces joined to the person only through a thin neck (a flag's
+  stripe touching a sleeve) are cut off by an opening by reconstruction: the solid matte is
+  eroded by :data:`BRIDGE_RADIUS`, only eroded pieces holding a confident landmark are kept, and
+  they grow back inside the original matte, so the person keeps its outline and the fragment
+  goes;
+- **no halo**: the segmenter's edge is snapped to the photo's own edges by a second, fine guided
+  filter (:data:`EDGE_RADIUS`) and tightened, so it does not reach into the old background;
+- **spill suppressed**: the colour of every semi-transparent edge pixel is replaced by its
+  estimated foreground colour (blur-fusion foreground estimation: Forte and Pitié,
+  "Approximate Fast Foreground Colour Estimation", ICIP 2021), so the old background's colour
+  (a light wall, a green screen) does not show as a fringe once composited. On chroma the
+  green limiter runs first, as before.
+
 :func:`face_mask` builds the region renders must keep stable: the iBUG-68 jaw + brows polygon,
 extended up over forehead and hair and widened, united with a head ellipse from the body's nose
 and ears (hair behind a turned head), feathered and intersected with the person matte.
@@ -44,10 +60,13 @@ __all__ = [
     "refine_selfie",
     "person_matte",
     "face_mask",
+    "cut_fragments",
+    "refine_edges",
+    "estimate_foreground",
 ]
 
 # Bump when anything below changes what a matte or face mask looks like.
-MATTE_VERSION = 1
+MATTE_VERSION = 2
 
 # Chroma detection: HSV (OpenCV ranges: H 0..180, S/V 0..255) bounds for "green screen" pixels,
 # the border band inspected (fraction of the shorter side) and the fraction that must be green.
@@ -74,6 +93,14 @@ SELFIE_HIGH = 0.7
 # of the image (a desk, a microphone), never on the selfie path.
 KEEP_UNLABELLED_MIN = 0.01
 LANDMARK_MIN_CONF = 0.5
+# Cleaning (see the module docstring), as fractions of the image's longer side: thin necks below
+# twice BRIDGE_RADIUS are cut; EDGE_RADIUS / EDGE_EPS are the fine guided filter and EDGE_RAMP the
+# smoothstep after it; FOREGROUND_RADII the two blur-fusion passes (large, then small).
+BRIDGE_RADIUS = 0.004
+EDGE_RADIUS = 0.003
+EDGE_EPS = 1e-4
+EDGE_RAMP = (0.15, 0.85)
+FOREGROUND_RADII = (0.07, 0.005)
 # Edge feather (Gaussian sigma, pixels at canvas scale) applied last.
 FEATHER_SIGMA = 1.0
 # Face mask: forehead/hair extension above the brows, widening around the face centre and the
@@ -105,6 +132,11 @@ def matte_params() -> dict[str, Any]:
         "keep_unlabelled_min": KEEP_UNLABELLED_MIN,
         "landmark_min_conf": LANDMARK_MIN_CONF,
         "feather_sigma": FEATHER_SIGMA,
+        "clean": {
+            "bridge_radius": BRIDGE_RADIUS,
+            "edge": [EDGE_RADIUS, EDGE_EPS, list(EDGE_RAMP)],
+            "foreground_radii": list(FOREGROUND_RADII),
+        },
         "face": [FACE_FOREHEAD, FACE_WIDEN, FACE_FEATHER],
         "head": [HEAD_LIFT, HEAD_ASPECT],
     }
@@ -235,6 +267,71 @@ def _keep_person_pieces(alpha: np.ndarray, landmarks: np.ndarray | None, keep_un
     return alpha * near
 
 
+def _landmark_seeds(landmarks: np.ndarray | None, shape: tuple[int, int]) -> np.ndarray:
+    seeds = np.zeros(shape, np.uint8)
+    for row, col in _landmark_pixels(landmarks, shape):
+        seeds[row, col] = 1
+    return seeds
+
+
+def cut_fragments(alpha: np.ndarray, landmarks: np.ndarray | None) -> np.ndarray:
+    """Cut off matte pieces joined to the person only through necks thinner than twice
+    :data:`BRIDGE_RADIUS` (opening by reconstruction, see the module docstring). ``alpha`` float
+    0..1; pieces are kept by confident landmarks (all of them when no landmark lands on one)."""
+    r = max(2, round(BRIDGE_RADIUS * max(alpha.shape)))
+    solid = (alpha >= 0.5).astype(np.uint8)
+    disc = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * r + 1, 2 * r + 1))
+    core = cv2.erode(solid, disc)
+    count, labels = cv2.connectedComponents(core, connectivity=8)
+    if count <= 1:
+        return alpha
+    keep = np.zeros(count, bool)
+    seeds = _landmark_seeds(landmarks, alpha.shape)
+    # A landmark on the person's edge may fall just outside the eroded core: look around it.
+    near = cv2.dilate(seeds, disc)
+    keep[np.unique(labels[(near > 0) & (core > 0)])] = True
+    keep[0] = False
+    if not keep.any():
+        return alpha
+    kept = keep[labels].astype(np.uint8)
+    # Grow back inside the original matte (a geodesic dilation of a few steps is enough: the
+    # erosion removed at most r pixels of real outline).
+    grown = kept
+    for _ in range(3):
+        grown = cv2.dilate(grown, disc) & solid
+    soft = cv2.dilate(grown, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (5, 5)))
+    return alpha * soft
+
+
+def refine_edges(rgb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Snap a matte's edge to the photo's own edges: a fine guided filter with the photo as the
+    guide, then a smoothstep that keeps the edge from reaching into the background."""
+    radius = max(1, round(EDGE_RADIUS * max(rgb.shape[:2])))
+    guide = rgb.astype(np.float32) / 255.0
+    guided = cv2.ximgproc.guidedFilter(guide, alpha.astype(np.float32), radius, EDGE_EPS)
+    return _smoothstep(guided, *EDGE_RAMP).astype(np.float32)
+
+
+def estimate_foreground(rgb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Foreground colour of every pixel (uint8 RGB) by blur-fusion (Forte and Pitié 2021): two
+    passes of box-filtered foreground and background means, corrected by the pixel's own colour.
+    Only pixels with ``0 < alpha < 1`` are changed; solid person and background stay as they are."""
+    image = rgb.astype(np.float32) / 255.0
+    a = alpha.astype(np.float32)[..., None]
+    fg, bg = image, image
+    for fraction in FOREGROUND_RADII:
+        r = max(1, round(fraction * max(rgb.shape[:2])))
+        size = (2 * r + 1, 2 * r + 1)
+        blurred_a = cv2.blur(a[..., 0], size)[..., None]
+        mean_fg = cv2.blur(fg * a, size) / (blurred_a + 1e-5)
+        mean_bg = cv2.blur(bg * (1 - a), size) / ((1 - blurred_a) + 1e-5)
+        fg = np.clip(mean_fg + a * (image - a * mean_fg - (1 - a) * mean_bg), 0.0, 1.0)
+        bg = np.clip(mean_bg, 0.0, 1.0)
+    edge = (a > 0.0) & (a < 1.0)
+    out = np.where(edge, fg, image)
+    return np.clip(out * 255.0 + 0.5, 0, 255).astype(np.uint8)
+
+
 def _feather(alpha: np.ndarray) -> np.ndarray:
     return cv2.GaussianBlur(alpha, (0, 0), FEATHER_SIGMA)
 
@@ -244,14 +341,21 @@ def _to_u8(alpha: np.ndarray) -> np.ndarray:
 
 
 def person_matte(
-    rgb: np.ndarray, *, alpha_hint: np.ndarray | None = None, landmarks: np.ndarray | None = None
+    rgb: np.ndarray,
+    *,
+    alpha_hint: np.ndarray | None = None,
+    landmarks: np.ndarray | None = None,
+    clean: bool = True,
 ) -> MatteResult:
-    """The person matte of an RGB uint8 image (see the module docstring for the three paths).
+    """The person matte of an RGB uint8 image (see the module docstring for the three paths and
+    the cleaning).
 
     Args:
         rgb: uint8 [H, W, 3].
         alpha_hint: uint8 [H, W] alpha of a transparent cutout, used as the matte when given.
         landmarks: float32 [133, 3] normalized to this image; pieces without a landmark are dropped.
+        clean: cut background fragments, refine the edge and replace edge colours by their
+            foreground estimate (default); ``False`` gives the earlier matte (the bench's "before").
 
     Example::
 
@@ -260,15 +364,27 @@ def person_matte(
     """
     green = green_border_fraction(rgb)
     if alpha_hint is not None:
+        method = "alpha"
         alpha = _keep_person_pieces(alpha_hint.astype(np.float32) / 255.0, landmarks, keep_unlabelled=True)
-        return MatteResult("alpha", _to_u8(alpha), rgb, green)
-    if green >= GREEN_BORDER_MIN:
+        out_rgb = rgb
+    elif green >= GREEN_BORDER_MIN:
+        method = "chroma"
         alpha = _keep_person_pieces(chroma_key(rgb), landmarks, keep_unlabelled=True)
+        if clean:
+            alpha = cut_fragments(alpha, landmarks)
         alpha = _feather(alpha)
-        return MatteResult("chroma", _to_u8(alpha), despill(rgb, alpha), green)
-    alpha = refine_selfie(rgb, selfie_segmentation(rgb))
-    alpha = _feather(_keep_person_pieces(alpha, landmarks, keep_unlabelled=False))
-    return MatteResult("selfie-segmentation", _to_u8(alpha), rgb, green)
+        out_rgb = despill(rgb, alpha)
+    else:
+        method = "selfie-segmentation"
+        alpha = refine_selfie(rgb, selfie_segmentation(rgb))
+        alpha = _keep_person_pieces(alpha, landmarks, keep_unlabelled=False)
+        if clean:
+            alpha = refine_edges(rgb, cut_fragments(alpha, landmarks))
+        alpha = _feather(alpha)
+        out_rgb = rgb
+    if clean and method != "alpha":
+        out_rgb = estimate_foreground(out_rgb, np.clip(alpha, 0.0, 1.0))
+    return MatteResult(method, _to_u8(alpha), out_rgb, green)
 
 
 def _face_polygon(landmarks: np.ndarray, width: int, height: int) -> tuple[np.ndarray, float] | None:

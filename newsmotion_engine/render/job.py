@@ -39,7 +39,7 @@ from newsmotion_engine.persona.cache import (
     ensure_persona,
     image_source,
     load_persona,
-    persona_params,
+    current_params,
     persona_source_image,
 )
 from newsmotion_engine.render.base import Backend, RenderSpec
@@ -125,7 +125,7 @@ def _load_persona(storage: Storage, persona_id: str) -> PersonaCache:
     return _loaded(
         f"persona cache for {persona_id!r}",
         remedy,
-        lambda: load_persona(storage, persona_id, expected_source=expected, expected_params=persona_params()),
+        lambda: load_persona(storage, persona_id, expected_source=expected, expected_params=current_params(storage, persona_id)),
     )
 
 
