@@ -11,6 +11,7 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from newsmotion_engine.render import Backend, RenderSpec, get_backend
+from newsmotion_engine.render.fidelity import FidelityConfig
 from newsmotion_engine.storage import Storage
 
 
@@ -64,11 +65,15 @@ class RendererResource(dg.ConfigurableResource):
     fps: int = 30
     background: str = "#00B140"
     keep_warm: bool = False
+    # Pose fidelity measured on each clip (needs mediapipe; without it the telemetry says so).
+    fidelity: bool = True
+    fidelity_stride: int = 4
 
     _backend: Backend | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self.spec()  # a bad size/fps fails here, before anything loads
+        self.fidelity_config()
         self._backend = self._load()
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
@@ -90,6 +95,9 @@ class RendererResource(dg.ConfigurableResource):
         if self._backend is None:  # used outside a run (e.g. a unit test)
             self._backend = self._load()
         return self._backend
+
+    def fidelity_config(self) -> FidelityConfig:
+        return FidelityConfig(enabled=self.fidelity, stride=self.fidelity_stride)
 
     def spec(self) -> RenderSpec:
         return RenderSpec(width=self.width, height=self.height, fps=self.fps, background=self.background)

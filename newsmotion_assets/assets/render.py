@@ -52,7 +52,7 @@ def render(context: dg.AssetExecutionContext, renderer: RendererResource, storag
     for key in keys:
         dims = render_partitions.get_partition_key_from_str(key).keys_by_dimension
         persona_id, loop_id = dims["persona"], dims["loop"]
-        tele = render_persona_loop(store, persona_id, loop_id, backend, spec)
+        tele = render_persona_loop(store, persona_id, loop_id, backend, spec, fidelity=renderer.fidelity_config())
         if tele.outcome == "skipped":
             context.log.info(f"{persona_id} x {loop_id}: current (same input digest), not rendered again -> {tele.output}")
         else:
@@ -80,6 +80,10 @@ def render(context: dg.AssetExecutionContext, renderer: RendererResource, storag
     if len(records) == 1:
         tele = records[0]
         metadata["weights"] = str(tele.weights or "unknown")
+        pf = tele.pose_fidelity
+        metadata["pose_fidelity"] = (
+            dg.MetadataValue.json(tele.to_dict()["pose_fidelity"]) if pf else f"not measured: {tele.pose_fidelity_reason}"
+        )
         metadata["contact_sheet"] = png_markdown(png_bytes(contact_sheet_from_video(tele.output, count=6)), "frames")
         # One MaterializeResult carries one data version for all its partitions, so it is given only
         # when the run has one; a multi-partition run lets Dagster derive it from the caches' versions.

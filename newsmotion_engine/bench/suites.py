@@ -58,7 +58,27 @@ def _warp(log: Log) -> dict[str, Any]:
     return {"benchmark": "warp", "loop": "welcome", "persona": "astronaut", **result}
 
 
-SUITES: dict[str, Callable[[Log], dict[str, Any]]] = {"guidance": _guidance, "persona": _persona, "warp": _warp}
+def _matte(log: Log) -> dict[str, Any]:
+    from newsmotion_engine.bench.matte import bench_matte
+
+    with private_storage() as store:
+        return bench_matte(store, log=log)
+
+
+def _fidelity(log: Log) -> dict[str, Any]:
+    from newsmotion_engine.bench.fidelity import bench_fidelity
+
+    with private_storage() as store:
+        return bench_fidelity(store, log=log)
+
+
+SUITES: dict[str, Callable[[Log], dict[str, Any]]] = {
+    "guidance": _guidance,
+    "persona": _persona,
+    "warp": _warp,
+    "matte": _matte,
+    "fidelity": _fidelity,
+}
 
 
 def run_suite(name: str, json_path: Path | None = None, *, log: Log = print) -> dict[str, Any]:

@@ -74,6 +74,7 @@ __all__ = [
     "score_pose",
     "frame_placement",
     "torso_normalizer",
+    "fidelity_problems",
 ]
 
 # Bump when a figure's definition changes (part of every record).
@@ -380,3 +381,22 @@ def measure_render(
             )  # fmt: skip
     except NewsmotionError as exc:
         return None, f"the clip could not be read back ({exc})"
+
+
+def fidelity_problems(fidelity: PoseFidelity | None, reason: str | None = None) -> list[str]:
+    """What keeps a render's pose fidelity from its targets, as sentences (``[]`` when it meets
+    both): the one rule the Dagster check and the bench share. An unmeasured render is a problem
+    too (its ``reason`` is given), so a check cannot pass on nothing."""
+    if fidelity is None:
+        return [f"pose fidelity not measured: {reason or 'no reason recorded'}"]
+    problems = []
+    if fidelity.pck_body is None:
+        problems.append("no head, torso or arm joint of the persona was compared")
+    elif fidelity.pck_body < TARGET_PCK:
+        problems.append(f"pck over head, torso and arms {fidelity.pck_body:.3f} < {TARGET_PCK}")
+    energy = fidelity.motion_energy_ratio
+    if energy is None:
+        problems.append("motion energy not measurable (the loop barely moves the compared joints, or none was found)")
+    elif energy < TARGET_MOTION_ENERGY:
+        problems.append(f"motion energy ratio {energy:.3f} < {TARGET_MOTION_ENERGY}")
+    return problems
