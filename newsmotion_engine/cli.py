@@ -450,11 +450,14 @@ def bench_matte_cmd(
     result = run_suite("matte", json_path, log=lambda m: console.print(f"[dim]{m}[/]"))
     if json_path is not None:
         console.print(f"wrote {json_path}")
-    table = Table("portrait", "matte", "outside before", "outside after", "fragments", "halo px before", "halo px after")
-    for name, row in result["portraits"].items():
-        b, a = row["before"], row["after"]
-        table.add_row(name, row["matte_method"], f"{b['outside_fraction']:.4f}", f"{a['outside_fraction']:.4f}",
-                      f"{b['fragments']} -> {a['fragments']}", f"{b['halo_width_px']:.2f}", f"{a['halo_width_px']:.2f}")  # fmt: skip
+    table = Table("portrait", "framing", "outside before", "outside after", "fragments", "halo px before", "halo px after")
+    for name, by_framing in result["portraits"].items():
+        for framing, row in by_framing.items():
+            if not isinstance(row, dict) or "before" not in row:
+                continue
+            b, a = row["before"], row["after"]
+            table.add_row(name, framing, f"{b['outside_fraction']:.4f}", f"{a['outside_fraction']:.4f}",
+                          f"{b['fragments']} -> {a['fragments']}", f"{b['halo_width_px']:.2f}", f"{a['halo_width_px']:.2f}")  # fmt: skip
     console.print(table)
 
 

@@ -6,11 +6,12 @@ and portrait; "before" is the same photo at the same placement matted with ``cle
 matte the project had before issue 12: no fragment cut, no fine edge, no foreground colours).
 Both are measured by the same functions:
 
-- ``outside_fraction``: share of the matte's mass (sum of alpha) outside the *person region*: the
-  convex hull of the confident body, face and hand landmarks, extended straight down from the
-  shoulders to the canvas's bottom (the body goes on below the last landmark), plus a point above
-  the brows for the hair, widened by :data:`REGION_MARGIN` x the shoulder width. Background keyed
-  in as person (a flag's stripes, a patch of wall) lands there.
+- ``outside_fraction``: share of the matte's mass (sum of alpha) outside the *person region*
+  (:func:`newsmotion_engine.persona.matte.person_region`: the convex hull of the confident body,
+  face and hand landmarks, extended straight down from the shoulders, plus a point above the
+  brows for the hair) widened by :data:`REGION_MARGIN` (0.25) x the shoulder width, half the
+  margin the matte itself is clipped to. Background keyed in as person (a flag's stripes, a
+  tripod) lands there.
 - ``fragments``: solid pieces (alpha >= 0.5) holding no confident landmark, and their share of
   the matte (``fragment_fraction``).
 - ``halo_width_px``: the old background showing around the person once composited: over the
@@ -30,47 +31,16 @@ from typing import Any
 import cv2
 import numpy as np
 
-from newsmotion_engine.skeleton import BODY, FACE68, FACE_START, PARTS
+from newsmotion_engine.persona.matte import person_region
 
-__all__ = ["REGION_MARGIN", "matte_figures", "person_region", "bench_matte"]
+__all__ = ["REGION_MARGIN", "matte_figures", "bench_matte"]
 
+# The measured region is tighter than the one the matte is clipped to (matte.REGION_MARGIN, 0.5):
+# what the bench counts as outside is not zero by construction.
 REGION_MARGIN = 0.25
 # Local colour means: box filter size as a fraction of the canvas's longer side.
 COLOUR_WINDOW = 0.03
 _CONF = 0.5
-
-
-def person_region(landmarks: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
-    """bool [H, W]: where a person with these canvas-normalized landmarks can be (see the module
-    docstring)."""
-    h, w = shape
-    lm = np.asarray(landmarks, np.float64)
-    px = lm[:, :2] * (w, h)
-    idx = np.r_[np.arange(PARTS["body"].start, PARTS["body"].stop), np.arange(PARTS["face"].start, PARTS["face"].stop),
-                np.arange(PARTS["left_hand"].start, PARTS["right_hand"].stop)]  # fmt: skip
-    ok = lm[idx, 2] >= _CONF
-    points = [px[idx][ok]]
-    ls, rs = BODY["left_shoulder"], BODY["right_shoulder"]
-    width = None
-    if lm[ls, 2] >= _CONF and lm[rs, 2] >= _CONF:
-        points.append(np.array([[px[ls, 0], h], [px[rs, 0], h]]))
-        width = float(np.linalg.norm(px[ls] - px[rs]))
-    face = lm[FACE_START : FACE_START + 68]
-    if float(face[:, 2].mean()) >= 0.3:
-        f = px[FACE_START : FACE_START + 68]
-        brows = np.concatenate([f[FACE68["right_brow"]], f[FACE68["left_brow"]]]).mean(axis=0)
-        face_h = float(np.linalg.norm(brows - f[FACE68["jaw"]][8]))
-        points.append(np.array([brows - (0.0, 1.2 * face_h)]))
-        width = width or 2.0 * float(np.ptp(f[:, 0]))
-    pts = np.concatenate(points)
-    region = np.zeros((h, w), np.uint8)
-    if len(pts) < 3 or width is None:
-        return np.ones((h, w), bool)
-    hull = cv2.convexHull(np.round(pts).astype(np.int32))
-    cv2.fillConvexPoly(region, hull, 1)
-    r = max(1, round(REGION_MARGIN * width))
-    region = cv2.dilate(region, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * r + 1, 2 * r + 1)))
-    return region > 0
 
 
 def _local_mean(rgb: np.ndarray, weight: np.ndarray, size: int) -> np.ndarray:
@@ -86,7 +56,7 @@ def matte_figures(alpha_u8: np.ndarray, shown_rgb: np.ndarray, photo_rgb: np.nda
     h, w = alpha_u8.shape
     a = alpha_u8.astype(np.float32) / 255.0
     total = float(a.sum())
-    region = person_region(landmarks, (h, w))
+    region = person_region(landmarks, (h, w), REGION_MARGIN)
     outside = float(a[~region].sum()) / max(total, 1e-6)
 
     solid = (a >= 0.5).astype(np.uint8)
@@ -118,8 +88,19 @@ def matte_figures(alpha_u8: np.ndarray, shown_rgb: np.ndarray, photo_rgb: np.nda
     }
 
 
-def bench_matte(storage: Any, *, portraits: list[str] | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Build each sample persona in ``storage`` and measure its matte before and after cleaning."""
+FRAMINGS = ("medium", "as-is")
+
+
+def bench_matte(
+    storage: Any,
+    *,
+    portraits: list[str] | None = None,
+    framings: tuple[str, ...] = FRAMINGS,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Build each sample persona in ``storage`` in each framing (the default medium shot crops
+    most of a photo's background away; ``as-is`` keeps all of it, flags and shuttles included)
+    and measure its matte before and after cleaning."""
     from newsmotion_engine.bench.common import machine_info
     from newsmotion_engine.persona import image as image_mod
     from newsmotion_engine.persona import matte as matte_mod
@@ -129,40 +110,42 @@ def bench_matte(storage: Any, *, portraits: list[str] | None = None, log: Callab
     say = log or (lambda _m: None)
     results: dict[str, Any] = {}
     for name in portraits or list(SAMPLE_PORTRAITS):
-        say(f"{name}: building the persona (framing, matte with cleaning)")
         source = write_sample_portrait(name, storage.persona_samples)
-        started = time.perf_counter()
-        persona, _ = ensure_persona(storage, name, image=source, force=True)
-        build_s = time.perf_counter() - started
-        meta = persona.metadata
-        placement = image_mod.Placement(**meta["placement"])
-        rgb = image_mod.read_portrait(source).rgb
-        photo = image_mod.place_image(rgb, placement, fill="replicate")
-        x0, y0, x1, y1 = image_mod.visible_window(placement)
-        lm = np.asarray(persona.landmarks, np.float64)
-        local = lm.copy()
-        local[:, 0] = (lm[:, 0] * photo.shape[1] - x0) / max(x1 - x0, 1)
-        local[:, 1] = (lm[:, 1] * photo.shape[0] - y0) / max(y1 - y0, 1)
-        local[lm[:, 2] <= 0] = 0.0
-        say(f"{name}: the same photo matted without cleaning (before)")
-        raw = matte_mod.person_matte(np.ascontiguousarray(photo[y0:y1, x0:x1]), landmarks=local.astype(np.float32), clean=False)
-        before_alpha = np.zeros(photo.shape[:2], np.uint8)
-        before_alpha[y0:y1, x0:x1] = raw.alpha
-        before_rgb = photo.copy()
-        before_rgb[y0:y1, x0:x1] = raw.rgb
-        before = matte_figures(before_alpha, before_rgb, photo, lm)
-        after = matte_figures(np.asarray(persona.person_mask), np.asarray(persona.portrait), photo, lm)
-        results[name] = {
-            "kind": SAMPLE_PORTRAITS[name].kind,
-            "origin": SAMPLE_PORTRAITS[name].origin,
-            "matte_method": persona.matte_method,
-            "framing": meta.get("framing"),
-            "build_s": round(build_s, 3),
-            "before": before,
-            "after": after,
-        }
-        say(f"{name}: outside {before['outside_fraction']:.4f} -> {after['outside_fraction']:.4f}, "
-            f"halo {before['halo_width_px']:.2f} -> {after['halo_width_px']:.2f} px")  # fmt: skip
+        for framing in framings:
+            say(f"{name} ({framing}): building the persona (framing, matte with cleaning)")
+            started = time.perf_counter()
+            persona, _ = ensure_persona(storage, name, image=source, force=True, framing=framing)
+            build_s = time.perf_counter() - started
+            meta = persona.metadata
+            placement = image_mod.Placement(**meta["placement"])
+            rgb = image_mod.read_portrait(source).rgb
+            photo = image_mod.place_image(rgb, placement, fill="replicate")
+            x0, y0, x1, y1 = image_mod.visible_window(placement)
+            lm = np.asarray(persona.landmarks, np.float64)
+            local = lm.copy()
+            local[:, 0] = (lm[:, 0] * photo.shape[1] - x0) / max(x1 - x0, 1)
+            local[:, 1] = (lm[:, 1] * photo.shape[0] - y0) / max(y1 - y0, 1)
+            local[lm[:, 2] <= 0] = 0.0
+            say(f"{name} ({framing}): the same photo matted without cleaning (before)")
+            crop = np.ascontiguousarray(photo[y0:y1, x0:x1])
+            raw = matte_mod.person_matte(crop, landmarks=local.astype(np.float32), clean=False)
+            before_alpha = np.zeros(photo.shape[:2], np.uint8)
+            before_alpha[y0:y1, x0:x1] = raw.alpha
+            before_rgb = photo.copy()
+            before_rgb[y0:y1, x0:x1] = raw.rgb
+            before = matte_figures(before_alpha, before_rgb, photo, lm)
+            after = matte_figures(np.asarray(persona.person_mask), np.asarray(persona.portrait), photo, lm)
+            results.setdefault(name, {"kind": SAMPLE_PORTRAITS[name].kind, "origin": SAMPLE_PORTRAITS[name].origin})
+            results[name][framing] = {
+                "matte_method": persona.matte_method,
+                "framing": meta.get("framing"),
+                "build_s": round(build_s, 3),
+                "before": before,
+                "after": after,
+            }
+            say(f"{name} ({framing}): outside {before['outside_fraction']:.4f} -> {after['outside_fraction']:.4f}, "
+                f"fragments {before['fragments']} -> {after['fragments']}, "
+                f"halo {before['halo_width_px']:.2f} -> {after['halo_width_px']:.2f} px")  # fmt: skip
     return {
         "benchmark": "matte",
         "definitions": {

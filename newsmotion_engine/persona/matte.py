@@ -22,7 +22,8 @@ Then, on every path (``clean=True``, the default; ``clean=False`` is the earlier
   stripe touching a sleeve) are cut off by an opening by reconstruction: the solid matte is
   eroded by :data:`BRIDGE_RADIUS`, only eroded pieces holding a confident landmark are kept, and
   they grow back inside the original matte, so the person keeps its outline and the fragment
-  goes;
+  goes; then whatever lies far from every landmark (:func:`person_region`, widened by
+  :data:`REGION_MARGIN` shoulder widths) is cut too;
 - **no halo**: the segmenter's edge is snapped to the photo's own edges by a second, fine guided
   filter (:data:`EDGE_RADIUS`) and tightened, so it does not reach into the old background;
 - **spill suppressed**: the colour of every semi-transparent edge pixel is replaced by its
@@ -61,6 +62,7 @@ __all__ = [
     "person_matte",
     "face_mask",
     "cut_fragments",
+    "person_region",
     "refine_edges",
     "estimate_foreground",
 ]
@@ -99,8 +101,11 @@ LANDMARK_MIN_CONF = 0.5
 BRIDGE_RADIUS = 0.004
 EDGE_RADIUS = 0.003
 EDGE_EPS = 1e-4
-EDGE_RAMP = (0.15, 0.85)
+EDGE_RAMP = (0.4, 0.6)
 FOREGROUND_RADII = (0.07, 0.005)
+# The matte is clipped (softly) to the landmarks' person region widened by this x shoulder width:
+# background far from every landmark cannot be the person, however it is connected.
+REGION_MARGIN = 0.5
 # Edge feather (Gaussian sigma, pixels at canvas scale) applied last.
 FEATHER_SIGMA = 1.0
 # Face mask: forehead/hair extension above the brows, widening around the face centre and the
@@ -136,6 +141,7 @@ def matte_params() -> dict[str, Any]:
             "bridge_radius": BRIDGE_RADIUS,
             "edge": [EDGE_RADIUS, EDGE_EPS, list(EDGE_RAMP)],
             "foreground_radii": list(FOREGROUND_RADII),
+            "region_margin": REGION_MARGIN,
         },
         "face": [FACE_FOREHEAD, FACE_WIDEN, FACE_FEATHER],
         "head": [HEAD_LIFT, HEAD_ASPECT],
@@ -267,6 +273,46 @@ def _keep_person_pieces(alpha: np.ndarray, landmarks: np.ndarray | None, keep_un
     return alpha * near
 
 
+def person_region(landmarks: np.ndarray | None, shape: tuple[int, int], margin: float | None = None) -> np.ndarray:
+    """bool [H, W]: where a person with these landmarks (normalized to the image) can be: the
+    convex hull of the confident body, face and hand points, extended straight down from the
+    shoulders to the bottom edge (the body goes on below its last landmark), plus a point 1.2
+    brow-to-chin above the brows (the hair), widened by ``margin`` (default
+    :data:`REGION_MARGIN`) x the shoulder width (twice the face's width without shoulders).
+    Everything when there are too few landmarks to tell."""
+    h, w = shape
+    margin = REGION_MARGIN if margin is None else margin
+    if landmarks is None:
+        return np.ones((h, w), bool)
+    lm = np.asarray(landmarks, np.float64)
+    px = lm[:, :2] * (w, h)
+    idx = np.r_[np.arange(PARTS["body"].start, PARTS["body"].stop), np.arange(PARTS["face"].start, PARTS["face"].stop),
+                np.arange(PARTS["left_hand"].start, PARTS["right_hand"].stop)]  # fmt: skip
+    ok = lm[idx, 2] >= LANDMARK_MIN_CONF
+    points = [px[idx][ok]]
+    ls, rs = BODY["left_shoulder"], BODY["right_shoulder"]
+    width = None
+    if lm[ls, 2] >= LANDMARK_MIN_CONF and lm[rs, 2] >= LANDMARK_MIN_CONF:
+        points.append(np.array([[px[ls, 0], h], [px[rs, 0], h]]))
+        width = float(np.linalg.norm(px[ls] - px[rs]))
+    face = lm[FACE_START : FACE_START + 68]
+    if float(face[:, 2].mean()) >= 0.3:
+        f = px[FACE_START : FACE_START + 68]
+        brows = np.concatenate([f[FACE68["right_brow"]], f[FACE68["left_brow"]]]).mean(axis=0)
+        face_h = float(np.linalg.norm(brows - f[FACE68["jaw"]][8]))
+        points.append(np.array([brows - (0.0, 1.2 * face_h)]))
+        width = width or 2.0 * float(np.ptp(f[:, 0]))
+    pts = np.concatenate(points)
+    region = np.zeros((h, w), np.uint8)
+    if len(pts) < 3 or width is None:
+        return np.ones((h, w), bool)
+    hull = cv2.convexHull(np.round(pts).astype(np.int32))
+    cv2.fillConvexPoly(region, hull, 1)
+    r = max(1, round(margin * width))
+    region = cv2.dilate(region, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * r + 1, 2 * r + 1)))
+    return region > 0
+
+
 def _landmark_seeds(landmarks: np.ndarray | None, shape: tuple[int, int]) -> np.ndarray:
     seeds = np.zeros(shape, np.uint8)
     for row, col in _landmark_pixels(landmarks, shape):
@@ -276,8 +322,14 @@ def _landmark_seeds(landmarks: np.ndarray | None, shape: tuple[int, int]) -> np.
 
 def cut_fragments(alpha: np.ndarray, landmarks: np.ndarray | None) -> np.ndarray:
     """Cut off matte pieces joined to the person only through necks thinner than twice
-    :data:`BRIDGE_RADIUS` (opening by reconstruction, see the module docstring). ``alpha`` float
-    0..1; pieces are kept by confident landmarks (all of them when no landmark lands on one)."""
+    :data:`BRIDGE_RADIUS` (opening by reconstruction, see the module docstring), then everything
+    outside the landmarks' :func:`person_region`. ``alpha`` float 0..1; pieces are kept by
+    confident landmarks (all of them when no landmark lands on one)."""
+    region = cv2.GaussianBlur(person_region(landmarks, alpha.shape).astype(np.float32), (0, 0), 2.0)
+    return _reconstruct(alpha, landmarks) * region
+
+
+def _reconstruct(alpha: np.ndarray, landmarks: np.ndarray | None) -> np.ndarray:
     r = max(2, round(BRIDGE_RADIUS * max(alpha.shape)))
     solid = (alpha >= 0.5).astype(np.uint8)
     disc = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * r + 1, 2 * r + 1))
@@ -286,20 +338,18 @@ def cut_fragments(alpha: np.ndarray, landmarks: np.ndarray | None) -> np.ndarray
     if count <= 1:
         return alpha
     keep = np.zeros(count, bool)
-    seeds = _landmark_seeds(landmarks, alpha.shape)
     # A landmark on the person's edge may fall just outside the eroded core: look around it.
-    near = cv2.dilate(seeds, disc)
+    near = cv2.dilate(_landmark_seeds(landmarks, alpha.shape), disc)
     keep[np.unique(labels[(near > 0) & (core > 0)])] = True
     keep[0] = False
     if not keep.any():
         return alpha
-    kept = keep[labels].astype(np.uint8)
-    # Grow back inside the original matte (a geodesic dilation of a few steps is enough: the
-    # erosion removed at most r pixels of real outline).
-    grown = kept
+    # Grow back inside the original matte (a few geodesic dilation steps: the erosion removed at
+    # most r pixels of real outline).
+    grown = keep[labels].astype(np.uint8)
     for _ in range(3):
         grown = cv2.dilate(grown, disc) & solid
-    soft = cv2.dilate(grown, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (5, 5)))
+    soft = cv2.dilate(grown, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (5, 5))).astype(np.float32)
     return alpha * soft
 
 
