@@ -149,6 +149,11 @@ _HEADLINES = (
     ("infill_ms_per_frame_cpu", "{:.4g} ms/frame CPU"),
     ("forward_speedup_vs_stock_sparse50", "sparse attention 0.5 (experimental): forward {:.3g}x stock"),
     ("forward_speedup_vs_stock_sparse30", "0.3: {:.3g}x"),
+    ("warp.aggregate.pck_body.mean", "warp pose pck (head, torso, arms) mean {:.3f}"),
+    ("warp.aggregate.motion_energy_ratio.mean", "motion energy mean {:.3f}"),
+    ("wan_animate_tiny.render.pose_fidelity.pck_body", "wan-animate tiny (random weights) pck {:.3f}"),
+    ("portraits.astronaut.medium.before.halo_width_px", "astronaut matte halo {:.2f} px"),
+    ("portraits.astronaut.medium.after.halo_width_px", "cleaned {:.2f} px"),
 )
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.render.base import Backend, RenderSpec
-from newsmotion_engine.render.fidelity import FidelityConfig, measure_render
+from newsmotion_engine.render.fidelity import FidelityConfig, measure_render, rest_frame
 from newsmotion_engine.render.retarget import retarget
 from newsmotion_engine.render.telemetry import RenderProvenance, RenderTelemetry
 from newsmotion_engine.video.encode import VideoEncoder, check_output_folder
@@ -142,8 +142,10 @@ def render_clip(
     if fidelity is None:
         pose_fidelity, pose_reason = None, "not requested (render_clip called without a fidelity configuration)"
     else:
+        rest = rest_frame(persona.portrait, persona.person_mask, spec.width, spec.height, spec.background)
         pose_fidelity, pose_reason = measure_render(
-            out_path, retargeted, persona.landmarks, portrait_hw=(int(portrait_hw[0]), int(portrait_hw[1])), config=fidelity
+            out_path, retargeted, persona.landmarks, portrait_hw=(int(portrait_hw[0]), int(portrait_hw[1])),
+            config=fidelity, rest=rest,
         )
     telemetry = RenderTelemetry(
         persona_id=getattr(persona, "persona_id", None),

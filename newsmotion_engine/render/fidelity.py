@@ -33,6 +33,15 @@ Figures (all in output pixels):
   joints that barely move). ``None`` when the loop barely moves those joints (below
   :data:`MIN_INTENDED_MOTION_PX` per joint-frame) or nothing was found.
 
+Calibration. The persona's landmarks were found on the portrait as a whole; the extractor reading
+a rendered frame (a tighter medium shot, the body cut at the chest) places some joints elsewhere
+even when nothing moved: measured on the sample astronaut, its shoulders 30-100 px off the
+stored landmarks at rest. That is the extractor's disagreement, not the backend's, so before
+comparing, the persona at rest as a backend shows it (:func:`rest_frame`) is read once and each
+joint's offset (extractor at rest minus the landmark) is subtracted from that joint's readings:
+a render that follows exactly scores 1 whatever the extractor's bias on this appearance. The
+uncalibrated figures are kept in ``calibration["raw"]``.
+
 Where the persona canvas lands in the output frame is the placement every backend shares
 (:func:`newsmotion_engine.render.warp.place_portrait`: scaled to fit, centred, bottom-anchored).
 
@@ -75,6 +84,7 @@ __all__ = [
     "frame_placement",
     "torso_normalizer",
     "fidelity_problems",
+    "rest_frame",
 ]
 
 # Bump when a figure's definition changes (part of every record).
@@ -170,6 +180,26 @@ def torso_normalizer(rest_px: np.ndarray, rest_ok: np.ndarray) -> dict[str, Any]
     return None
 
 
+def rest_frame(portrait: np.ndarray, person_mask: np.ndarray, width: int, height: int, background: tuple[int, int, int]) -> np.ndarray:
+    """The persona at rest as a backend shows it on a ``width`` x ``height`` frame: the portrait
+    composited over ``background`` with its matte, at the shared placement. RGB uint8."""
+    import cv2
+
+    ox, oy, w, h = frame_placement(np.asarray(portrait).shape[:2], width, height)
+    alpha = np.asarray(person_mask, np.float32)[..., None] / 255.0
+    bg = np.array(background, np.float32)
+    comp = np.asarray(portrait, np.float32) * alpha + bg * (1.0 - alpha)
+    size = (max(1, round(w)), max(1, round(h)))
+    small = cv2.resize(comp, size, interpolation=cv2.INTER_AREA if size[0] < comp.shape[1] else cv2.INTER_LINEAR)
+    frame = np.empty((height, width, 3), np.float32)
+    frame[:] = bg
+    x0, y0 = int(round(ox)), int(round(oy))
+    xs, ys = max(0, x0), max(0, y0)
+    xe, ye = min(width, x0 + size[0]), min(height, y0 + size[1])
+    frame[ys:ye, xs:xe] = small[ys - y0 : ye - y0, xs - x0 : xe - x0]
+    return np.clip(frame + 0.5, 0, 255).astype(np.uint8)
+
+
 def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(float(value), digits)
 
@@ -263,10 +293,14 @@ def measure_frames(
     config: FidelityConfig = FidelityConfig(),
     detector: Detector,
     extractor: str = "custom",
+    rest_frame: np.ndarray | None = None,
+    rest_detector: Detector | None = None,
 ) -> tuple[PoseFidelity | None, str | None]:
     """Measure frames (RGB uint8, in order; the clip's) against ``intended`` [T, 133, 3]
     (normalized to the persona canvas, ``portrait_hw`` = its (height, width)) with ``detector``.
-    Returns ``(PoseFidelity, None)`` or ``(None, reason)``."""
+    ``rest_frame``: the persona at rest as a backend would show it (:func:`rest_frame`), read by
+    ``rest_detector`` (default ``detector``) to calibrate the extractor (see the module docstring);
+    ``None``: no calibration. Returns ``(PoseFidelity, None)`` or ``(None, reason)``."""
     started = time.perf_counter()
     intended = np.asarray(intended, np.float64)
     lm = np.asarray(persona_landmarks, np.float64)
@@ -304,7 +338,27 @@ def measure_frames(
     det_ok = det[..., 2] >= DETECTED_CONFIDENCE
     if not compare.any():
         return None, "no joint of the compared parts is visible in the persona and asked for by the loop"
-    figures = score_pose(det_px, det_ok, want_px, compare, normalizer, alpha=config.alpha)
+    raw = score_pose(det_px, det_ok, want_px, compare, normalizer, alpha=config.alpha)
+    offset = np.zeros((NUM_KEYPOINTS, 2))
+    calibrated = np.zeros(NUM_KEYPOINTS, bool)
+    if rest_frame is not None:
+        rest = np.asarray((rest_detector or detector).detect(rest_frame), np.float64)
+        rest_found = (rest[:, 2] >= DETECTED_CONFIDENCE) & rest_ok
+        rest_det_px = rest[:, :2] * np.array([rest_frame.shape[1], rest_frame.shape[0]], np.float64)
+        rest_det_px = rest_det_px * np.array([width / rest_frame.shape[1], height / rest_frame.shape[0]])
+        offset[rest_found] = rest_det_px[rest_found] - rest_px[rest_found]
+        calibrated = rest_found
+    figures = score_pose(det_px - offset[None], det_ok, want_px, compare, normalizer, alpha=config.alpha)
+    comp_idx = np.asarray([i for idx in PARTS.values() for i in idx])
+    compared_joints = compare.any(axis=0)
+    calibration = {
+        "rest_frame": rest_frame is not None,
+        "joints_calibrated": int((calibrated & compared_joints)[comp_idx].sum()),
+        "mean_offset_px": _round(float(np.linalg.norm(offset[calibrated & compared_joints], axis=-1).mean()), 2)
+        if (calibrated & compared_joints).any() else None,
+        "raw": {k: raw[k] for k in ("pck", "pck_body", "mean_px", "motion_energy_ratio")},
+        "raw_per_part_pck": {name: part["pck"] for name, part in raw["per_part"].items()},
+    }
     energy = figures["motion_energy_ratio"]
     pck_body = figures["pck_body"]
     meets = pck_body is not None and pck_body >= TARGET_PCK and energy is not None and energy >= TARGET_MOTION_ENERGY
@@ -325,6 +379,7 @@ def measure_frames(
             joints=figures["joints"],
             detected_fraction=figures["detected_fraction"],
             extractor=extractor,
+            calibration=calibration,
             targets={"pck_body": TARGET_PCK, "motion_energy_ratio": TARGET_MOTION_ENERGY, "parts": list(TARGET_PARTS)},
             meets_targets=bool(meets),
             seconds=round(time.perf_counter() - started, 3),
@@ -341,6 +396,7 @@ def measure_render(
     portrait_hw: tuple[int, int],
     config: FidelityConfig = FidelityConfig(),
     detector_factory: Callable[[], Any] | None = None,
+    rest: np.ndarray | None = None,
 ) -> tuple[PoseFidelity | None, str | None]:
     """Measure a rendered mp4 against the keypoints it was asked to follow.
 
@@ -352,6 +408,8 @@ def measure_render(
         portrait_hw: the persona canvas' (height, width).
         config: stride and PCK alpha; ``enabled=False`` returns ``(None, "turned off ...")``.
         detector_factory: a context-manager detector; default mediapipe holistic (video mode).
+        rest: the persona at rest at the clip's size (:func:`rest_frame`), for the calibration;
+            read by a still-image detector (``None``: uncalibrated).
 
     Returns:
         ``(PoseFidelity, None)``, or ``(None, reason)`` when it was not measured: turned off,
@@ -375,10 +433,19 @@ def measure_render(
         return None, f"the pose extractor could not start ({type(exc).__name__}: {exc})"
     try:
         with detector:
-            return measure_frames(
-                iter_frames(video_path), intended, persona_landmarks, portrait_hw=portrait_hw,
-                config=config, detector=detector, extractor=extractor,
-            )  # fmt: skip
+            rest_detector = None
+            if rest is not None and extractor != "custom":
+                from newsmotion_engine.guidance.holistic import HolisticDetector
+
+                rest_detector = HolisticDetector(static_image_mode=True)  # an unrelated still
+            try:
+                return measure_frames(
+                    iter_frames(video_path), intended, persona_landmarks, portrait_hw=portrait_hw,
+                    config=config, detector=detector, extractor=extractor, rest_frame=rest, rest_detector=rest_detector,
+                )  # fmt: skip
+            finally:
+                if rest_detector is not None:
+                    rest_detector.close()
     except NewsmotionError as exc:
         return None, f"the clip could not be read back ({exc})"
 

@@ -89,7 +89,9 @@ class PoseFidelity:
     detected joints from their intended position; ``motion_energy_ratio``: rendered joint motion
     over intended joint motion (head, torso, arms); ``normalizer``: ``{"kind": "torso" |
     "shoulder_width" | "head", "px": ...}``; ``frames_compared`` of ``frames`` (every ``stride``-th
-    frame); ``detected_fraction``: share of visible joint-frames the extractor found at all.
+    frame); ``detected_fraction``: share of visible joint-frames the extractor found at all;
+    ``calibration``: the extractor's per-joint offsets at rest were subtracted (see the fidelity
+    module), with the uncalibrated figures under ``"raw"``.
     """
 
     version: int
@@ -107,6 +109,7 @@ class PoseFidelity:
     joints: int
     detected_fraction: float
     extractor: str
+    calibration: dict[str, Any]
     targets: dict[str, Any]
     meets_targets: bool
     seconds: float

@@ -63,7 +63,8 @@ def test_fidelity_problems_name_what_is_missed():
     pf = PoseFidelity(
         version=1, pck=0.95, pck_body=0.95, per_part={}, mean_px=2.0, motion_energy_ratio=0.9,
         normalizer={"kind": "torso", "px": 300.0}, alpha=0.05, threshold_px=15.0, frames=120, frames_compared=30,
-        stride=4, joints=20, detected_fraction=1.0, extractor="x", targets={}, meets_targets=True, seconds=1.0,
+        stride=4, joints=20, detected_fraction=1.0, extractor="x", calibration={}, targets={}, meets_targets=True,
+        seconds=1.0,
     )  # fmt: skip
     assert fidelity_problems(pf) == []
     low = dataclasses.replace(pf, pck_body=0.5, motion_energy_ratio=0.1)

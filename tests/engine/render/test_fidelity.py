@@ -186,3 +186,30 @@ def test_render_clip_records_pose_fidelity_measured_on_its_own_mp4(monkeypatch, 
     assert tele.row()["pose_pck"] == 0.0
     plain = render_clip(loop, persona, backend, RenderSpec(W, H), tmp_path / "d.mp4")
     assert plain.pose_fidelity is None and plain.pose_fidelity_reason.startswith("not requested")
+
+
+def test_calibration_removes_the_extractors_bias_at_rest(synth):
+    """An extractor that reads every joint 30 px to the right: raw PCK fails, calibrated it is 1."""
+    want = intended_loop(synth)
+    p = px(want)
+    rest_code = len(want)  # the rest frame carries its own index code
+    answers = np.concatenate([p, p[:1]]) + np.array([30.0, 0.0])
+    rest = next(frames(rest_code + 1 - rest_code))
+    rest[0, 0, 0], rest[0, 0, 1] = rest_code % 256, rest_code // 256
+    result, _ = measure_frames(frames(24), want, want[0], portrait_hw=(H, W), config=FidelityConfig(stride=1),
+                               detector=ReplayDetector(answers), rest_frame=rest)  # fmt: skip
+    assert result.pck_body == 1.0 and result.mean_px == pytest.approx(0.0, abs=1e-6)
+    assert result.calibration["raw"]["pck_body"] == 0.0 and result.calibration["mean_offset_px"] == pytest.approx(30.0)
+    uncalibrated, _ = measure_frames(frames(24), want, want[0], portrait_hw=(H, W), config=FidelityConfig(stride=1),
+                                     detector=ReplayDetector(answers))  # fmt: skip
+    assert uncalibrated.pck_body == 0.0 and not uncalibrated.calibration["rest_frame"]
+
+
+def test_rest_frame_is_the_persona_at_the_shared_placement(synth):
+    persona = synth.make_persona(W, H)
+    frame = fid.rest_frame(persona.portrait, persona.person_mask, W * 2, H * 2, (0, 177, 64))
+    assert frame.shape == (H * 2, W * 2, 3)
+    solid = persona.person_mask > 250
+    y, x = np.argwhere(solid)[len(np.argwhere(solid)) // 2]
+    assert np.abs(frame[2 * y, 2 * x].astype(int) - persona.portrait[y, x]).max() < 40
+    assert tuple(frame[0, 0]) == (0, 177, 64) or persona.person_mask[0, 0] < 5

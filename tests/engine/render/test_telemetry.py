@@ -89,7 +89,8 @@ def _fidelity(**changes):
         version=1, pck=0.93, pck_body=0.91, per_part={"head": {"pck": 1.0, "mean_px": 2.0, "joints": 5}},
         mean_px=3.2, motion_energy_ratio=0.85, normalizer={"kind": "shoulder_width", "px": 300.0}, alpha=0.05,
         threshold_px=15.0, frames=120, frames_compared=30, stride=4, joints=77, detected_fraction=0.99,
-        extractor="mediapipe-holistic 0.10.21", targets={"pck_body": 0.9, "motion_energy_ratio": 0.8},
+        extractor="mediapipe-holistic 0.10.21", calibration={"rest_frame": True, "raw": {}},
+        targets={"pck_body": 0.9, "motion_energy_ratio": 0.8},
         meets_targets=True, seconds=2.0,
     )  # fmt: skip
     return dataclasses.replace(base, **changes)
