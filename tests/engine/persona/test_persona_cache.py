@@ -111,8 +111,10 @@ def test_astronaut_arrays(astronaut):
     # The block is the astronaut scaled up: compare against a plain resize.
     import cv2
 
+    # (Semi-transparent edge pixels carry their estimated foreground colour instead: left out.)
     ref = cv2.resize(data.astronaut(), (720, 720), interpolation=cv2.INTER_LANCZOS4)
-    assert np.abs(np.asarray(astronaut.portrait[560:], np.int16) - ref).mean() < 1.0
+    untouched = np.isin(np.asarray(astronaut.person_mask[560:]), (0, 255))
+    assert np.abs(np.asarray(astronaut.portrait[560:], np.int16) - ref)[untouched].mean() < 1.0
 
 
 def test_astronaut_landmarks_on_canvas(astronaut):
