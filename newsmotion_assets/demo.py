@@ -164,6 +164,11 @@ _HEADLINES = (
     ("clip_120f_720p_s_experimental", "with approximations (experimental) {:.3g} s"),
     ("queue.throughput_ratio", "batch queue pipelined {:.3g}x serial"),
     ("subprocess_overhead_s_per_step", "subprocess launcher: +{:.2g} s per render step"),
+    ("warp.aggregate.pck_body.mean", "warp pose pck (head, torso, arms) mean {:.3f}"),
+    ("warp.aggregate.motion_energy_ratio.mean", "motion energy mean {:.3f}"),
+    ("wan_animate_tiny.render.pose_fidelity.pck_body", "wan-animate tiny (random weights) pck {:.3f}"),
+    ("portraits.astronaut.medium.before.halo_width_px", "astronaut matte halo {:.2f} px"),
+    ("portraits.astronaut.medium.after.halo_width_px", "cleaned {:.2f} px"),
 )
 
 

@@ -250,7 +250,7 @@ def context_report(context) -> _ContextReport:
 
 def backend_args(
     command: Sequence[str], *, backend: str, options: dict[str, Any], width: int, height: int, fps: int,
-    background: str, launcher: str,
+    background: str, launcher: str, keyframes: int = 1, fidelity: bool = True, fidelity_stride: int = 4,
 ) -> Callable[[Storage], list[str]]:  # fmt: skip
     """The engine command line for ``command`` (``["render", "P/L", ...]`` or ``["prepare",
     "--kind", K, ID, ...]``) with the backend, its options and the spec; the storage root is the
@@ -261,7 +261,9 @@ def backend_args(
         return [
             command[0], "--storage", str(store.root), "--backend", backend, "--options", json.dumps(options, sort_keys=True),
             "--width", str(width), "--height", str(height), "--fps", str(fps), "--background", background,
-            "--launcher", LAUNCHERS[launcher], *command[1:],
+            "--keyframes", str(keyframes), "--launcher", LAUNCHERS[launcher],
+            *(([] if fidelity else ["--no-fidelity"]) + ["--fidelity-stride", str(fidelity_stride)] if command[0] == "render" else []),
+            *command[1:],
         ]  # fmt: skip
 
     return args

@@ -26,6 +26,7 @@ from newsmotion_assets.launchers import (
 from newsmotion_engine.render import Backend, RenderSpec, get_backend
 from newsmotion_engine.render.prepare import PreparedCaches, prepare_backend_caches
 from newsmotion_engine.render.telemetry import RenderTelemetry
+from newsmotion_engine.render.fidelity import FidelityConfig
 from newsmotion_engine.storage import Storage
 
 
@@ -91,11 +92,15 @@ class RendererResource(dg.ConfigurableResource):
     keep_warm: bool = False
     launcher: str = "in-process"
     k8s: K8sPodConfig = K8sPodConfig()
+    # Pose fidelity measured on each clip (needs mediapipe; without it the telemetry says so).
+    fidelity: bool = True
+    fidelity_stride: int = 4
 
     _backend: Backend | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self.spec()  # a bad size/fps fails here, before anything loads
+        self.fidelity_config()  # a bad stride fails here, before anything loads
         if self.active_launcher == "in-process":
             self._backend = self._load()
 
@@ -117,7 +122,7 @@ class RendererResource(dg.ConfigurableResource):
         if launcher == "in-process":
             backend, spec = self.loaded, self.spec()
             for persona_id, loop_id in pairs:
-                yield render_persona_loop(store, persona_id, loop_id, backend, spec)
+                yield render_persona_loop(store, persona_id, loop_id, backend, spec, fidelity=self.fidelity_config())
             return
         self.spec()  # fail on a bad size before a process starts
         args = self._engine_args(launcher, ["render", *(f"{p}/{l}" for p, l in pairs)])
@@ -163,7 +168,8 @@ class RendererResource(dg.ConfigurableResource):
     def _engine_args(self, launcher: str, command: list[str]):
         return backend_args(
             command, backend=self.backend, options=self.options, width=self.width, height=self.height, fps=self.fps,
-            background=self.background, launcher=launcher,
+            background=self.background, launcher=launcher, keyframes=self.keyframes, fidelity=self.fidelity,
+            fidelity_stride=self.fidelity_stride,
         )  # fmt: skip
 
     def _load(self) -> Backend:
@@ -188,6 +194,9 @@ class RendererResource(dg.ConfigurableResource):
         from newsmotion_engine.render.queue import render_queue
 
         return render_queue(self.loaded, jobs, **kwargs)
+
+    def fidelity_config(self) -> FidelityConfig:
+        return FidelityConfig(enabled=self.fidelity, stride=self.fidelity_stride)
 
     def spec(self) -> RenderSpec:
         return RenderSpec(width=self.width, height=self.height, fps=self.fps, background=self.background,

@@ -29,7 +29,7 @@ from newsmotion_engine.errors import BadInputError, InvalidIdError
 from newsmotion_engine.guidance import palette
 from newsmotion_engine.guidance.cache import VIDEO_SUFFIXES, load_guidance, loop_source
 from newsmotion_engine.ids import slugify, validate_id
-from newsmotion_engine.persona.cache import image_source, load_persona, persona_params
+from newsmotion_engine.persona.cache import current_params, image_source, load_persona
 from newsmotion_engine.persona.image import probe_portrait, read_portrait
 from newsmotion_engine.persona.sources import (
     PORTRAIT_SUFFIXES,
@@ -237,7 +237,7 @@ def _reject_inbox_file(context, store: Storage, path: Path, reason: str) -> None
 def _persona_built_from(store: Storage, persona_id: str, path: Path) -> bool:
     """Whether ``persona_id``'s cache is current and was built from the portrait at ``path``."""
     state, _, _ = load_status(
-        lambda: load_persona(store, persona_id, expected_source=image_source(path), expected_params=persona_params())
+        lambda: load_persona(store, persona_id, expected_source=image_source(path), expected_params=current_params(store, persona_id))
     )
     return state == "valid"
 

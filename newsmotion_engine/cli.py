@@ -201,15 +201,18 @@ def persona_add(
     image: Annotated[Path, typer.Argument(help="Portrait: jpg, png or webp (waist-up, ideally on chroma green).")],
     persona_id: Annotated[str, typer.Option("--id", help="Persona id (a slug).")],
     force: Annotated[bool, typer.Option("--force", help="Rebuild, or replace a persona made from another portrait.")] = False,
+    framing: Annotated[Optional[str], typer.Option("--framing", help=FRAMING_HELP)] = None,
 ) -> None:
-    """Normalize a portrait once: matte, face mask, landmarks -> a memory-mappable persona cache."""
+    """Normalize a portrait once: framing, matte, face mask, landmarks -> a memory-mappable persona cache."""
     from newsmotion_engine.persona.sources import add_persona
 
     store = Storage.from_env()
+    check_framing(framing)
     with progress_bar() as bar:
         task = bar.add_task(f"persona {persona_id}", total=None)
         cache, rebuilt = add_persona(
-            store, image, persona_id, force=force, progress=lambda d, t: bar.update(task, completed=d, total=t)
+            store, image, persona_id, force=force, framing=framing,
+            progress=lambda d, t: bar.update(task, completed=d, total=t),
         )
     console.print(
         f"persona [bold]{persona_id}[/]: {'built' if rebuilt else 'current, reused'}; matte {cache.matte_method}; "
@@ -217,6 +220,19 @@ def persona_add(
     )
     for note in photo_notes(cache.metadata):
         console.print(f"  {note}")
+
+
+FRAMING_HELP = (
+    "medium (default: head top at 10% of the frame, shoulders centred, down to the photo's cut), "
+    "wide (the photo's whole width) or as-is (fit, bottom-centre); default: the persona's current framing"
+)
+
+
+def check_framing(framing: str | None) -> None:
+    from newsmotion_engine.persona.image import FRAMINGS
+
+    if framing is not None and framing not in FRAMINGS:
+        raise click.BadParameter(f"{framing!r} is not one of {', '.join(FRAMINGS)}", param_hint="--framing")
 
 
 def photo_notes(metadata: dict[str, Any]) -> list[str]:
@@ -230,6 +246,12 @@ def photo_notes(metadata: dict[str, Any]) -> list[str]:
         notes.append(f"the photo was {describe_turns(turns)}: turned upright")
     if metadata.get("out_of_view"):
         notes.append(f"outside the photo (not visible): {', '.join(metadata['out_of_view'])}")
+    framing = metadata.get("framing") or {}
+    if framing.get("limited_by") == "upscale":
+        notes.append(
+            f"framing {framing.get('mode')}: the photo is too small to put the head at the headroom line "
+            f"without enlarging it past the limit; head top at {framing.get('headroom', 0):.0%} of the frame"
+        )
     return notes
 
 
@@ -238,12 +260,14 @@ def persona_build(
     personas: Annotated[Optional[list[str]], typer.Argument(help="Persona ids (default with --all: every kept portrait).")] = None,
     all_personas: Annotated[bool, typer.Option("--all", help="Build every persona with a kept source portrait.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even when the cache is current.")] = False,
+    framing: Annotated[Optional[str], typer.Option("--framing", help=FRAMING_HELP)] = None,
 ) -> None:
     """Build (or reuse when current) persona caches from their kept portraits in personas/sources/."""
     from newsmotion_engine.persona.cache import ensure_persona, persona_source_image
     from newsmotion_engine.persona.sources import source_persona_ids
 
     store = Storage.from_env()
+    check_framing(framing)
     ids = selected_ids(
         "persona", personas, all_personas, lambda: source_persona_ids(store), lambda i: persona_source_image(store, i)
     )
@@ -252,7 +276,8 @@ def persona_build(
         for persona_id in ids:
             task = bar.add_task(f"persona {persona_id}", total=None)
             cache, built = ensure_persona(
-                store, persona_id, force=force, progress=lambda d, t, task=task: bar.update(task, completed=d, total=t)
+                store, persona_id, force=force, framing=framing,
+                progress=lambda d, t, task=task: bar.update(task, completed=d, total=t),
             )
             bar.update(task, visible=False)
             table.add_row(
@@ -304,6 +329,10 @@ def persona_show(
     table.add_row("visible parts", ", ".join(cache.visible_parts))
     table.add_row("coverage", ", ".join(f"{k} {v:.1%}" for k, v in meta.get("coverage", {}).items()))
     table.add_row("source size", str(meta.get("source_size")))
+    framing = meta.get("framing") or {}
+    table.add_row("framing", f"{framing.get('mode', '-')} (scale {framing.get('scale', '-')}, head top at "
+                  f"{framing.get('headroom') if framing.get('headroom') is not None else '-'} of the height"
+                  + (", limited by the upscale limit" if framing.get("limited_by") else "") + ")")
     table.add_row("orientation", describe_turns(int((meta.get("source_image") or {}).get("upright_rotation_ccw", 0)) // 90))
     table.add_row("outside the photo", ", ".join(meta.get("out_of_view") or []) or "-")
     table.add_row("created", str(meta.get("created_at")))
@@ -410,6 +439,73 @@ def bench_warp_cmd(
     from newsmotion_engine.bench.suites import run_suite
 
     write_result(run_suite("warp", log=lambda m: console.print(f"[dim]{m}[/]")), json_path)
+
+
+@bench_app.command("matte")
+def bench_matte_cmd(
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here.")] = None,
+) -> None:
+    """Matte cleanliness on the sample portraits, before and after cleaning: matte outside the
+    person region, background fragments, edge halo width."""
+    from newsmotion_engine.bench.suites import run_suite
+
+    result = run_suite("matte", json_path, log=lambda m: console.print(f"[dim]{m}[/]"))
+    if json_path is not None:
+        console.print(f"wrote {json_path}")
+    table = Table("portrait", "framing", "outside before", "outside after", "fragments", "halo px before", "halo px after")
+    for name, by_framing in result["portraits"].items():
+        for framing, row in by_framing.items():
+            if not isinstance(row, dict) or "before" not in row:
+                continue
+            b, a = row["before"], row["after"]
+            table.add_row(name, framing, f"{b['outside_fraction']:.4f}", f"{a['outside_fraction']:.4f}",
+                          f"{b['fragments']} -> {a['fragments']}", f"{b['halo_width_px']:.2f}", f"{a['halo_width_px']:.2f}")  # fmt: skip
+    console.print(table)
+
+
+@bench_app.command("fidelity")
+def bench_fidelity_cmd(
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here.")] = None,
+    sheets: Annotated[Optional[Path], typer.Option("--sheets", help="Also write a contact sheet PNG per portrait into this folder.")] = None,
+    portrait: Annotated[Optional[list[str]], typer.Option("--portrait", help="Sample portrait (repeatable; default all).")] = None,
+    loop: Annotated[Optional[list[str]], typer.Option("--loop", help="Canonical loop (repeatable; default all 7).")] = None,
+    stride: Annotated[int, typer.Option(help="Compare every N-th frame.")] = 4,
+    wan: Annotated[bool, typer.Option("--wan/--no-wan", help="Also the wan-animate tiny baseline render.")] = True,
+) -> None:
+    """Pose fidelity of every loop on every sample portrait (warp), plus the wan-animate tiny
+    baseline; the aggregate against the targets (pck >= 0.9, motion energy >= 0.8)."""
+    from newsmotion_engine.bench.fidelity import bench_fidelity
+    from newsmotion_engine.bench.suites import private_storage
+    from newsmotion_engine.render.fidelity import mediapipe_available
+
+    if not mediapipe_available():
+        raise NewsmotionError("bench fidelity needs mediapipe (its holistic extractor re-reads the renders)")
+    with private_storage() as store:
+        result = bench_fidelity(store, portraits=portrait, loops=loop, stride=stride, wan_tiny=wan, sheets=sheets,
+                                log=lambda m: console.print(f"[dim]{m}[/]"))  # fmt: skip
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = json_path.with_name(f".{json_path.name}.tmp")
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+        tmp.replace(json_path)
+        console.print(f"wrote {json_path}")
+    table = Table("portrait", "loop", "backend", "pck body", "pck", "motion energy", "mean px")
+    rows = result["warp"]["renders"] + ([result["wan_animate_tiny"]["render"]] if result["wan_animate_tiny"] else [])
+    for row in rows:
+        pf = row["pose_fidelity"] or {}
+        table.add_row(row["portrait"], row["loop"], row["backend"], *(cell(pf.get(k)) for k in ("pck_body", "pck", "motion_energy_ratio", "mean_px")))
+    console.print(table)
+    agg = result["warp"]["aggregate"]
+    console.print(
+        f"warp: {agg['meets_both']}/{agg['renders']} renders meet both targets; mean pck_body "
+        f"{cell((agg['pck_body'] or {}).get('mean'))}, mean motion energy {cell((agg['motion_energy_ratio'] or {}).get('mean'))}"
+    )
+
+
+def cell(value: Any) -> str:
+    from newsmotion_engine.render.telemetry import cell_text
+
+    return cell_text(value)
 
 
 @bench_app.command("gpu")
@@ -519,6 +615,8 @@ def render_cmd(
     keyframes: Annotated[int, typer.Option(help="Generate every N-th frame and infill the rest by optical flow (1 = every frame).")] = 1,
     option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="Backend option KEY=VALUE (JSON value), repeatable.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Render even when the clip is current (same inputs).")] = False,
+    fidelity: Annotated[bool, typer.Option("--fidelity/--no-fidelity", help="Measure pose fidelity on the clip (needs mediapipe).")] = True,
+    fidelity_stride: Annotated[int, typer.Option(help="Pose fidelity: compare every N-th frame.")] = 4,
 ) -> None:
     """Render one loop performed by one persona to an mp4 (+ telemetry JSON beside it).
 
@@ -526,10 +624,15 @@ def render_cmd(
     functions the Dagster cache assets call; a clip whose inputs did not change is not rendered again.
     """
     from newsmotion_engine.render import RenderSpec, get_backend
+    from newsmotion_engine.render.fidelity import FidelityConfig
     from newsmotion_engine.render.job import check_render_request, ensure_render_inputs, render_persona_loop
 
     store = Storage.from_env()
     spec = RenderSpec(width=width, height=height, fps=fps, background=background, keyframes=keyframes)
+    try:
+        fidelity_config = FidelityConfig(enabled=fidelity, stride=fidelity_stride)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--fidelity-stride") from None
     if out is not None and out.suffix.lower() != ".mp4":
         raise BadInputError(out, "output must be an .mp4 file")
     engine = get_backend(backend, **parse_options(option or []))
@@ -541,7 +644,7 @@ def render_cmd(
             task = bar.add_task(f"{persona} x {loop} ({backend})", total=None)
             tele = render_persona_loop(
                 store, persona, loop, engine, spec, inputs=inputs, out_path=out, force=force,
-                progress=lambda d, t: bar.update(task, completed=d, total=t),
+                progress=lambda d, t: bar.update(task, completed=d, total=t), fidelity=fidelity_config,
             )
             if tele.outcome == "skipped":
                 bar.update(task, visible=False)
@@ -555,6 +658,15 @@ def render_cmd(
         f"{tele.fps_achieved:.1f} fps achieved, encoder {tele.encoder}"
         + (f", weights: {tele.weights}" if tele.weights else "")
     )
+    pf = tele.pose_fidelity
+    if pf is not None:
+        console.print(
+            f"pose fidelity: pck {cell(pf.pck_body)} (head, torso, arms; all parts {cell(pf.pck)}), motion energy "
+            f"{cell(pf.motion_energy_ratio)}, mean error {cell(pf.mean_px)} px over {pf.frames_compared} frames"
+            + ("" if pf.meets_targets else f" (targets: pck >= {pf.targets['pck_body']}, motion energy >= {pf.targets['motion_energy_ratio']})")
+        )
+    else:
+        console.print(f"pose fidelity: not measured ({tele.pose_fidelity_reason})")
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:

@@ -155,15 +155,20 @@ def render_command(
     background: str,
     launcher: str,
     force: bool = False,
+    keyframes: int = 1,
+    fidelity: bool = True,
+    fidelity_stride: int = 4,
 ) -> list[RenderTelemetry]:
     """Render every (persona, loop) pair with one loaded backend; report progress, the telemetry
     (as materialization metadata) and pose fidelity (as a check) through ``report``."""
     from newsmotion_engine.render import RenderSpec, get_backend
+    from newsmotion_engine.render.fidelity import FidelityConfig
     from newsmotion_engine.render.job import render_persona_loop
     from newsmotion_engine.storage import Storage
 
     store = Storage(storage_root) if storage_root else Storage.from_env()
-    spec = RenderSpec(width=width, height=height, fps=fps, background=background)
+    spec = RenderSpec(width=width, height=height, fps=fps, background=background, keyframes=keyframes)
+    fidelity_config = FidelityConfig(enabled=fidelity, stride=fidelity_stride)
     report.log(f"{launcher}: loading backend {backend_name} (pid {os.getpid()}, storage {store.root})")
     backend = get_backend(backend_name, **options)
     records: list[RenderTelemetry] = []
@@ -172,7 +177,7 @@ def render_command(
         for persona_id, loop_id in pairs:
             report.log(f"{persona_id} x {loop_id}: rendering {width}x{height} @ {fps} fps with {backend_name}")
             tele = render_persona_loop(
-                store, persona_id, loop_id, backend, spec, force=force, launcher=launcher,
+                store, persona_id, loop_id, backend, spec, force=force, launcher=launcher, fidelity=fidelity_config,
                 progress=_progress(report, f"{persona_id} x {loop_id}"),
             )  # fmt: skip
             records.append(tele)
@@ -202,7 +207,7 @@ def _progress(report: Report, label: str):
 
 def prepare_command(
     report: Report, *, storage_root: str | None, kind: str, ids: Sequence[str], backend_name: str, options: dict[str, Any],
-    width: int, height: int, fps: int, background: str, launcher: str,
+    width: int, height: int, fps: int, background: str, launcher: str, keyframes: int = 1,
 ) -> PreparedCaches:  # fmt: skip
     """Build the backend's sub-caches for loops or personas; report the
     :class:`~newsmotion_engine.render.prepare.PreparedCaches` record as materialization metadata
@@ -212,7 +217,7 @@ def prepare_command(
     from newsmotion_engine.storage import Storage
 
     store = Storage(storage_root) if storage_root else Storage.from_env()
-    spec = RenderSpec(width=width, height=height, fps=fps, background=background)
+    spec = RenderSpec(width=width, height=height, fps=fps, background=background, keyframes=keyframes)
     report.log(f"{launcher}: loading backend {backend_name} (pid {os.getpid()}, storage {store.root})")
     backend = get_backend(backend_name, **options)
     try:
@@ -262,6 +267,8 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument("pairs", nargs="+", type=_pair, metavar="PERSONA/LOOP")
     _backend_arguments(render)
     render.add_argument("--force", action="store_true", help="render even when the clip on disk is current")
+    render.add_argument("--no-fidelity", action="store_true", help="do not measure pose fidelity on the clips")
+    render.add_argument("--fidelity-stride", type=int, default=4, help="pose fidelity: every N-th frame re-extracted")
     prepare = commands.add_parser("prepare", help="build the backend's sub-caches for loops or personas")
     prepare.add_argument("ids", nargs="+", metavar="ID")
     prepare.add_argument("--kind", required=True, choices=KINDS, help="guidance (loops) or persona")
@@ -281,6 +288,7 @@ def _backend_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--height", type=int, default=1280)
     parser.add_argument("--fps", type=int, default=30)
     parser.add_argument("--background", default="#00B140")
+    parser.add_argument("--keyframes", type=int, default=1, help="sparse keyframes: generate every N-th frame (RenderSpec.keyframes)")
     parser.add_argument("--launcher", default="pipes-subprocess", choices=LAUNCHERS, help="recorded in the telemetry")
 
 
@@ -303,9 +311,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 storage_root=getattr(args, "storage", None), backend_name=getattr(args, "backend", None),
                 width=getattr(args, "width", None), height=getattr(args, "height", None), fps=getattr(args, "fps", None),
                 background=getattr(args, "background", None), launcher=getattr(args, "launcher", None),
+                keyframes=getattr(args, "keyframes", 1),
             )  # fmt: skip
             if args.command == "render":
-                render_command(report, pairs=args.pairs, options=_options(args.options), force=args.force, **backend)
+                render_command(report, pairs=args.pairs, options=_options(args.options), force=args.force,
+                               fidelity=not args.no_fidelity, fidelity_stride=args.fidelity_stride, **backend)  # fmt: skip
             elif args.command == "prepare":
                 prepare_command(report, kind=args.kind, ids=args.ids, options=_options(args.options), **backend)
             else:

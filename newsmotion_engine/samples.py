@@ -1,13 +1,34 @@
-"""Built-in sample material, made from scikit-image's public-domain astronaut photo (NASA), so a
-fresh machine can demo, test and benchmark without downloading anything."""
+"""Built-in sample material: real photos that ship inside installed packages (nothing is
+downloaded, nothing was drawn here), so a fresh machine can demo, test and benchmark offline.
+
+:data:`SAMPLE_PORTRAITS` are the sample anchors, each a different kind of portrait:
+
+- ``astronaut``: scikit-image's ``astronaut`` (NASA portrait of Eileen Collins, public domain),
+  waist-up and frontal, one arm holding a helmet, a flag and a model shuttle behind her;
+- ``camera``: scikit-image's ``camera`` (the "cameraman", grayscale, CC0 by the photographer Lav
+  Varshney), a man in profile with *both arms visible*, bent over a camera on a tripod, cut at
+  the thighs;
+- ``grace-hopper``: matplotlib's ``grace_hopper.jpg`` sample (US Navy portrait of Grace Hopper,
+  public domain), a head-and-shoulders headshot: no arms, no hips.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+__all__ = [
+    "SAMPLE_PORTRAITS",
+    "SamplePortrait",
+    "astronaut_rgb",
+    "sample_rgb",
+    "write_sample_portrait",
+    "moving_photo_frames",
+    "write_moving_photo_video",
+]
 
 
 def astronaut_rgb() -> np.ndarray:
@@ -15,6 +36,64 @@ def astronaut_rgb() -> np.ndarray:
     from skimage import data
 
     return np.ascontiguousarray(data.astronaut())
+
+
+def _camera_rgb() -> np.ndarray:
+    from skimage import data
+
+    gray = np.asarray(data.camera())
+    return np.ascontiguousarray(np.repeat(gray[:, :, None], 3, axis=2))
+
+
+def _grace_hopper_rgb() -> np.ndarray:
+    import matplotlib.cbook
+    from PIL import Image
+
+    with Image.open(matplotlib.cbook.get_sample_data("grace_hopper.jpg", asfileobj=False)) as img:
+        return np.ascontiguousarray(np.asarray(img.convert("RGB")))
+
+
+@dataclass(frozen=True)
+class SamplePortrait:
+    """One sample anchor: where the photo comes from, what kind of portrait it is, its loader."""
+
+    name: str
+    kind: str
+    origin: str
+    load: Callable[[], np.ndarray]
+
+
+SAMPLE_PORTRAITS: dict[str, SamplePortrait] = {
+    sample.name: sample
+    for sample in (
+        SamplePortrait("astronaut", "waist-up, frontal", "scikit-image data.astronaut() (NASA, public domain)", astronaut_rgb),
+        SamplePortrait("camera", "both arms visible, profile, grayscale", "scikit-image data.camera() (Lav Varshney, CC0)", _camera_rgb),
+        SamplePortrait(
+            "grace-hopper", "headshot (head and shoulders)", "matplotlib sample_data/grace_hopper.jpg (US Navy, public domain)",
+            _grace_hopper_rgb,
+        ),
+    )
+}
+
+
+def sample_rgb(name: str) -> np.ndarray:
+    """The RGB uint8 pixels of the sample portrait ``name`` (a key of :data:`SAMPLE_PORTRAITS`)."""
+    if name not in SAMPLE_PORTRAITS:
+        raise KeyError(f"unknown sample portrait {name!r}; known: {', '.join(SAMPLE_PORTRAITS)}")
+    return SAMPLE_PORTRAITS[name].load()
+
+
+def write_sample_portrait(name: str, folder: Path) -> Path:
+    """Write the sample portrait ``name`` as ``{folder}/{name}.png`` (atomically) and return it."""
+    import cv2
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    tmp = folder / f".{name}.tmp.png"
+    if not cv2.imwrite(str(tmp), cv2.cvtColor(sample_rgb(name), cv2.COLOR_RGB2BGR)):
+        raise OSError(f"could not write {tmp}")
+    tmp.replace(path)
+    return path
 
 
 @dataclass(frozen=True)

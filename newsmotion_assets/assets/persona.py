@@ -7,7 +7,6 @@ that cannot be used is rejected: moved to ``personas/rejected/`` with the reason
 removed.
 """
 
-
 import cv2
 import dagster as dg
 
@@ -19,8 +18,17 @@ from newsmotion_engine import cachedir
 from newsmotion_engine.errors import BadInputError, NewsmotionError
 from newsmotion_engine.guidance.draw import png_bytes
 from newsmotion_engine.persona.cache import ensure_persona, load_persona, persona_source_image
+from newsmotion_engine.persona.image import FRAMINGS
 from newsmotion_engine.persona.preview import preview_image
 from newsmotion_engine.persona.sources import reject_source
+
+
+class PersonaConfig(dg.Config):
+    """``framing``: ``medium`` (broadcast medium shot: head top at 10% of the frame, shoulders
+    centred), ``wide`` (the photo's whole width) or ``as-is`` (fit, bottom-centre); unset keeps the
+    persona's current framing (``medium`` for a new one). Another framing rebuilds the cache."""
+
+    framing: str | None = None
 
 
 @dg.asset(
@@ -32,7 +40,7 @@ from newsmotion_engine.persona.sources import reject_source
     "storage/motion/persona_caches/{persona}/. Source portrait: storage/personas/sources/{persona}.*; "
     "a portrait that cannot be used moves to storage/personas/rejected/ and the persona is removed.",
 )
-def persona_cache(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
+def persona_cache(context: dg.AssetExecutionContext, config: PersonaConfig, storage: StorageResource) -> dg.MaterializeResult:
     store = storage.store
     persona_id = context.partition_key
     sweep_temp_files(context, store)
@@ -40,8 +48,10 @@ def persona_cache(context: dg.AssetExecutionContext, storage: StorageResource) -
         source = persona_source_image(store, persona_id)
     except NewsmotionError as exc:  # no kept portrait: `newsmotion persona add` it first
         raise bad_input(context, exc, persona=persona_id) from None
+    if config.framing is not None and config.framing not in FRAMINGS:
+        raise dg.Failure(description=f"framing {config.framing!r} is not one of {', '.join(FRAMINGS)}", allow_retries=False)
     try:
-        cache, built = ensure_persona(store, persona_id, image=source)
+        cache, built = ensure_persona(store, persona_id, image=source, framing=config.framing)
     except BadInputError as exc:
         # The portrait itself is unusable (no person, damaged file): retrying cannot help, so the
         # persona stops existing instead of lingering as a partition with missing renders.
@@ -66,6 +76,8 @@ def persona_cache(context: dg.AssetExecutionContext, storage: StorageResource) -
             "matte_method": cache.matte_method,
             "visible_parts": ", ".join(cache.visible_parts),
             "outside_the_photo": ", ".join(cache.metadata.get("out_of_view") or []) or "-",
+            "framing": str((cache.metadata.get("framing") or {}).get("mode", "-")),
+            "head_top_fraction": float((cache.metadata.get("framing") or {}).get("headroom") or 0.0),
             "turned_upright_deg_ccw": int((cache.metadata.get("source_image") or {}).get("upright_rotation_ccw", 0)),
             **{f"coverage_{k}": round(float(v), 4) for k, v in coverage.items()},
             "bytes": dg.MetadataValue.int(cachedir.cache_bytes(cache.path)),

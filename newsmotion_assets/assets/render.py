@@ -100,6 +100,10 @@ def render(context: dg.AssetExecutionContext, renderer: RendererResource, storag
     if len(records) == 1:
         tele = records[0]
         metadata["weights"] = str(tele.weights or "unknown")
+        pf = tele.pose_fidelity
+        metadata["pose_fidelity"] = (
+            dg.MetadataValue.json(tele.to_dict()["pose_fidelity"]) if pf else f"not measured: {tele.pose_fidelity_reason}"
+        )
         metadata["contact_sheet"] = png_markdown(png_bytes(contact_sheet_from_video(tele.output, count=6)), "frames")
         # One MaterializeResult carries one data version for all its partitions, so it is given only
         # when the run has one; a multi-partition run lets Dagster derive it from the caches' versions.

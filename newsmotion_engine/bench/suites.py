@@ -26,14 +26,9 @@ def private_storage() -> Iterator[Storage]:
 
 def sample_portrait(folder: Path) -> Path:
     """The bundled sample persona (scikit-image's astronaut) written as a PNG into ``folder``."""
-    import cv2
+    from newsmotion_engine.samples import write_sample_portrait
 
-    from newsmotion_engine.samples import astronaut_rgb
-
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "astronaut.png"
-    cv2.imwrite(str(path), cv2.cvtColor(astronaut_rgb(), cv2.COLOR_RGB2BGR))
-    return path
+    return write_sample_portrait("astronaut", folder)
 
 
 def _guidance(log: Log) -> dict[str, Any]:
@@ -64,7 +59,27 @@ def _warp(log: Log) -> dict[str, Any]:
     return {"benchmark": "warp", "loop": "welcome", "persona": "astronaut", **result}
 
 
-SUITES: dict[str, Callable[[Log], dict[str, Any]]] = {"guidance": _guidance, "persona": _persona, "warp": _warp}
+def _matte(log: Log) -> dict[str, Any]:
+    from newsmotion_engine.bench.matte import bench_matte
+
+    with private_storage() as store:
+        return bench_matte(store, log=log)
+
+
+def _fidelity(log: Log) -> dict[str, Any]:
+    from newsmotion_engine.bench.fidelity import bench_fidelity
+
+    with private_storage() as store:
+        return bench_fidelity(store, log=log)
+
+
+SUITES: dict[str, Callable[[Log], dict[str, Any]]] = {
+    "guidance": _guidance,
+    "persona": _persona,
+    "warp": _warp,
+    "matte": _matte,
+    "fidelity": _fidelity,
+}
 
 
 def run_suite(

@@ -6,10 +6,24 @@ Two steps, both pure functions of their inputs:
    plus its alpha channel when it has a real one. The file is opened lazily: format and size are
    checked from the header *before* any pixel is decoded, so a 20000x20000 "image" costs nothing.
    Palette, grayscale, 16-bit, CMYK and EXIF-rotated inputs are all normalized.
-2. :func:`fit_to_canvas` scales the image to fit the 720x1280 (9:16) canvas and anchors it
-   bottom-centre (an anchor is cut off at the waist, so the cut belongs on the canvas's bottom
-   edge). The rest of the canvas is filled by replicating the image's edge pixels: a plausible
-   background for a diffusion model's reference image, and the person matte marks it as
+2. Placement on the 720x1280 (9:16) canvas, by the portrait's *framing* (:data:`FRAMINGS`):
+
+   - ``medium`` (default): the broadcast medium shot. The top of the head sits at
+     :data:`HEADROOM` (10%) of the canvas height, the shoulders' centre on the canvas's centre
+     line, and the shot reaches down to the photo's bottom edge (where a waist-up photo is cut),
+     or to just below the hips when the photo shows them; the sides may be cropped (a headshot
+     is, in 9:16). Never enlarged past :data:`MAX_UPSCALE` (2.5x) the photo's own pixels: a photo
+     too small for that keeps its bottom edge on the canvas's bottom edge (no floating torso) and
+     gets more headroom, and the metadata says so.
+   - ``wide``: the whole width of the photo stays in view; head at 10% when the photo is tall
+     enough, else bottom-anchored.
+   - ``as-is``: scale to fit, bottom-centre (the earlier behaviour).
+
+   :func:`framing_placement` decides from the head top, shoulders and hips
+   (:class:`FramingTargets`, measured by the persona build from the landmarks and the matte);
+   :func:`place_image` puts the source onto the canvas in one resampling (no oversized
+   intermediate). The rest of the canvas is filled by replicating the image's edge pixels: a
+   plausible background for a diffusion model's reference image, and the person matte marks it as
    not-person anyway. :class:`Placement` records the transform ``canvas = source * scale + offset``.
 
 Every unusable file raises :class:`~newsmotion_engine.errors.BadInputError` naming the file.
@@ -42,6 +56,16 @@ __all__ = [
     "load_portrait",
     "fit_to_canvas",
     "placement_for",
+    "FRAMINGS",
+    "DEFAULT_FRAMING",
+    "HEADROOM",
+    "HEADROOM_RANGE",
+    "MAX_UPSCALE",
+    "FramingTargets",
+    "framing_params",
+    "framing_placement",
+    "place_image",
+    "visible_window",
     "scale_block",
     "place_on_canvas",
 ]
@@ -57,6 +81,16 @@ MIN_SIDE = 64
 FORMATS = {"JPEG": "JPEG", "MPO": "JPEG", "PNG": "PNG", "WEBP": "WebP"}
 # Colour that transparent pixels of an RGBA cutout are composited onto (broadcast chroma green).
 CHROMA_GREEN = (0, 177, 64)
+# Framing (see the module docstring). Headroom: top of the head at this fraction of the canvas
+# height (the broadcast rule of thumb is 8-12%); never enlarge a photo past MAX_UPSCALE of its own
+# pixels (beyond it a 512 px photo turns to mush at 720x1280).
+FRAMINGS = ("medium", "wide", "as-is")
+DEFAULT_FRAMING = "medium"
+HEADROOM = 0.10
+HEADROOM_RANGE = (0.08, 0.12)
+MAX_UPSCALE = 2.5
+# A medium shot shown to the hips ends this many torso lengths (neck to hips) below them.
+BELOW_HIPS = 0.15
 # An alpha channel counts as a matte only if this fraction of pixels is clearly transparent;
 # below it (e.g. an opaque PNG saved with alpha) the channel carries no information.
 _ALPHA_MIN_TRANSPARENT = 0.01
@@ -257,6 +291,110 @@ def place_on_canvas(
     if fill == "zero":
         return cv2.copyMakeBorder(block, top, bottom, left, right, cv2.BORDER_CONSTANT, value=0)
     raise ValueError(f"unknown fill {fill!r}")
+
+
+@dataclass(frozen=True)
+class FramingTargets:
+    """What framing needs from a portrait, in source pixels: the top of the head (hair
+    included), the shoulders' centre x (``None``: no shoulders, the head's centre is used) and
+    the hips' y (``None`` when the photo does not show them)."""
+
+    head_top_y: float
+    centre_x: float
+    hips_y: float | None = None
+    neck_y: float | None = None
+
+
+def framing_params(framing: str) -> dict[str, Any]:
+    """Everything a framing depends on (part of the persona cache's params)."""
+    if framing not in FRAMINGS:
+        raise ValueError(f"framing {framing!r} is not one of {', '.join(FRAMINGS)}")
+    if framing == "as-is":
+        return {"mode": framing, "anchor": "bottom-centre"}
+    return {"mode": framing, "headroom": HEADROOM, "max_upscale": MAX_UPSCALE, "below_hips": BELOW_HIPS}
+
+
+def framing_placement(
+    framing: str,
+    width: int,
+    height: int,
+    targets: FramingTargets | None,
+    canvas: tuple[int, int] = (CANVAS_WIDTH, CANVAS_HEIGHT),
+) -> tuple[Placement, dict[str, Any]]:
+    """The placement of a ``width`` x ``height`` photo for ``framing`` (see the module docstring)
+    and a report ``{"mode", "scale", "headroom", "limited_by"}`` (``headroom``: where the head top
+    landed, as a fraction of the canvas height; ``limited_by``: ``"upscale"`` when
+    :data:`MAX_UPSCALE` kept the head from :data:`HEADROOM`, else ``None``). Without targets
+    (no head found) every framing falls back to ``as-is``."""
+    if framing not in FRAMINGS:
+        raise ValueError(f"framing {framing!r} is not one of {', '.join(FRAMINGS)}")
+    cw, ch = canvas
+    if framing == "as-is" or targets is None:
+        placement = placement_for(width, height, canvas)
+        top = None if targets is None else (placement.offset_y + targets.head_top_y * placement.scale_y) / ch
+        return placement, {"mode": "as-is", "requested": framing, "scale": round(placement.scale_x, 4),
+                           "headroom": None if top is None else round(top, 4), "limited_by": None}  # fmt: skip
+    head = float(np.clip(targets.head_top_y, 0.0, height - 1.0))
+    bottom = float(height)
+    if framing == "medium" and targets.hips_y is not None and targets.neck_y is not None:
+        bottom = min(bottom, targets.hips_y + BELOW_HIPS * max(targets.hips_y - targets.neck_y, 0.0))
+    span = max(bottom - head, 1.0)
+    scale = (1.0 - HEADROOM) * ch / span  # head at HEADROOM, the shot's bottom on the canvas's
+    limited = None
+    if framing == "wide":
+        scale = min(scale, cw / width)
+    if scale > MAX_UPSCALE:
+        scale, limited = MAX_UPSCALE, "upscale"
+    w, h = max(1, round(width * scale)), max(1, round(height * scale))
+    # Head top on the headroom line, unless the photo's bottom edge would then float above the
+    # canvas's bottom: then that edge goes on the canvas's bottom and the head gets more room
+    # (only when MAX_UPSCALE limited the scale, or for a wide shot).
+    oy = max(HEADROOM * ch - head * scale, ch - height * scale)
+    ox = cw / 2.0 - targets.centre_x * scale
+    if framing == "wide" and w <= cw:
+        ox = float(np.clip(ox, 0.0, cw - w))  # the whole width stays in view
+    placement = Placement(scale_x=w / width, scale_y=h / height, offset_x=int(round(ox)), offset_y=int(round(oy)), width=w, height=h)
+    top = (placement.offset_y + head * placement.scale_y) / ch
+    return placement, {"mode": framing, "requested": framing, "scale": round(placement.scale_x, 4),
+                       "headroom": round(top, 4), "limited_by": limited}  # fmt: skip
+
+
+def visible_window(placement: Placement, canvas: tuple[int, int] = (CANVAS_WIDTH, CANVAS_HEIGHT)) -> tuple[int, int, int, int]:
+    """``(x0, y0, x1, y1)``: the part of the canvas the placed photo covers."""
+    cw, ch = canvas
+    x0, y0 = max(0, placement.offset_x), max(0, placement.offset_y)
+    x1, y1 = min(cw, placement.offset_x + placement.width), min(ch, placement.offset_y + placement.height)
+    return x0, y0, max(x0, x1), max(y0, y1)
+
+
+def place_image(
+    image: np.ndarray,
+    placement: Placement,
+    *,
+    fill: str = "replicate",
+    canvas: tuple[int, int] = (CANVAS_WIDTH, CANVAS_HEIGHT),
+) -> np.ndarray:
+    """The source ``image`` (or a mask of its size) on the canvas at ``placement``, resampled once:
+    shrinking averages (``INTER_AREA``), enlarging is Lanczos; only the canvas's pixels are ever
+    made, however large the placed photo. ``fill``: ``"replicate"`` edge pixels or ``"zero"``."""
+    cw, ch = canvas
+    sx, sy = placement.scale_x, placement.scale_y
+    src = image
+    if sx < 1.0 or sy < 1.0:  # shrink first with area averaging, then place at scale 1
+        src = cv2.resize(image, (placement.width, placement.height), interpolation=cv2.INTER_AREA)
+        sx, sy = 1.0, 1.0
+    matrix = np.float32([[sx, 0, placement.offset_x + 0.5 * (sx - 1)], [0, sy, placement.offset_y + 0.5 * (sy - 1)]])
+    border = cv2.BORDER_REPLICATE if fill == "replicate" else cv2.BORDER_CONSTANT
+    if fill not in ("replicate", "zero"):
+        raise ValueError(f"unknown fill {fill!r}")
+    interp = cv2.INTER_LINEAR if (sx, sy) == (1.0, 1.0) else cv2.INTER_LANCZOS4
+    out = cv2.warpAffine(np.ascontiguousarray(src), matrix, (cw, ch), flags=interp, borderMode=border, borderValue=0)
+    if fill == "zero":  # outside the photo is exactly zero (Lanczos rings at the border otherwise)
+        x0, y0, x1, y1 = visible_window(placement, canvas)
+        keep = np.zeros((ch, cw), bool)
+        keep[y0:y1, x0:x1] = True
+        out[~keep] = 0
+    return out
 
 
 def fit_to_canvas(rgb: np.ndarray) -> tuple[np.ndarray, Placement]:

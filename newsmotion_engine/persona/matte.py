@@ -15,6 +15,23 @@ Three matte paths, chosen per image by :func:`person_matte`:
   that hold no detected body/face landmark are dropped (the segmenter hallucinates people in
   cats and coffee cups; holistic's landmarks are the stronger evidence).
 
+Then, on every path (``clean=True``, the default; ``clean=False`` is the earlier matte, kept so
+``newsmotion bench matte`` can measure before and after on the same photos):
+
+- **no background fragments**: pieces joined to the person only through a thin neck (a flag's
+  stripe touching a sleeve) are cut off by an opening by reconstruction: the solid matte is
+  eroded by :data:`BRIDGE_RADIUS`, only eroded pieces holding a confident landmark are kept, and
+  they grow back inside the original matte, so the person keeps its outline and the fragment
+  goes; then whatever lies far from every landmark (:func:`person_region`, widened by
+  :data:`REGION_MARGIN` shoulder widths) is cut too;
+- **no halo**: the segmenter's edge is snapped to the photo's own edges by a second, fine guided
+  filter (:data:`EDGE_RADIUS`) and tightened, so it does not reach into the old background;
+- **spill suppressed**: the colour of every semi-transparent edge pixel is replaced by its
+  estimated foreground colour (blur-fusion foreground estimation: Forte and Pitié,
+  "Approximate Fast Foreground Colour Estimation", ICIP 2021), so the old background's colour
+  (a light wall, a green screen) does not show as a fringe once composited. On chroma the
+  green limiter runs first, as before.
+
 :func:`face_mask` builds the region renders must keep stable: the iBUG-68 jaw + brows polygon,
 extended up over forehead and hair and widened, united with a head ellipse from the body's nose
 and ears (hair behind a turned head), feathered and intersected with the person matte.
@@ -44,10 +61,14 @@ __all__ = [
     "refine_selfie",
     "person_matte",
     "face_mask",
+    "cut_fragments",
+    "person_region",
+    "refine_edges",
+    "estimate_foreground",
 ]
 
 # Bump when anything below changes what a matte or face mask looks like.
-MATTE_VERSION = 1
+MATTE_VERSION = 2
 
 # Chroma detection: HSV (OpenCV ranges: H 0..180, S/V 0..255) bounds for "green screen" pixels,
 # the border band inspected (fraction of the shorter side) and the fraction that must be green.
@@ -74,6 +95,17 @@ SELFIE_HIGH = 0.7
 # of the image (a desk, a microphone), never on the selfie path.
 KEEP_UNLABELLED_MIN = 0.01
 LANDMARK_MIN_CONF = 0.5
+# Cleaning (see the module docstring), as fractions of the image's longer side: thin necks below
+# twice BRIDGE_RADIUS are cut; EDGE_RADIUS / EDGE_EPS are the fine guided filter and EDGE_RAMP the
+# smoothstep after it; FOREGROUND_RADII the two blur-fusion passes (large, then small).
+BRIDGE_RADIUS = 0.004
+EDGE_RADIUS = 0.003
+EDGE_EPS = 1e-4
+EDGE_RAMP = (0.4, 0.6)
+FOREGROUND_RADII = (0.07, 0.005)
+# The matte is clipped (softly) to the landmarks' person region widened by this x shoulder width:
+# background far from every landmark cannot be the person, however it is connected.
+REGION_MARGIN = 0.5
 # Edge feather (Gaussian sigma, pixels at canvas scale) applied last.
 FEATHER_SIGMA = 1.0
 # Face mask: forehead/hair extension above the brows, widening around the face centre and the
@@ -105,6 +137,12 @@ def matte_params() -> dict[str, Any]:
         "keep_unlabelled_min": KEEP_UNLABELLED_MIN,
         "landmark_min_conf": LANDMARK_MIN_CONF,
         "feather_sigma": FEATHER_SIGMA,
+        "clean": {
+            "bridge_radius": BRIDGE_RADIUS,
+            "edge": [EDGE_RADIUS, EDGE_EPS, list(EDGE_RAMP)],
+            "foreground_radii": list(FOREGROUND_RADII),
+            "region_margin": REGION_MARGIN,
+        },
         "face": [FACE_FOREHEAD, FACE_WIDEN, FACE_FEATHER],
         "head": [HEAD_LIFT, HEAD_ASPECT],
     }
@@ -235,6 +273,115 @@ def _keep_person_pieces(alpha: np.ndarray, landmarks: np.ndarray | None, keep_un
     return alpha * near
 
 
+def person_region(landmarks: np.ndarray | None, shape: tuple[int, int], margin: float | None = None) -> np.ndarray:
+    """bool [H, W]: where a person with these landmarks (normalized to the image) can be: the
+    convex hull of the confident body, face and hand points, extended straight down from the
+    shoulders to the bottom edge (the body goes on below its last landmark), plus a point 1.2
+    brow-to-chin above the brows (the hair), widened by ``margin`` (default
+    :data:`REGION_MARGIN`) x the shoulder width (twice the face's width without shoulders).
+    Everything when there are too few landmarks to tell."""
+    h, w = shape
+    margin = REGION_MARGIN if margin is None else margin
+    if landmarks is None:
+        return np.ones((h, w), bool)
+    lm = np.asarray(landmarks, np.float64)
+    px = lm[:, :2] * (w, h)
+    idx = np.r_[np.arange(PARTS["body"].start, PARTS["body"].stop), np.arange(PARTS["face"].start, PARTS["face"].stop),
+                np.arange(PARTS["left_hand"].start, PARTS["right_hand"].stop)]  # fmt: skip
+    ok = lm[idx, 2] >= LANDMARK_MIN_CONF
+    points = [px[idx][ok]]
+    ls, rs = BODY["left_shoulder"], BODY["right_shoulder"]
+    width = None
+    if lm[ls, 2] >= LANDMARK_MIN_CONF and lm[rs, 2] >= LANDMARK_MIN_CONF:
+        points.append(np.array([[px[ls, 0], h], [px[rs, 0], h]]))
+        width = float(np.linalg.norm(px[ls] - px[rs]))
+    face = lm[FACE_START : FACE_START + 68]
+    if float(face[:, 2].mean()) >= 0.3:
+        f = px[FACE_START : FACE_START + 68]
+        brows = np.concatenate([f[FACE68["right_brow"]], f[FACE68["left_brow"]]]).mean(axis=0)
+        face_h = float(np.linalg.norm(brows - f[FACE68["jaw"]][8]))
+        points.append(np.array([brows - (0.0, 1.2 * face_h)]))
+        width = width or 2.0 * float(np.ptp(f[:, 0]))
+    pts = np.concatenate(points)
+    region = np.zeros((h, w), np.uint8)
+    if len(pts) < 3 or width is None:
+        return np.ones((h, w), bool)
+    hull = cv2.convexHull(np.round(pts).astype(np.int32))
+    cv2.fillConvexPoly(region, hull, 1)
+    r = max(1, round(margin * width))
+    region = cv2.dilate(region, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * r + 1, 2 * r + 1)))
+    return region > 0
+
+
+def _landmark_seeds(landmarks: np.ndarray | None, shape: tuple[int, int]) -> np.ndarray:
+    seeds = np.zeros(shape, np.uint8)
+    for row, col in _landmark_pixels(landmarks, shape):
+        seeds[row, col] = 1
+    return seeds
+
+
+def cut_fragments(alpha: np.ndarray, landmarks: np.ndarray | None) -> np.ndarray:
+    """Cut off matte pieces joined to the person only through necks thinner than twice
+    :data:`BRIDGE_RADIUS` (opening by reconstruction, see the module docstring), then everything
+    outside the landmarks' :func:`person_region`. ``alpha`` float 0..1; pieces are kept by
+    confident landmarks (all of them when no landmark lands on one)."""
+    region = cv2.GaussianBlur(person_region(landmarks, alpha.shape).astype(np.float32), (0, 0), 2.0)
+    return _reconstruct(alpha, landmarks) * region
+
+
+def _reconstruct(alpha: np.ndarray, landmarks: np.ndarray | None) -> np.ndarray:
+    r = max(2, round(BRIDGE_RADIUS * max(alpha.shape)))
+    solid = (alpha >= 0.5).astype(np.uint8)
+    disc = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * r + 1, 2 * r + 1))
+    core = cv2.erode(solid, disc)
+    count, labels = cv2.connectedComponents(core, connectivity=8)
+    if count <= 1:
+        return alpha
+    keep = np.zeros(count, bool)
+    # A landmark on the person's edge may fall just outside the eroded core: look around it.
+    near = cv2.dilate(_landmark_seeds(landmarks, alpha.shape), disc)
+    keep[np.unique(labels[(near > 0) & (core > 0)])] = True
+    keep[0] = False
+    if not keep.any():
+        return alpha
+    # Grow back inside the original matte (a few geodesic dilation steps: the erosion removed at
+    # most r pixels of real outline).
+    grown = keep[labels].astype(np.uint8)
+    for _ in range(3):
+        grown = cv2.dilate(grown, disc) & solid
+    soft = cv2.dilate(grown, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (5, 5))).astype(np.float32)
+    return alpha * soft
+
+
+def refine_edges(rgb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Snap a matte's edge to the photo's own edges: a fine guided filter with the photo as the
+    guide, then a smoothstep that keeps the edge from reaching into the background."""
+    radius = max(1, round(EDGE_RADIUS * max(rgb.shape[:2])))
+    guide = rgb.astype(np.float32) / 255.0
+    guided = cv2.ximgproc.guidedFilter(guide, alpha.astype(np.float32), radius, EDGE_EPS)
+    return _smoothstep(guided, *EDGE_RAMP).astype(np.float32)
+
+
+def estimate_foreground(rgb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Foreground colour of every pixel (uint8 RGB) by blur-fusion (Forte and Pitié 2021): two
+    passes of box-filtered foreground and background means, corrected by the pixel's own colour.
+    Only pixels with ``0 < alpha < 1`` are changed; solid person and background stay as they are."""
+    image = rgb.astype(np.float32) / 255.0
+    a = alpha.astype(np.float32)[..., None]
+    fg, bg = image, image
+    for fraction in FOREGROUND_RADII:
+        r = max(1, round(fraction * max(rgb.shape[:2])))
+        size = (2 * r + 1, 2 * r + 1)
+        blurred_a = cv2.blur(a[..., 0], size)[..., None]
+        mean_fg = cv2.blur(fg * a, size) / (blurred_a + 1e-5)
+        mean_bg = cv2.blur(bg * (1 - a), size) / ((1 - blurred_a) + 1e-5)
+        fg = np.clip(mean_fg + a * (image - a * mean_fg - (1 - a) * mean_bg), 0.0, 1.0)
+        bg = np.clip(mean_bg, 0.0, 1.0)
+    edge = (a > 0.0) & (a < 1.0)
+    out = np.where(edge, fg, image)
+    return np.clip(out * 255.0 + 0.5, 0, 255).astype(np.uint8)
+
+
 def _feather(alpha: np.ndarray) -> np.ndarray:
     return cv2.GaussianBlur(alpha, (0, 0), FEATHER_SIGMA)
 
@@ -244,14 +391,21 @@ def _to_u8(alpha: np.ndarray) -> np.ndarray:
 
 
 def person_matte(
-    rgb: np.ndarray, *, alpha_hint: np.ndarray | None = None, landmarks: np.ndarray | None = None
+    rgb: np.ndarray,
+    *,
+    alpha_hint: np.ndarray | None = None,
+    landmarks: np.ndarray | None = None,
+    clean: bool = True,
 ) -> MatteResult:
-    """The person matte of an RGB uint8 image (see the module docstring for the three paths).
+    """The person matte of an RGB uint8 image (see the module docstring for the three paths and
+    the cleaning).
 
     Args:
         rgb: uint8 [H, W, 3].
         alpha_hint: uint8 [H, W] alpha of a transparent cutout, used as the matte when given.
         landmarks: float32 [133, 3] normalized to this image; pieces without a landmark are dropped.
+        clean: cut background fragments, refine the edge and replace edge colours by their
+            foreground estimate (default); ``False`` gives the earlier matte (the bench's "before").
 
     Example::
 
@@ -260,15 +414,27 @@ def person_matte(
     """
     green = green_border_fraction(rgb)
     if alpha_hint is not None:
+        method = "alpha"
         alpha = _keep_person_pieces(alpha_hint.astype(np.float32) / 255.0, landmarks, keep_unlabelled=True)
-        return MatteResult("alpha", _to_u8(alpha), rgb, green)
-    if green >= GREEN_BORDER_MIN:
+        out_rgb = rgb
+    elif green >= GREEN_BORDER_MIN:
+        method = "chroma"
         alpha = _keep_person_pieces(chroma_key(rgb), landmarks, keep_unlabelled=True)
+        if clean:
+            alpha = cut_fragments(alpha, landmarks)
         alpha = _feather(alpha)
-        return MatteResult("chroma", _to_u8(alpha), despill(rgb, alpha), green)
-    alpha = refine_selfie(rgb, selfie_segmentation(rgb))
-    alpha = _feather(_keep_person_pieces(alpha, landmarks, keep_unlabelled=False))
-    return MatteResult("selfie-segmentation", _to_u8(alpha), rgb, green)
+        out_rgb = despill(rgb, alpha)
+    else:
+        method = "selfie-segmentation"
+        alpha = refine_selfie(rgb, selfie_segmentation(rgb))
+        alpha = _keep_person_pieces(alpha, landmarks, keep_unlabelled=False)
+        if clean:
+            alpha = refine_edges(rgb, cut_fragments(alpha, landmarks))
+        alpha = _feather(alpha)
+        out_rgb = rgb
+    if clean and method != "alpha":
+        out_rgb = estimate_foreground(out_rgb, np.clip(alpha, 0.0, 1.0))
+    return MatteResult(method, _to_u8(alpha), out_rgb, green)
 
 
 def _face_polygon(landmarks: np.ndarray, width: int, height: int) -> tuple[np.ndarray, float] | None:

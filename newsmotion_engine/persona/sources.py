@@ -49,7 +49,7 @@ def source_persona_ids(storage: Storage) -> list[str]:
     )
 
 
-def add_persona(storage: Storage, image: Path, persona_id: str, *, force: bool = False, progress=None):
+def add_persona(storage: Storage, image: Path, persona_id: str, *, force: bool = False, progress=None, framing: str | None = None):
     """``newsmotion persona add``: build the cache from ``image`` (:func:`ensure_persona`) and keep
     the image as the persona's source. Refuses to replace a persona built from a different portrait
     unless ``force``. Bad input raises before anything is written. Returns ``(cache, built)``."""
@@ -64,7 +64,7 @@ def add_persona(storage: Storage, image: Path, persona_id: str, *, force: bool =
         raise NewsmotionError(
             f"persona {persona_id!r} already exists from another portrait ({existing}); pass --force to replace it"
         )
-    cache, built = ensure_persona(storage, persona_id, image=image, force=force, progress=progress)
+    cache, built = ensure_persona(storage, persona_id, image=image, force=force, progress=progress, framing=framing)
     install_source(storage, image, persona_id)
     return cache, built
 

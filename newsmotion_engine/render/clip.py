@@ -22,6 +22,7 @@ import numpy as np
 from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.render.base import Backend, RenderSpec
 from newsmotion_engine.render.keyframes import InfillStats, clip_schedule, driving_keypoints, infill_frames
+from newsmotion_engine.render.fidelity import FidelityConfig, measure_render, rest_frame
 from newsmotion_engine.render.retarget import retarget
 from newsmotion_engine.render.telemetry import RenderProvenance, RenderTelemetry
 from newsmotion_engine.video.encode import VideoEncoder, check_output_folder
@@ -82,6 +83,7 @@ def render_clip(
     sink: Callable[..., Any] | None = None,
     infill_device: str | None = None,
     launcher: str = "in-process",
+    fidelity: FidelityConfig | None = None,
 ) -> RenderTelemetry:
     """Render ``guidance`` (a motion loop) on ``persona`` with ``backend`` into ``out_path``.
 
@@ -105,6 +107,9 @@ def render_clip(
             ``"cuda"``: torch on the GPU); see :func:`~newsmotion_engine.render.keyframes.infill_frames`.
         launcher: which process runs this render, recorded in the telemetry (one of
             :data:`~newsmotion_engine.render.telemetry.LAUNCHERS`).
+        fidelity: measure pose fidelity on the written mp4 (:mod:`~newsmotion_engine.render.fidelity`)
+            after the render, outside ``wall_s``; ``None`` (benchmarks) records no measurement.
+            :func:`~newsmotion_engine.render.job.render_persona_loop` passes one (on by default).
 
     Returns:
         The :class:`RenderTelemetry` written beside the mp4.
@@ -161,6 +166,15 @@ def render_clip(
             raise RuntimeError(f"backend {backend.name!r} yielded {done} frames for a {total}-frame loop")
     wall_s = time.perf_counter() - t_start
 
+    if fidelity is None:
+        pose_fidelity, pose_reason = None, "not requested (render_clip called without a fidelity configuration)"
+    else:
+        portrait_hw = np.asarray(persona.portrait).shape[:2]
+        rest = rest_frame(persona.portrait, persona.person_mask, spec.width, spec.height, spec.background)
+        pose_fidelity, pose_reason = measure_render(
+            out_path, retargeted, persona.landmarks, portrait_hw=(int(portrait_hw[0]), int(portrait_hw[1])),
+            config=fidelity, rest=rest,
+        )
     telemetry = RenderTelemetry(
         persona_id=getattr(persona, "persona_id", None),
         loop_id=getattr(guidance, "loop_id", None),
@@ -185,6 +199,8 @@ def render_clip(
         provenance=provenance,
         keyframes=dict(keyframe_stats) if schedule.ratio > 1 else None,
         launcher=launcher,
+        pose_fidelity=pose_fidelity,
+        pose_fidelity_reason=pose_reason,
     )
     try:
         telemetry.write(json_path)

@@ -39,11 +39,12 @@ from newsmotion_engine.persona.cache import (
     ensure_persona,
     image_source,
     load_persona,
-    persona_params,
+    current_params,
     persona_source_image,
 )
 from newsmotion_engine.render.base import Backend, RenderSpec
 from newsmotion_engine.render.clip import render_clip
+from newsmotion_engine.render.fidelity import FidelityConfig
 from newsmotion_engine.render.telemetry import RenderProvenance, RenderTelemetry, TelemetryError
 from newsmotion_engine.storage import Storage
 from newsmotion_engine.video.encode import check_output_folder
@@ -125,7 +126,7 @@ def _load_persona(storage: Storage, persona_id: str) -> PersonaCache:
     return _loaded(
         f"persona cache for {persona_id!r}",
         remedy,
-        lambda: load_persona(storage, persona_id, expected_source=expected, expected_params=persona_params()),
+        lambda: load_persona(storage, persona_id, expected_source=expected, expected_params=current_params(storage, persona_id)),
     )
 
 
@@ -244,6 +245,8 @@ def current_render(out_path: Path, digest: str) -> RenderTelemetry | None:
         recorded = RenderTelemetry.read(json_path)
     except TelemetryError:
         return None  # an unreadable or older record cannot prove the clip current: render again
+    if recorded.schema_version < 2:
+        return None  # recorded before pose fidelity: render again so the clip gets measured
     return recorded if recorded.input_digest == digest else None
 
 
@@ -259,6 +262,7 @@ def render_persona_loop(
     force: bool = False,
     progress: Progress | None = None,
     launcher: str = "in-process",
+    fidelity: FidelityConfig = FidelityConfig(),
 ) -> RenderTelemetry:
     """Render ``loop_id`` performed by ``persona_id`` to ``out_path`` (default
     ``motion/renders/{persona}/{loop}/{backend}.mp4``) and return its :class:`RenderTelemetry`.
@@ -273,6 +277,8 @@ def render_persona_loop(
         progress: ``progress(done, total)`` per frame.
         launcher: which process runs the render, recorded in its telemetry (``"in-process"``, or
             ``"pipes-subprocess"`` / ``"pipes-k8s"`` from :mod:`newsmotion_engine.pipes`).
+        fidelity: pose fidelity measured on the new clip (on by default; ``FidelityConfig(enabled=
+            False)`` turns it off, and the record says so). A skipped render keeps its record.
 
     When the clip and its telemetry on disk record the same :func:`input_digest`, nothing is
     rendered: the stored record is returned with ``outcome="skipped"`` and this call's cache states.
@@ -309,4 +315,4 @@ def render_persona_loop(
         if not force and (recorded := current_render(out, digest)) is not None:
             return dataclasses.replace(recorded, outcome="skipped", provenance=provenance)
         return render_clip(inputs.guidance, inputs.persona, backend, spec, out, progress=progress, provenance=provenance,
-                           launcher=launcher)
+                           launcher=launcher, fidelity=fidelity)

@@ -24,7 +24,7 @@ from newsmotion_engine.errors import CacheNotReadyError
 from newsmotion_engine.guidance.cache import SCHEMA as GUIDANCE_SCHEMA
 from newsmotion_engine.guidance.cache import load_guidance, loop_source
 from newsmotion_engine.persona.cache import SCHEMA as PERSONA_SCHEMA
-from newsmotion_engine.persona.cache import image_source, load_persona, persona_params, persona_source_image
+from newsmotion_engine.persona.cache import current_params, image_source, load_persona, persona_source_image
 from newsmotion_engine.render.base import Backend, RenderSpec
 from newsmotion_engine.render.job import backend_identity
 
@@ -91,7 +91,7 @@ def prepare_backend_caches(
             source = image_source(persona_source_image(storage, cache_id))
             cache = _upstream(
                 f"persona cache for {cache_id!r}", f"persona_cache[{cache_id}]",
-                lambda: load_persona(storage, cache_id, expected_source=source, expected_params=persona_params()),
+                lambda: load_persona(storage, cache_id, expected_source=source, expected_params=current_params(storage, cache_id)),
             )  # fmt: skip
             built[cache_id] = bool(backend.prepare_persona(cache, spec))
         digests[cache_id] = cache.digest

@@ -10,6 +10,12 @@ Example::
 
     tele = RenderTelemetry.read(Path("storage/motion/renders/anna/nod/warp.json"))
     tele.fps_achieved, tele.weights, tele.row()["guidance_cache"]
+    tele.pose_fidelity.pck_body if tele.pose_fidelity else tele.pose_fidelity_reason
+
+Versions: 2 added ``pose_fidelity`` (a :class:`PoseFidelity`, or ``null`` with
+``pose_fidelity_reason`` saying why it was not measured). Version-1 files are still read: they
+come back with ``pose_fidelity=None`` and a reason saying the record predates it (renders treat
+such a clip as not current and render it again, so it gets measured).
 """
 
 from __future__ import annotations
@@ -27,15 +33,20 @@ from typing import Any, ClassVar
 
 from newsmotion_engine.errors import BadInputError
 
-__all__ = ["LAUNCHERS", "SCHEMA_VERSION", "RenderProvenance", "RenderTelemetry", "TelemetryError", "cell_text"]
+__all__ = ["LAUNCHERS", "SCHEMA_VERSION", "READABLE_VERSIONS", "PoseFidelity", "RenderProvenance", "RenderTelemetry",
+           "TelemetryError", "cell_text"]  # fmt: skip
 
 # Bump when a field is removed, changes meaning, or is added without a default; readers refuse
 # other versions with a message saying what to do, never guess. A field added with a default that
-# is true of every older record (``launcher``) keeps the version: old files stay readable.
+# is true of every older record (``launcher``, ``keyframes``) keeps the version: old files stay readable.
 # The temporary name :meth:`RenderTelemetry.write` uses beside ``{name}``: ``.{name}.{pid}.{8 hex}.tmp``.
 TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.\d+\.[0-9a-f]{8}\.tmp$")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Older versions still read (their missing fields have defaults); anything else is refused.
+READABLE_VERSIONS = (1, 2)
+# The reason a version-1 record gives for having no pose fidelity.
+PRE_FIDELITY_REASON = "recorded by telemetry schema 1, before pose fidelity was measured; re-render to measure it"
 
 # How a render treated each of its caches (the render itself never builds one: "built" means the
 # caller built it just before, e.g. `newsmotion render`'s convenience step).
@@ -76,6 +87,46 @@ class RenderProvenance:
 
 
 @dataclass(frozen=True)
+class PoseFidelity:
+    """How closely a rendered clip follows the pose it was asked for, measured on the mp4 itself
+    (computed by :mod:`newsmotion_engine.render.fidelity`; that module's docstring defines every
+    figure). ``version`` is the measurement's own version (``FIDELITY_VERSION``).
+
+    ``pck``: fraction of compared joint-frames whose re-extracted position lies within
+    ``threshold_px`` (= ``alpha`` x ``normalizer["px"]``) of the intended one, over every visible
+    joint of the compared parts; ``pck_body``: the same over the head, torso and arm joints (the
+    target figure); ``per_part``: ``{part: {"pck", "mean_px", "motion_energy_ratio", "joints"}}``
+    (``null`` figures for parts the persona does not show); ``mean_px``: mean distance of the
+    detected joints from their intended position; ``motion_energy_ratio``: rendered joint motion
+    over intended joint motion (head, torso, arms); ``normalizer``: ``{"kind": "torso" |
+    "shoulder_width" | "head", "px": ...}``; ``frames_compared`` of ``frames`` (every ``stride``-th
+    frame); ``detected_fraction``: share of visible joint-frames the extractor found at all;
+    ``calibration``: the extractor's per-joint offsets at rest were subtracted (see the fidelity
+    module), with the uncalibrated figures under ``"raw"``.
+    """
+
+    version: int
+    pck: float | None
+    pck_body: float | None
+    per_part: dict[str, Any]
+    mean_px: float | None
+    motion_energy_ratio: float | None
+    normalizer: dict[str, Any]
+    alpha: float
+    threshold_px: float
+    frames: int
+    frames_compared: int
+    stride: int
+    joints: int
+    detected_fraction: float
+    extractor: str
+    calibration: dict[str, Any]
+    targets: dict[str, Any]
+    meets_targets: bool
+    seconds: float
+
+
+@dataclass(frozen=True)
 class RenderTelemetry:
     """One render: what was rendered, how, how fast, and from which inputs.
 
@@ -91,6 +142,9 @@ class RenderTelemetry:
     generated, frames infilled, flow / warp ms).
     ``launcher`` is which process ran the render (one of :data:`LAUNCHERS`); a skipped render keeps
     the launcher that rendered the clip.
+    ``pose_fidelity`` (:class:`PoseFidelity`) is measured on the written mp4 after the render (not
+    part of ``wall_s``); when it is ``None``, ``pose_fidelity_reason`` says why (turned off,
+    mediapipe not installed, nothing comparable in the persona).
     """
 
     persona_id: str | None
@@ -117,18 +171,21 @@ class RenderTelemetry:
     keyframes: dict[str, Any] | None = None
     outcome: str = "rendered"
     launcher: str = "in-process"
+    pose_fidelity: PoseFidelity | None = None
+    pose_fidelity_reason: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     # The scalar columns the scorecard and the Dagster render metadata show, in order.
     COLUMNS: ClassVar[tuple[str, ...]] = (
         "persona_id", "loop_id", "backend", "weights", "encoder", "frames", "fps", "fps_achieved",
         "width", "height", "render_ms", "mux_ms", "wall_s", "peak_rss_mb", "guidance_cache",
-        "persona_cache", "launcher", "input_digest", "output",
+        "persona_cache", "launcher", "pose_pck", "pose_pck_body", "pose_mean_px", "motion_energy_ratio",
+        "input_digest", "output",
     )  # fmt: skip
     # The few a terminal table has room for (CLI scorecard, demo).
     SUMMARY: ClassVar[tuple[str, ...]] = (
         "persona_id", "loop_id", "backend", "weights", "encoder", "frames", "fps_achieved", "wall_s",
-        "guidance_cache", "persona_cache", "launcher",
+        "pose_pck_body", "motion_energy_ratio", "guidance_cache", "persona_cache", "launcher",
     )  # fmt: skip
 
     # The badges the studio shows on each render's card, in order.
@@ -172,13 +229,27 @@ class RenderTelemetry:
 
     @property
     def pose_fidelity_pck(self) -> float | None:
-        """PCK@0.05 of the keypoints re-extracted from the clip against the ones the backend was
-        asked to follow, when the record carries a pose-fidelity measurement (a ``pose_fidelity``
-        number, or a mapping with ``pck``); ``None`` for records without one."""
-        fidelity = self.to_dict().get("pose_fidelity")
-        if isinstance(fidelity, dict):
-            fidelity = fidelity.get("pck", fidelity.get("pck@0.05"))
-        return float(fidelity) if isinstance(fidelity, (int, float)) and not isinstance(fidelity, bool) else None
+        """The studio badge's pose-fidelity figure: :attr:`pose_pck_body` (PCK@0.05 over the head,
+        torso and arm joints, the issue's target figure); ``None`` when not measured."""
+        return self.pose_pck_body
+
+    @property
+    def pose_pck(self) -> float | None:
+        """:attr:`PoseFidelity.pck` (``None`` when not measured)."""
+        return self.pose_fidelity.pck if self.pose_fidelity else None
+
+    @property
+    def pose_pck_body(self) -> float | None:
+        """:attr:`PoseFidelity.pck_body`: PCK over the head, torso and arm joints."""
+        return self.pose_fidelity.pck_body if self.pose_fidelity else None
+
+    @property
+    def pose_mean_px(self) -> float | None:
+        return self.pose_fidelity.mean_px if self.pose_fidelity else None
+
+    @property
+    def motion_energy_ratio(self) -> float | None:
+        return self.pose_fidelity.motion_energy_ratio if self.pose_fidelity else None
 
     def row(self, columns: tuple[str, ...] | None = None) -> dict[str, Any]:
         """``{column: value}`` for :attr:`COLUMNS` (or the given ones), scalars only."""
@@ -190,7 +261,12 @@ class RenderTelemetry:
         hints = typing.get_type_hints(cls)
         kinds = {}
         for name in cls.COLUMNS:
-            base = _strip_optional(hints.get(name, str))
+            attr = getattr(cls, name, None)
+            if isinstance(attr, property):  # a derived column: its return annotation
+                hint = typing.get_type_hints(attr.fget).get("return", str)
+            else:
+                hint = hints.get(name, str)
+            base = _strip_optional(hint)
             kinds[name] = "int" if base is int else "float" if base is float else "string"
         return kinds
 
@@ -215,12 +291,14 @@ class RenderTelemetry:
             raise TelemetryError(
                 path, "telemetry has no schema_version (written by an older newsmotion); re-render the clip"
             )
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS or isinstance(version, bool):
             raise TelemetryError(
                 path,
-                f"telemetry schema version {version!r}; this newsmotion reads {SCHEMA_VERSION} "
+                f"telemetry schema version {version!r}; this newsmotion reads {', '.join(map(str, READABLE_VERSIONS))} "
                 + ("(re-render the clip)" if isinstance(version, int) and version < SCHEMA_VERSION else "(upgrade newsmotion)"),
             )
+        if version == 1:  # no pose fidelity then: say so rather than leave it unexplained
+            data = {**data, "pose_fidelity": None, "pose_fidelity_reason": PRE_FIDELITY_REASON}
         return _build(cls, data, path, "")
 
     def write(self, path: Path | str) -> None:
@@ -293,6 +371,7 @@ def _check(value: Any, hint: Any, name: str, path: Path | str) -> Any:
         return _build(base, value, path, f"{name}.")
     origin = typing.get_origin(base) or base
     ok = {
+        bool: lambda v: isinstance(v, bool),
         int: lambda v: isinstance(v, int) and not isinstance(v, bool),
         float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
         str: lambda v: isinstance(v, str),

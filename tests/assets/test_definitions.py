@@ -28,7 +28,12 @@ def test_definitions_load_with_expected_graph():
         assert node.pools == {"gpu"} and node.automation_condition.get_label() == "eager_after_valid_upstream"
     assert {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys} == {
         ("guidance_cache", "guidance_cache_valid"), ("persona_cache", "persona_cache_valid"),
+        ("render", "render_pose_fidelity"),
     }  # fmt: skip
+    from newsmotion_assets.checks import persona_cache_valid, render_pose_fidelity
+
+    assert [s.blocking for s in render_pose_fidelity.check_specs] == [False]  # warns, never withholds a clip
+    assert [s.blocking for s in persona_cache_valid.check_specs] == [True]
     assert {s.name for s in repo.sensor_defs} >= {"loop_sensor", "persona_inbox_sensor"}
     ours = [s for s in repo.sensor_defs if s.name in ("loop_sensor", "persona_inbox_sensor", "render_automation_sensor")]
     assert len(ours) == 3

@@ -10,6 +10,7 @@ import pytest
 from newsmotion_engine.errors import BadInputError
 from newsmotion_engine.render import BackendNeeds, RenderProvenance, RenderSpec, RenderTelemetry, get_backend, render_clip
 from newsmotion_engine.video import probe_video
+from newsmotion_engine.render.telemetry import SCHEMA_VERSION
 
 SPEC = RenderSpec(216, 384, fps=30)
 
@@ -23,7 +24,7 @@ def test_render_clip_writes_a_valid_mp4_and_telemetry(tmp_path, persona, synth):
     tele = render_clip(loop, persona, backend, SPEC, out, progress=lambda d, t: seen.append((d, t)), provenance=provenance)
     assert probe_video(out) == {"codec": "h264", "pix_fmt": "yuv420p", "width": 216, "height": 384, "frames": 12, "fps": 30.0}
     assert RenderTelemetry.read(out.with_suffix(".json")) == tele
-    assert json.loads(out.with_suffix(".json").read_text())["schema_version"] == 1
+    assert json.loads(out.with_suffix(".json").read_text())["schema_version"] == SCHEMA_VERSION
     assert tele.backend == "warp" and tele.weights == "none" and tele.outcome == "rendered"
     assert tele.frames == 12 and tele.width == 216 and tele.encoder in ("libx264", "h264_nvenc")
     assert (tele.guidance_cache, tele.persona_cache, tele.input_digest) == ("hit", "built", "d" * 64)

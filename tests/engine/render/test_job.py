@@ -221,3 +221,22 @@ def test_a_persona_cache_without_its_portrait_still_renders(anchor, warp):
     storage.persona_dir("anchor").joinpath("landmarks.npy").write_bytes(b"")
     with pytest.raises(CacheNotReadyError, match="persona cache for 'anchor' is corrupt.*persona add IMAGE --id anchor"):
         ensure_render_inputs(storage, "anchor", "nod")
+
+
+def test_a_record_from_before_pose_fidelity_is_rendered_again_and_measured(anchor, warp):
+    from newsmotion_engine.render.fidelity import FidelityConfig
+
+    storage = anchor
+    ensure_render_inputs(storage, "anchor", "nod")
+    off = render_persona_loop(storage, "anchor", "nod", warp, SPEC, fidelity=FidelityConfig(enabled=False))
+    assert off.pose_fidelity is None and off.pose_fidelity_reason.startswith("turned off")
+    json_path = storage.render_path("anchor", "nod", "warp").with_suffix(".json")
+    data = json.loads(json_path.read_text())
+    data["schema_version"] = 1
+    for key in ("pose_fidelity", "pose_fidelity_reason"):
+        data.pop(key)
+    json_path.write_text(json.dumps(data))
+    again = render_persona_loop(storage, "anchor", "nod", warp, SPEC, fidelity=FidelityConfig(stride=30))
+    assert again.outcome == "rendered" and again.pose_fidelity is not None
+    assert again.pose_fidelity.frames_compared == 4 and again.pose_fidelity.stride == 30
+    assert render_persona_loop(storage, "anchor", "nod", warp, SPEC).outcome == "skipped"

@@ -96,3 +96,47 @@ def test_launcher_field_is_compatible_and_checked(tmp_path):
     older.write_text(json.dumps(data))
     with pytest.raises(TelemetryError, match="launcher 'cloud' is not one of"):
         RenderTelemetry.read(older)
+
+
+def _fidelity(**changes):
+    from newsmotion_engine.render.telemetry import PoseFidelity
+
+    base = PoseFidelity(
+        version=1, pck=0.93, pck_body=0.91, per_part={"head": {"pck": 1.0, "mean_px": 2.0, "joints": 5}},
+        mean_px=3.2, motion_energy_ratio=0.85, normalizer={"kind": "shoulder_width", "px": 300.0}, alpha=0.05,
+        threshold_px=15.0, frames=120, frames_compared=30, stride=4, joints=77, detected_fraction=0.99,
+        extractor="mediapipe-holistic 0.10.21", calibration={"rest_frame": True, "raw": {}},
+        targets={"pck_body": 0.9, "motion_energy_ratio": 0.8},
+        meets_targets=True, seconds=2.0,
+    )  # fmt: skip
+    return dataclasses.replace(base, **changes)
+
+
+def test_pose_fidelity_round_trip_columns_and_null_with_reason(tmp_path):
+    tele = _record(pose_fidelity=_fidelity())
+    path = tmp_path / "warp.json"
+    tele.write(path)
+    back = RenderTelemetry.read(path)
+    assert back == tele and back.pose_fidelity.per_part["head"]["pck"] == 1.0
+    row = back.row()
+    assert row["pose_pck"] == 0.93 and row["pose_pck_body"] == 0.91 and row["motion_energy_ratio"] == 0.85
+    kinds = RenderTelemetry.column_kinds()
+    assert kinds["pose_pck_body"] == "float" and kinds["motion_energy_ratio"] == "float"
+    unmeasured = _record(pose_fidelity=None, pose_fidelity_reason="mediapipe is not installed here")
+    assert RenderTelemetry.from_json(unmeasured.to_json()) == unmeasured and unmeasured.row()["pose_pck"] is None
+    data = json.loads(tele.to_json())
+    data["pose_fidelity"]["meets_targets"] = "yes"
+    with pytest.raises(TelemetryError, match="'pose_fidelity.meets_targets' is str, expected bool"):
+        RenderTelemetry.from_json(json.dumps(data), path)
+
+
+def test_version_1_records_are_still_read_and_say_why_they_have_no_fidelity(tmp_path):
+    data = _record().to_dict()
+    for key in ("pose_fidelity", "pose_fidelity_reason"):
+        data.pop(key)
+    data["schema_version"] = 1
+    old = RenderTelemetry.from_json(json.dumps(data))
+    assert old.schema_version == 1 and old.pose_fidelity is None and "schema 1" in old.pose_fidelity_reason
+    data["schema_version"] = 0
+    with pytest.raises(TelemetryError, match="re-render the clip"):
+        RenderTelemetry.from_json(json.dumps(data))

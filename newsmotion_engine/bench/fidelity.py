@@ -1,0 +1,156 @@
+"""Benchmark: pose fidelity of every canonical loop on every sample portrait.
+
+Renders each (sample portrait x canonical loop) with the ``warp`` backend at 720x1280 through the
+render job (:func:`~newsmotion_engine.render.job.render_persona_loop`, pose fidelity on), plus one
+``wan-animate`` render with the ``tiny`` preset (random weights, a small frame: the honest low
+baseline; its frames are noise), and reports each render's ``pose_fidelity`` and the aggregate
+against the targets (``pck_body`` >= 0.9 over the visible head, torso and arm joints,
+``motion_energy_ratio`` >= 0.8). With ``sheets`` it also writes one contact sheet per portrait
+(every loop a row, evenly spaced frames) as PNG.
+
+Everything runs in the storage it is given (a private one from ``newsmotion bench fidelity``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from newsmotion_engine.render.fidelity import TARGET_MOTION_ENERGY, TARGET_PCK, FidelityConfig
+
+__all__ = ["bench_fidelity", "aggregate"]
+
+WAN_TINY_OPTIONS = {"preset": "tiny", "steps": 2, "device": "cpu", "dtype": "float32"}
+WAN_TINY_SIZE = (64, 128)
+SHEET_FRAMES = 6
+SHEET_ROW_HEIGHT = 240
+
+
+def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Means and minima of ``pck_body``, ``pck`` and ``motion_energy_ratio`` over ``rows`` (renders
+    with a measurement), and how many meet the targets."""
+    measured = [r for r in rows if r.get("pose_fidelity")]
+
+    def values(key: str) -> list[float]:
+        return [r["pose_fidelity"][key] for r in measured if r["pose_fidelity"].get(key) is not None]
+
+    out: dict[str, Any] = {"renders": len(rows), "measured": len(measured)}
+    for key in ("pck_body", "pck", "motion_energy_ratio", "mean_px"):
+        v = values(key)
+        out[key] = {"mean": round(statistics.fmean(v), 4), "min": round(min(v), 4), "max": round(max(v), 4)} if v else None
+    out["meets_pck"] = sum(1 for v in values("pck_body") if v >= TARGET_PCK)
+    out["meets_motion_energy"] = sum(1 for v in values("motion_energy_ratio") if v >= TARGET_MOTION_ENERGY)
+    out["meets_both"] = sum(1 for r in measured if r["pose_fidelity"]["meets_targets"])
+    out["targets_met"] = bool(measured) and out["meets_both"] == len(rows)
+    return out
+
+
+def _row(tele: Any, portrait: str) -> dict[str, Any]:
+    pf = tele.pose_fidelity
+    return {
+        "portrait": portrait,
+        "loop": tele.loop_id,
+        "backend": tele.backend,
+        "weights": tele.weights,
+        "size": f"{tele.width}x{tele.height}",
+        "fps_achieved": tele.fps_achieved,
+        "pose_fidelity": None if pf is None else {k: v for k, v in tele.to_dict()["pose_fidelity"].items()},
+        "pose_fidelity_reason": tele.pose_fidelity_reason,
+    }
+
+
+def bench_fidelity(
+    storage: Any,
+    *,
+    portraits: list[str] | None = None,
+    loops: list[str] | None = None,
+    stride: int = 4,
+    wan_tiny: bool = True,
+    sheets: Path | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Render and measure; returns the JSON-able result (see the module docstring)."""
+    from newsmotion_engine.bench.common import machine_info
+    from newsmotion_engine.guidance import palette
+    from newsmotion_engine.guidance.cache import ensure_guidance
+    from newsmotion_engine.persona.cache import ensure_persona
+    from newsmotion_engine.render import RenderSpec, get_backend
+    from newsmotion_engine.render.job import render_persona_loop
+    from newsmotion_engine.samples import SAMPLE_PORTRAITS, write_sample_portrait
+
+    say = log or (lambda _m: None)
+    portraits = portraits or list(SAMPLE_PORTRAITS)
+    loops = loops or list(palette.canonical_loops())
+    config = FidelityConfig(stride=stride)
+    started = time.perf_counter()
+    for loop_id in loops:
+        ensure_guidance(storage, loop_id)
+    personas = {}
+    for name in portraits:
+        say(f"persona {name}")
+        personas[name], _ = ensure_persona(storage, name, image=write_sample_portrait(name, storage.persona_samples))
+
+    spec = RenderSpec()
+    warp = get_backend("warp")
+    warp.load()
+    rows: list[dict[str, Any]] = []
+    outputs: dict[str, list[tuple[str, str]]] = {}
+    try:
+        for name in portraits:
+            for loop_id in loops:
+                tele = render_persona_loop(storage, name, loop_id, warp, spec, force=True, fidelity=config)
+                row = _row(tele, name)
+                rows.append(row)
+                outputs.setdefault(name, []).append((loop_id, tele.output))
+                pf = row["pose_fidelity"]
+                say(f"warp {name} x {loop_id}: " + (
+                    f"pck_body {pf['pck_body']}, pck {pf['pck']}, motion energy {pf['motion_energy_ratio']}" if pf
+                    else f"not measured ({row['pose_fidelity_reason']})"))  # fmt: skip
+    finally:
+        warp.close()
+    warp_info = warp.describe()
+
+    baseline = None
+    if wan_tiny:
+        name, loop_id = portraits[0], "nod" if "nod" in loops else loops[0]
+        say(f"wan-animate tiny (random weights) {name} x {loop_id} at {WAN_TINY_SIZE[0]}x{WAN_TINY_SIZE[1]}")
+        wan = get_backend("wan-animate", **WAN_TINY_OPTIONS)
+        wan_spec = RenderSpec(*WAN_TINY_SIZE)
+        try:
+            wan.load()
+            guidance, _ = ensure_guidance(storage, loop_id)
+            wan.prepare_guidance(guidance, wan_spec)
+            wan.prepare_persona(personas[name], wan_spec)
+            tele = render_persona_loop(storage, name, loop_id, wan, wan_spec, force=True, fidelity=config)
+            baseline = _row(tele, name)
+        finally:
+            wan.close()
+
+    if sheets is not None:
+        from newsmotion_engine.video.frames import write_loop_sheet
+
+        for name, clips in outputs.items():
+            path = write_loop_sheet(clips, sheets / f"{name}_warp.png", count=SHEET_FRAMES, height=SHEET_ROW_HEIGHT,
+                                    title=f"{name} - warp backend, {SHEET_FRAMES} evenly spaced frames per loop")  # fmt: skip
+            say(f"contact sheet {path}")
+
+    by_portrait = {name: aggregate([r for r in rows if r["portrait"] == name]) for name in portraits}
+    return {
+        "benchmark": "fidelity",
+        "targets": {"pck_body": TARGET_PCK, "motion_energy_ratio": TARGET_MOTION_ENERGY},
+        "stride": stride,
+        "size": f"{spec.width}x{spec.height}",
+        "portraits": {n: {"kind": SAMPLE_PORTRAITS[n].kind, "origin": SAMPLE_PORTRAITS[n].origin,
+                          "framing": personas[n].metadata.get("framing"), "visible_parts": personas[n].visible_parts}
+                      for n in portraits},  # fmt: skip
+        "warp": {"backend_info": warp_info, "aggregate": aggregate(rows), "by_portrait": by_portrait, "renders": rows},
+        "wan_animate_tiny": None if baseline is None else {
+            "options": WAN_TINY_OPTIONS, "size": f"{WAN_TINY_SIZE[0]}x{WAN_TINY_SIZE[1]}",
+            "note": "random weights: frames are noise; the honest low baseline", "render": baseline,
+        },  # fmt: skip
+        "wall_s": round(time.perf_counter() - started, 1),
+        "machine": machine_info(),
+    }
