@@ -39,7 +39,7 @@ def _tiny():
 
 _RANKS = textwrap.dedent(
     """
-    import sys, types, torch, torch.distributed as dist
+    import os, sys, types, torch, torch.distributed as dist
     from newsmotion_engine.accel import attention as A, sparse as SP
     from newsmotion_engine.accel.context_parallel import ContextParallel
     from newsmotion_engine.accel.registry import apply_accelerations, remove_accelerations
@@ -80,7 +80,9 @@ _RANKS = textwrap.dedent(
         raise SystemExit("an uneven split must fail")
     except Exception as exc:
         assert type(exc).__name__ == "ContextParallelError" and "do not split evenly" in str(exc), exc
-    print("RESULT", dist.get_rank(), errs, flush=True)
+    # One file per rank: two ranks printing to one pipe can interleave their lines.
+    with open(os.path.join(os.environ["RESULT_DIR"], f"rank{dist.get_rank()}.txt"), "w") as f:
+        f.write(repr(errs))
     dist.destroy_process_group()
     """
 )
@@ -89,14 +91,14 @@ _RANKS = textwrap.dedent(
 def test_two_ranks_match_one_process(tmp_path):
     script = tmp_path / "ranks.py"
     script.write_text(_RANKS)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RESULT_DIR": str(tmp_path)}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)],
                           env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
-    assert len(rows) == 2, proc.stdout
+    rows = sorted(tmp_path.glob("rank*.txt"))
+    assert [r.name for r in rows] == ["rank0.txt", "rank1.txt"], proc.stdout
     for row in rows:
-        errs = eval(row.split(" ", 2)[2])  # noqa: S307 - our own printed dict
+        errs = eval(row.read_text())  # noqa: S307 - our own written dict
         for kind, (parallel, removed) in errs.items():
             assert parallel < TOL and removed == 0.0, (kind, parallel, removed)
 
