@@ -45,7 +45,9 @@ def test_entry_point_imports_and_runs_without_dagster_pipes(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == "error: unknown bench suite 'no-such-suite'; known: guidance, persona, warp"
+    from newsmotion_engine.bench.suites import SUITES
+
+    assert proc.stderr.strip().splitlines()[-1] == f"error: unknown bench suite 'no-such-suite'; known: {', '.join(SUITES)}"
 
 
 def test_pose_fidelity_is_a_check_only_when_the_telemetry_has_it():

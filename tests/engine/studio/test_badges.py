@@ -26,13 +26,17 @@ def test_badges(storage):
 
 
 def test_pose_fidelity_when_the_record_has_one(storage):
+    from newsmotion_engine.render.telemetry import PoseFidelity
+
     warp = make_render(storage, "anna", "nod", "warp")
     assert warp.pose_fidelity_pck is None
-
-    @dataclasses.dataclass(frozen=True)
-    class WithFidelity(RenderTelemetry):  # a record that carries the measurement
-        pose_fidelity: dict | None = None
-
-    measured = WithFidelity(**{**{f.name: getattr(warp, f.name) for f in dataclasses.fields(warp)}, "pose_fidelity": {"pck": 0.93}})
-    assert measured.pose_fidelity_pck == 0.93
+    fidelity = PoseFidelity(
+        version=1, pck=0.95, pck_body=0.93, per_part={"head": {"pck": 1.0, "mean_px": 2.0, "joints": 5}},
+        mean_px=3.2, motion_energy_ratio=0.85, normalizer={"kind": "shoulder_width", "px": 300.0}, alpha=0.05,
+        threshold_px=15.0, frames=120, frames_compared=30, stride=4, joints=77, detected_fraction=0.99,
+        extractor="mediapipe-holistic 0.10.21", calibration={"rest_frame": True, "raw": {}},
+        targets={"pck_body": 0.9, "motion_energy_ratio": 0.8}, meets_targets=True, seconds=2.0,
+    )  # fmt: skip
+    measured = dataclasses.replace(warp, pose_fidelity=fidelity)
+    assert measured.pose_fidelity_pck == 0.93  # the badge shows the target figure: head, torso, arms
     assert _texts(measured)[-1] == "PCK 0.93"
