@@ -47,6 +47,7 @@ import cv2
 import numpy as np
 
 from newsmotion_engine.accel.registry import AccelConfig
+from newsmotion_engine.bench.gpu import _peak, _peak_reset, _sync
 
 __all__ = ["CLIP_VARIANTS", "FrameSink", "bench_clip"]
 
@@ -110,26 +111,6 @@ def _base_accel(cuda: bool) -> tuple[AccelConfig, ...]:
     return (Fp8Linears(mode="auto"), Attention("fp8-triton"), Compile(), FfnChunks(chunks=8))
 
 
-def _sync(dev: Any) -> None:
-    import torch
-
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
-
-def _peak_gib(dev: Any) -> float | None:
-    import torch
-
-    return round(torch.cuda.max_memory_allocated(dev) / 2**30, 3) if dev.type == "cuda" else None
-
-
-def _reset_peak(dev: Any) -> None:
-    import torch
-
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
-
-
 def _bench_vae(backend: Any, width: int, height: int, frames: int, log: Log) -> dict[str, Any]:
     """Decode one ``frames``-frame segment's latents: tiled (today's default), larger tiles,
     untiled, untiled + channels_last_3d."""
@@ -156,12 +137,12 @@ def _bench_vae(backend: Any, width: int, height: int, frames: int, log: Log) -> 
             m.weight.data = m.weight.data.contiguous(memory_format=torch.channels_last_3d)
         try:
             denoise.decode_latents(vae, latents[:, :, :3])  # warm-up (cuDNN algorithm choice)
-            _reset_peak(dev)
+            _peak_reset(dev)
             _sync(dev)
             t0 = time.perf_counter()
             video = denoise.decode_latents(vae, latents)
             _sync(dev)
-            out[name] = {"decode_s": round(time.perf_counter() - t0, 3), "peak_vram_gib": _peak_gib(dev), "frames_out": int(video.shape[0])}
+            out[name] = {"decode_s": round(time.perf_counter() - t0, 3), "peak_vram_gib": _peak(dev), "frames_out": int(video.shape[0])}
         except Exception as exc:  # an OOM at one setting is a result; the others still run
             out[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             if dev.type == "cuda":
@@ -208,7 +189,7 @@ def _bench_stock(backend: Any, loop: Any, persona: Any, width: int, height: int,
     pipe.set_progress_bar_config(disable=True)
     calls = {"n": 0}
     hook = comps.transformer.register_forward_pre_hook(lambda *_: calls.__setitem__("n", calls["n"] + 1))
-    _reset_peak(dev)
+    _peak_reset(dev)
     t0 = time.perf_counter()
     with torch.no_grad():
         video = pipe(image=Image.fromarray(ref), pose_video=pose, face_video=face, prompt_embeds=emb[0:1].to(dev, dtype),
@@ -222,7 +203,7 @@ def _bench_stock(backend: Any, loop: Any, persona: Any, width: int, height: int,
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     res = {"pipeline_s": round(pipeline_s, 2), "text_encode_s": round(text_s, 2), "end_to_end_s": round(pipeline_s + text_s, 2),
-           "frames_out": int(len(video)), "transformer_forwards": calls["n"], "peak_vram_gib": _peak_gib(dev)}  # fmt: skip
+           "frames_out": int(len(video)), "transformer_forwards": calls["n"], "peak_vram_gib": _peak(dev)}  # fmt: skip
     log(f"stock clip: {res}")
     return res
 
@@ -336,11 +317,11 @@ def bench_clip(
                     t1 = time.perf_counter()
                     _render_ours(backend, loop, persona, spec, tmp, 1, infill_device="cuda" if dev.type == "cuda" else None)
                     row["first_run_s"] = round(time.perf_counter() - t1, 2)  # includes compiling this shape
-                    _reset_peak(dev)
+                    _peak_reset(dev)
                     report = _render_ours(backend, loop, persona, spec, tmp, 1, infill_device="cuda" if dev.type == "cuda" else None)
                     tele = report.telemetry[0]
                     stats = tele.backend_info.get("last_render", {})
-                    row.update(end_to_end_s=round(report.wall_s, 2), peak_vram_gib=_peak_gib(dev), frames_out=tele.frames,
+                    row.update(end_to_end_s=round(report.wall_s, 2), peak_vram_gib=_peak(dev), frames_out=tele.frames,
                                stages_s={"prepare": stats.get("prep_s"), "denoise": stats.get("denoise_s"), "decode": stats.get("decode_s"),
                                          "infill": round((tele.keyframes or {}).get("infill_ms", 0.0) / 1e3, 3)},
                                segments=stats.get("segments"), gpu_idle_fraction=report.gpu_idle_fraction,

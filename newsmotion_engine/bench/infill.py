@@ -48,6 +48,7 @@ import cv2
 import numpy as np
 
 from newsmotion_engine.bench.common import machine_info
+from newsmotion_engine.video.compare import ssim_map
 from newsmotion_engine.video.infill import InfillConfig, Infiller, KeyframePair, keyframe_schedule
 
 __all__ = ["bench_infill", "psnr", "ssim_map", "TARGET_PSNR_DB", "TARGET_FACE_PSNR_DB"]
@@ -73,24 +74,6 @@ def psnr(a: np.ndarray, b: np.ndarray, mask: np.ndarray | None = None) -> float:
         sse = cv2.norm(a, b, cv2.NORM_L2SQR, mask=m)
     mse = sse / max(count, 1)
     return _PSNR_CAP_DB if mse <= 1e-10 else min(_PSNR_CAP_DB, 10.0 * np.log10(255.0**2 / mse))
-
-
-def ssim_map(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per-pixel SSIM of two uint8 RGB images on their luma (Z. Wang et al., "Image quality
-    assessment: from error visibility to structural similarity", TIP 2004: Gaussian window sigma
-    1.5, K1 0.01, K2 0.03, L 255). The mean of the map is the SSIM."""
-    x = cv2.cvtColor(a, cv2.COLOR_RGB2GRAY).astype(np.float32)
-    y = cv2.cvtColor(b, cv2.COLOR_RGB2GRAY).astype(np.float32)
-    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
-
-    def blur(z: np.ndarray) -> np.ndarray:
-        return cv2.GaussianBlur(z, (11, 11), 1.5, borderType=cv2.BORDER_REFLECT)
-
-    mx, my = blur(x), blur(y)
-    vx = blur(x * x) - mx * mx
-    vy = blur(y * y) - my * my
-    cxy = blur(x * y) - mx * my
-    return ((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2))
 
 
 # --------------------------------------------------------------------------------------------

@@ -126,21 +126,15 @@ class _StageView:
                 if isinstance(item, _Failure):
                     raise item.error
                 _, latents, event = item
-            with self._on_stream(latents, event):
-                decoded = list(self._backend.decode_clip_segment(work, k, latents))
-            yield from decoded
+            self._wait_for(latents, event)
+            yield from self._backend.decode_clip_segment(work, k, latents)
 
-    @contextlib.contextmanager
-    def _on_stream(self, latents: Any, event: Any) -> Iterator[None]:
+    def _wait_for(self, latents: Any, event: Any) -> None:
+        """Order the decode stream (the finish thread's current one) after the denoise stream."""
         if self._stream is None:
-            yield
             return
-        import torch
-
         self._stream.wait_event(event)  # the latents were written on the denoise stream
         latents.record_stream(self._stream)  # ... and are read here: keep their memory until done
-        with torch.cuda.stream(self._stream):
-            yield
 
 
 def _put(q: queue.Queue, item: Any, stop: threading.Event) -> bool:
