@@ -2,7 +2,7 @@
 # The one script the GPU device runs: the wan-animate GPU benchmark, results under $OUT.
 # Usage (device, repo root, with .whl carried; see ../shared/tools/device-wheels.sh):
 #   bash bench/device_gpu.sh forward|render|all|smoke|sweep|sparse|cp|clip [preset] [JSON of extra bench_gpu kwargs] [part after sweep]
-#   bash bench/device_gpu.sh animate2 [preset] [forward|clip|multistream|all] ["extra bench.animate2 flags"]
+#   bash bench/device_gpu.sh animate2 [preset] [forward|attention|clip|clip-ours|clip-stock|multistream|all] ["extra bench.animate2 flags"]
 # e.g. bash bench/device_gpu.sh render 14b '{"width": 480, "height": 832, "steps": 20, "guidance_scale": 5.0}'
 # Writes $OUT/gpu_<part>.json (rewritten after every variant) and $OUT/gpu_<part>.log (smoke also
 # $OUT/gpu_backend_smoke.json). Copy the JSON into bench/results/ only from a real run.

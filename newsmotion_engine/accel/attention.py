@@ -62,8 +62,12 @@ __all__ = [
     "Fp8SelfAttnProcessor",
     "Fp8Variant",
     "fp8_attention",
+    "fp8_attention_lse",
+    "merge_attention",
     "quantize_attention_inputs",
     "reference_attention",
+    "reference_attention_lse",
+    "register_fp8_processor",
     "restore_attention",
     "set_attention",
 ]
@@ -158,6 +162,22 @@ class PreviousAttention:
     active_backend: str | None = None
 
 
+# Transformer class name -> (factory(variant) -> self-attention processor, the blocks' attribute
+# holding that attention). Wan / Wan-Animate use Fp8SelfAttnProcessor on ``attn1``; a model whose
+# self-attention has another signature registers its own processor (wan_animate_2.attention).
+_FP8_PROCESSORS: dict[str, tuple[Any, str]] = {}
+
+
+def register_fp8_processor(model_class: str, factory: Any, *, blocks_attr: str) -> None:
+    """Use ``factory(variant)`` for ``attention='fp8-triton'`` on transformers of ``model_class``
+    (their ``blocks[i].<blocks_attr>`` is the self-attention replaced)."""
+    _FP8_PROCESSORS[model_class] = (factory, blocks_attr)
+
+
+def _fp8_processor(model: Any) -> tuple[Any, str]:
+    return _FP8_PROCESSORS.get(type(model).__name__, (Fp8SelfAttnProcessor, "attn1"))
+
+
 def set_attention(model: Any, config: Attention) -> tuple[dict[str, Any], PreviousAttention]:
     """Select the attention kernel of ``model`` (a Wan / Wan-Animate transformer) in place.
     Returns ``(report, previous)``; :func:`restore_attention` undoes it with ``previous``.
@@ -169,10 +189,12 @@ def set_attention(model: Any, config: Attention) -> tuple[dict[str, Any], Previo
         ok, why = fp8_attention_supported()
         if not ok:
             raise AttentionUnavailableError(f"attention='fp8-triton' cannot run: {why}; use attention='sdpa' or 'cudnn'")
-        previous = [block.attn1.processor for block in model.blocks]
+        factory, attr = _fp8_processor(model)
+        previous = [getattr(block, attr).processor for block in model.blocks]
         for block in model.blocks:
-            block.attn1.set_processor(Fp8SelfAttnProcessor(config.variant))
-        return ({"attention": config.kernel, "variant": config.variant, "self_attention_layers": len(previous)},
+            getattr(block, attr).set_processor(factory(config.variant))
+        return ({"attention": config.kernel, "variant": config.variant, "self_attention_layers": len(previous),
+                 "processor": factory(config.variant).__class__.__name__},
                 PreviousAttention(previous))  # fmt: skip
     # diffusers' set_attention_backend also changes its process-wide active backend, which
     # reset_attention_backend leaves alone; remember it so removal restores it too.
@@ -188,8 +210,9 @@ def restore_attention(model: Any, previous: PreviousAttention) -> None:
     """Undo :func:`set_attention`: the replaced processors come back, or the diffusers attention
     backend (per layer and process-wide) is what it was before."""
     if previous.processors is not None:
+        _, attr = _fp8_processor(model)
         for block, processor in zip(model.blocks, previous.processors):
-            block.attn1.set_processor(processor)
+            getattr(block, attr).set_processor(processor)
         return
     if previous.active_backend is not None:
         model.set_attention_backend(previous.active_backend)  # restores the process-wide choice
@@ -349,12 +372,15 @@ def _build_kernel(autotune: bool = True):
 
 
 def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None,
-                  sparse: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, **meta: Any) -> torch.Tensor:  # fmt: skip
+                  sparse: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, return_lse: bool = False,
+                  **meta: Any) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Run ``kernel`` (from :func:`_build_kernel`) on quantized inputs -> bf16 BSHD output.
     ``meta`` (``BLOCK_M``, ``BLOCK_N``) is for the bare kernel; the autotuned one picks its own.
     ``sparse``: a block layout's ``(kv_idx, kv_cnt, kv_tail)`` int32 tensors on the kernel's
     device (:mod:`newsmotion_engine.accel.sparse`), built for the ``BLOCK_M`` / ``BLOCK_N`` given
-    in ``meta`` (the bare kernel only: the tile sizes must not change under the layout)."""
+    in ``meta`` (the bare kernel only: the tile sizes must not change under the layout).
+    ``return_lse``: also return each row's log2-sum-exp2 of the smoothed scores, float32
+    ``[B, H, S]`` (see :func:`fp8_attention_lse`, which adds the smoothing back)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     _, var = _variant(variant)
@@ -384,10 +410,13 @@ def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None,
         idx, cnt, tail = sparse
         max_k = idx.shape[-1]
         meta["SPARSE"] = True
+    lse = torch.empty((B, H, S), device=x.q.device, dtype=torch.float32) if return_lse else x.q_scale
+    if return_lse:
+        meta["RETURN_LSE"] = True
     kernel[grid](q_desc, k_desc, vt_desc, out, x.q_scale, x.v_scale, S, H,
-                 out.stride(0), out.stride(1), out.stride(2), idx, cnt, tail, max_k, D=D,
+                 out.stride(0), out.stride(1), out.stride(2), idx, cnt, tail, max_k, lse, D=D,
                  QK_INT8=var.qk_int8, PV_FP8=var.pv_fp8, **meta)  # fmt: skip
-    return out
+    return (out, lse) if return_lse else out
 
 
 @torch.library.custom_op("newsmotion::fp8_attention_kernel", mutates_args=())
@@ -403,6 +432,61 @@ def _kernel_op(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_scale: torc
 def _(q, k, vt, q_scale, v_scale, variant):  # noqa: ANN001, ANN202
     B, H, S, D = q.shape
     return q.new_empty((B, S, H, D), dtype=torch.bfloat16)
+
+
+@torch.library.custom_op("newsmotion::fp8_attention_kernel_lse", mutates_args=())
+def _kernel_lse_op(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_scale: torch.Tensor, v_scale: torch.Tensor,
+                   variant: str) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    global _KERNEL
+    if _KERNEL is None:
+        _KERNEL = _build_kernel()
+    return launch_kernel(_KERNEL, QuantizedQKV(q, k, vt, q_scale, v_scale), variant, return_lse=True)
+
+
+@_kernel_lse_op.register_fake
+def _(q, k, vt, q_scale, v_scale, variant):  # noqa: ANN001, ANN202
+    B, H, S, D = q.shape
+    return q.new_empty((B, S, H, D), dtype=torch.bfloat16), q.new_empty((B, H, S), dtype=torch.float32)
+
+
+def smoothing_shift(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``q . mean_tokens(k)`` in the kernel's exponent units (``log2 e / sqrt(D)``), ``[B, S, H]``
+    float32: what K's smoothing took out of every score of a row, which softmax ignores but a
+    log-sum-exp must count."""
+    mean = k.float().mean(dim=1, keepdim=True)
+    return (q.float() * mean).sum(-1) * (LOG2E / math.sqrt(q.shape[-1]))
+
+
+def fp8_attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`fp8_attention` that also returns each query row's log2-sum-exp2 of its scores
+    (``q . k * log2 e / sqrt(D)``), float32 ``[B, S, H]``: two attentions over disjoint key sets
+    merge exactly with :func:`merge_attention`. CUDA sm_90."""
+    if q.device.type != "cuda":
+        raise AttentionUnavailableError("fp8_attention_lse needs CUDA tensors (Hopper GPU)")
+    if q.shape != k.shape or q.shape != v.shape or q.shape[-1] not in (64, 128):
+        raise ValueError(f"fp8_attention_lse: q, k, v must be equal BSHD shapes with D 64 or 128, got {tuple(q.shape)}")
+    name, _ = _variant(variant)
+    x = quantize_attention_inputs(q, k, v, name)
+    out, lse = _kernel_lse_op(*x, name)
+    return out.to(q.dtype), lse.transpose(1, 2) + smoothing_shift(q, k)
+
+
+def reference_attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact (float32) attention and its log2-sum-exp2 in :func:`fp8_attention_lse`'s units:
+    the CPU path of the split attention and the tests' reference. BSHD in, ``[B, S, H]`` lse."""
+    s = torch.einsum("bshd,bthd->bhst", q.float(), k.float()) * (LOG2E / math.sqrt(q.shape[-1]))
+    lse = torch.logsumexp(s * math.log(2.0), dim=-1) / math.log(2.0)  # [B, H, S], log2 units
+    p = torch.exp2(s - lse[..., None])
+    out = torch.einsum("bhst,bthd->bshd", p, v.float())
+    return out.to(q.dtype), lse.transpose(1, 2)
+
+
+def merge_attention(a: torch.Tensor, lse_a: torch.Tensor, b: torch.Tensor, lse_b: torch.Tensor) -> torch.Tensor:
+    """Attention over the union of two disjoint key sets from the two partial results (BSHD
+    outputs, ``[B, S, H]`` log2-sum-exp2 each): weights ``2**lse`` normalised, in float32."""
+    m = torch.maximum(lse_a, lse_b)
+    wa, wb = torch.exp2(lse_a - m)[..., None], torch.exp2(lse_b - m)[..., None]
+    return ((a.float() * wa + b.float() * wb) / (wa + wb)).to(a.dtype)
 
 
 def fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str | None = None) -> torch.Tensor:

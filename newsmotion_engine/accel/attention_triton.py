@@ -68,10 +68,10 @@ def _softmax_pv(acc, l_i, m_i, s, c, vt_desc, bh, start_n, S,
 @triton.jit
 def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
                   stride_ob, stride_os, stride_oh,
-                  KV_IDX, KV_CNT, KV_TAIL, MAX_K,
+                  KV_IDX, KV_CNT, KV_TAIL, MAX_K, LSE,
                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   QK_INT8: tl.constexpr, PV_FP8: tl.constexpr, PIPELINE_QK: tl.constexpr = False,
-                  SPARSE: tl.constexpr = False):  # fmt: skip
+                  SPARSE: tl.constexpr = False, RETURN_LSE: tl.constexpr = False):  # fmt: skip
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     start_m = pid_m * BLOCK_M
@@ -128,6 +128,13 @@ def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
     h = bh64 % H
     o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None].to(tl.int64) * stride_os + offs_d[None, :]
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+    if RETURN_LSE:
+        # log2 of the row's softmax denominator in the exponent's units (smoothed scores; the
+        # caller adds back q . mean(k)): lets two partial attentions be merged exactly.
+        lse = m_i + tl.math.log2(l_i)
+        if PV_FP8:
+            lse = lse - LOG2_E4M3_MAX  # P was produced scaled by 448
+        tl.store(LSE + bh64 * S + offs_m, lse, mask=row_ok)
 
 
 def _set_block_shapes(nargs: dict) -> None:

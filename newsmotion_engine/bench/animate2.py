@@ -59,7 +59,7 @@ __all__ = ["bench_animate2", "main"]
 
 Log = Callable[[str], None]
 FILE_LAYERS = 4  # layers in the FP8-file read measurement when all layers would exceed 4 GiB
-PARTS = ("forward", "clip", "clip-ours", "clip-stock", "multistream", "ms-worker", "all")
+PARTS = ("forward", "attention", "clip", "clip-ours", "clip-stock", "multistream", "ms-worker", "all")
 
 
 def _gib(n: float) -> float:
@@ -118,9 +118,9 @@ def _options(preset: str, device: str, accel: Mapping[str, Any], **kw: Any):
 
 
 def _default_accel(cuda: bool) -> dict[str, Any]:
-    # FP8 linears + regional compile on a GPU; nothing on the CPU dry run (inductor there would
-    # spend minutes compiling a model that runs in milliseconds).
-    return {"fp8": "auto", "compile": "blocks"} if cuda else {}
+    # FP8 linears + regional compile + our 8-bit split attention on a GPU; nothing on the CPU dry
+    # run (inductor there would spend minutes compiling a model that runs in milliseconds).
+    return {"fp8": "auto", "compile": "blocks", "attention": "fp8-triton"} if cuda else {}
 
 
 def _header(preset: str, dev: Any, **shape: Any) -> dict[str, Any]:
@@ -404,6 +404,84 @@ def _compile_warmup(comps: Any, geom: Any, fp8_kv: bool) -> float:
     return round(time.perf_counter() - t0, 1)
 
 
+# -------------------------------------------------------------------------------------- attention
+def _flash_lse(q: Any, k: Any, v: Any) -> tuple[Any, Any]:
+    """bf16 FlashAttention with its log-sum-exp (natural log -> log2 units), BSHD."""
+    import torch
+
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))[:2]
+    return out.transpose(1, 2), lse.transpose(1, 2) / math.log(2.0)
+
+
+def _part_attention(preset: str, dev_name: str, width: int, height: int, segment_frames: int | None, warmup: int, reps: int,
+                    result: dict, write: Callable[[], None], log: Log) -> None:  # fmt: skip
+    """The cached pass's self-attention alone at the preset's shape, one layer: the stock path
+    (``[generation | reference]`` packed, flex attention under the stock block mask, compiled)
+    vs the split (dense generation + per-frame reference, merged by log-sum-exp) on our 8-bit
+    kernel and on bf16 FlashAttention; error of each against the stock output."""
+    import torch
+    from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2Transformer3DModel
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from newsmotion_engine.accel import attention as A
+    from newsmotion_engine.render.wan_animate_2.attention import split_cached_attention
+    from newsmotion_engine.render.wan_animate_2.denoise import geometry
+
+    opts = _options(preset, dev_name, {}, segment_frames=segment_frames)
+    tcfg = opts.preset_spec.transformer
+    heads, head_dim = tcfg["num_heads"], tcfg["dim"] // tcfg["num_heads"]
+    geom = geometry(opts.segment_length, width, height)
+    hw, frames = (geom.latent_h // 2) * (geom.latent_w // 2), geom.latent_frames
+    dev = torch.device("cuda" if dev_name == "auto" and torch.cuda.is_available() else ("cpu" if dev_name == "auto" else dev_name))
+    cuda = dev.type == "cuda"
+    dt = torch.bfloat16 if cuda else torch.float32
+    g = torch.Generator("cpu").manual_seed(0)
+    n_gen, n_ref = (frames + 1) * hw, frames * hw
+    r = lambda n: torch.randn(1, n, heads, head_dim, generator=g).to(dev, dt)  # noqa: E731
+    q, k, v, k_ref, v_ref = r(n_gen), r(n_gen), r(n_gen), r(n_ref), r(n_ref)
+    out: dict[str, Any] = {"tokens_generation": n_gen, "tokens_reference": n_ref, "heads": heads, "head_dim": head_dim,
+                           "tokens_per_frame": hw, "note": "one layer's self-attention, random q/k/v (bf16 on the GPU)"}  # fmt: skip
+    result["attention"] = out
+    mask = WanAnimate2Transformer3DModel.create_mask(None, frames, hw, dev)
+    p_gen, p_ref = math.ceil(n_gen / 128) * 128, math.ceil(n_ref / 128) * 128
+    qp = q.new_zeros(1, p_gen, heads, head_dim)
+    kp, vp = (q.new_zeros(1, p_gen + p_ref, heads, head_dim) for _ in range(2))
+    qp[:, :n_gen], kp[:, :n_gen], vp[:, :n_gen] = q, k, v
+    kp[:, p_gen:p_gen + n_ref], vp[:, p_gen:p_gen + n_ref] = k_ref, v_ref
+    flex = torch.compile(flex_attention) if cuda else flex_attention
+
+    def stock():
+        o = flex(qp.transpose(1, 2), kp.transpose(1, 2), vp.transpose(1, 2), block_mask=mask)
+        return o.transpose(1, 2)[:, :n_gen]
+
+    variants: dict[str, Callable[[], Any]] = {"stock_flex_block_mask": stock}
+    if cuda:
+        variants["split_fp8_triton"] = lambda: split_cached_attention(q, k, v, k_ref, v_ref, hw, A.fp8_attention_lse)
+        variants["split_flash_bf16"] = lambda: split_cached_attention(q, k, v, k_ref, v_ref, hw, _flash_lse)
+    else:
+        variants["split_reference_fp32"] = lambda: split_cached_attention(q, k, v, k_ref, v_ref, hw, A.reference_attention_lse)
+    ref = None
+    for name, fn in variants.items():
+        try:
+            _peak_reset(dev)
+            row = _timed(fn, dev, warmup, reps)
+            o = fn().float()
+            row["peak_gib"] = _peak(dev)
+            if ref is None:
+                ref = o
+            else:
+                row["rel_err_vs_stock"] = round(float((o - ref).norm() / ref.norm()), 5)
+                row["speedup_vs_stock"] = round(out["stock_flex_block_mask"]["ms"] / row["ms"], 3)
+            del o
+        except Exception as exc:  # one variant's failure is recorded, the others still run
+            if not _is_oom(exc) and not isinstance(exc, (RuntimeError, TypeError)):
+                raise
+            row = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+        out[name] = row
+        log(f"  attention {name}: {row}")
+        write()
+
+
 # ------------------------------------------------------------------------------------------- clip
 def _clip_inputs(width: int, height: int, frames: int, root: Path):
     from newsmotion_engine.bench.gpu import bench_inputs
@@ -412,12 +490,21 @@ def _clip_inputs(width: int, height: int, frames: int, root: Path):
 
 
 def _part_clip_ours(preset: str, dev_name: str, width: int, height: int, frames: int, segment_frames: int | None,
-                    accel: Mapping[str, Any], result: dict, write: Callable[[], None], log: Log) -> None:  # fmt: skip
+                    accel: Mapping[str, Any], result: dict, write: Callable[[], None], log: Log, *,
+                    fit_segments: bool = False, kv_offload: bool = False) -> None:  # fmt: skip
     from newsmotion_engine.render.base import RenderSpec
+    from newsmotion_engine.render.wan_animate.caches import fitted_segment_frames
     from newsmotion_engine.render.wan_animate_2.backend import WanAnimate2Backend
 
-    opts = _options(preset, dev_name, accel, segment_frames=segment_frames, reference_kv="gpu-lru", kv_fp8=True, kv_lru_gib=200.0)
-    side: dict[str, Any] = {"options": {k: str(v) for k, v in opts.as_mapping().items()}}
+    base = _options(preset, dev_name, {}, segment_frames=segment_frames).segment_length
+    if fit_segments:
+        segment_frames = fitted_segment_frames(frames, base, 1)
+    opts = _options(preset, dev_name, accel, segment_frames=segment_frames, reference_kv="gpu-lru", kv_fp8=True, kv_lru_gib=200.0,
+                    kv_offload=kv_offload)  # fmt: skip
+    side: dict[str, Any] = {"options": {k: str(v) for k, v in opts.as_mapping().items()},
+                            "segment_frames": opts.segment_length, "kv_offload": kv_offload,
+                            "fit_segments": f"{frames} frames in segments of {opts.segment_length} (the preset's {base} would render whole "
+                                            f"segments past the clip's end)" if fit_segments else None}  # fmt: skip
     result["ours"] = side
     backend = WanAnimate2Backend(opts)
     spec = RenderSpec(width=width, height=height)
@@ -719,6 +806,7 @@ def bench_animate2(preset: str = "14b", *, part: str = "forward", width: int | N
                    frames: int = 120, segment_frames: int | None = None, device: str = "auto",
                    accel: Mapping[str, Any] | None = None, warmup: int = 1, reps: int = 2, budget_s: float = 540.0,
                    ms_preset: str | None = None, ms_forwards: int = 4, ms_side: str | None = None, ms_go: str | None = None,
+                   fit_segments: bool = False, kv_offload: bool = False,
                    json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
     """Run one part (see the module docstring); returns (and writes, after every measurement) the result."""
     import torch
@@ -744,8 +832,11 @@ def bench_animate2(preset: str = "14b", *, part: str = "forward", width: int | N
         return result
     if part in ("forward", "all"):
         _part_forward(preset, device, width, height, segment_frames, accel, warmup, reps, deadline, result, write, log)
+    if part in ("attention", "all"):
+        _part_attention(preset, device, width, height, segment_frames, warmup, max(reps, 3), result, write, log)
     if part == "clip-ours":
-        _part_clip_ours(preset, device, width, height, frames, segment_frames, accel, result, write, log)
+        _part_clip_ours(preset, device, width, height, frames, segment_frames, accel, result, write, log,
+                        fit_segments=fit_segments, kv_offload=kv_offload)  # fmt: skip
     if part == "clip-stock":
         _part_clip_stock(preset, device, width, height, frames, segment_frames, None, result, write, log)
     if part in ("clip", "all"):
@@ -761,6 +852,26 @@ def bench_animate2(preset: str = "14b", *, part: str = "forward", width: int | N
             result["multistream"] = {"skipped": "budget"}
     write()
     return result
+
+
+def combine_clip_results(ours_path: str | Path, stock_path: str | Path) -> dict[str, Any]:
+    """One clip result from a ``clip-ours`` and a ``clip-stock`` run made in two device calls
+    (a 14B side does not fit a 10-minute command with the other): both sides kept whole, the
+    speedup computed from their measured ``clip_s``, and the two runs' headers recorded."""
+    ours, stock = (json.loads(Path(p).read_text()) for p in (ours_path, stock_path))
+    for label, side, key in (("ours", ours, "animate2_clip_s"), ("stock", stock, "animate2_clip_s_stock")):
+        if key not in side:
+            raise ValueError(f"{label} result has no {key}: was it a finished clip-{label} run?")
+    if (ours["preset"], ours["shape"]["width"], ours["shape"]["height"], ours["shape"]["frames"]) != (
+            stock["preset"], stock["shape"]["width"], stock["shape"]["height"], stock["shape"]["frames"]):  # fmt: skip
+        raise ValueError("ours and stock measured different clips (preset or shape differ)")
+    out = {k: ours[k] for k in ("bench", "weights", "note", "preset", "shape", "device", "versions")}
+    out.update(part="clip", layout="one GPU; the two sides in two device calls on the same machine kind (one command is limited to 10 minutes)",
+               runs={"ours": ours["created_at"], "stock": stock["created_at"]},
+               clip={"ours": ours.get("ours"), "stock": stock.get("stock")},
+               animate2_clip_s=ours["animate2_clip_s"], animate2_clip_s_stock=stock["animate2_clip_s_stock"],
+               animate2_clip_speedup_vs_stock=round(stock["animate2_clip_s_stock"] / ours["animate2_clip_s"], 3))  # fmt: skip
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -780,12 +891,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ms-forwards", type=int, default=4)
     p.add_argument("--ms-side", choices=("a", "b"))
     p.add_argument("--ms-go")
+    p.add_argument("--fit-segments", action="store_true", help="ours: the shortest 4k+1 segments that cover the clip")
+    p.add_argument("--kv-offload", action="store_true", help="ours: the K/V LRU in pinned host memory (device peak)")
+    p.add_argument("--combine", nargs=2, metavar=("OURS_JSON", "STOCK_JSON"),
+                   help="merge a clip-ours and a clip-stock result (two device calls) into --json")
     p.add_argument("--json")
     a = p.parse_args(argv)
+    if a.combine:
+        combined = combine_clip_results(*a.combine)
+        Path(a.json).write_text(json.dumps(combined, indent=2, default=str) + "\n") if a.json else print(json.dumps(combined, indent=2))
+        return 0
     bench_animate2(a.preset, part=a.part, width=a.width, height=a.height, frames=a.frames, segment_frames=a.segment_frames,
                    device=a.device, accel=json.loads(a.accel) if a.accel else None, warmup=a.warmup, reps=a.reps,
                    budget_s=a.budget_s, ms_preset=a.ms_preset, ms_forwards=a.ms_forwards, ms_side=a.ms_side, ms_go=a.ms_go,
-                   json_path=a.json)  # fmt: skip
+                   fit_segments=a.fit_segments, kv_offload=a.kv_offload, json_path=a.json)  # fmt: skip
     return 0
 
 

@@ -111,6 +111,15 @@ def plan_segments(frames: int, segment_frames: int, prev_frames: int, *, fit: bo
     return SegmentPlan(frames, segment_frames, prev_frames, segments)
 
 
+def fitted_segment_frames(frames: int, max_segment_frames: int, prev_frames: int) -> int:
+    """The shortest ``4k + 1`` segment length that covers ``frames`` in as many segments as
+    ``max_segment_frames`` would: 120 frames at 81 take two segments of 61 (121 frames rendered)
+    instead of two of 81 (161 rendered, 41 thrown away). Each segment is still whole."""
+    segments = plan_segments(frames, max_segment_frames, prev_frames).segments
+    need = math.ceil(max(frames - prev_frames, 1) / segments) + prev_frames
+    return min(max_segment_frames, max(5, VAE_SCALE_TEMPORAL * math.ceil((need - 1) / VAE_SCALE_TEMPORAL) + 1))
+
+
 def persona_artifacts_dir(persona_path: Path, width: int, height: int, root: Path | None = None) -> Path:
     base = root / "persona" / persona_path.name if root else persona_path
     return base / BACKEND_DIR / f"{width}x{height}"

@@ -160,6 +160,8 @@ def load_render_components(opts: WanAnimate2Options) -> RenderComponents:
     """Transformer + VAE + scheduler config on the configured device (no CLIP, no text encoder)."""
     import torch
 
+    from newsmotion_engine.render.wan_animate_2 import attention  # noqa: F401  registers its fp8-triton processor
+
     if opts.model_path:
         check_model_folder(Path(opts.model_path))
     device = resolve_device(opts.device)

@@ -27,8 +27,11 @@ Accelerations: the typed configs of :mod:`newsmotion_engine.accel` that apply to
 ``Fp8Linears`` (the blocks' linears), ``FfnChunks``, ``VaeTiling``, ``Compile`` (regional, which
 the cached pass's flex attention needs on a GPU; ``fullgraph=False``, since the stock blocks call
 ``grid_sizes.tolist()`` in ``rope_apply``) and, on the base schedule only, ``CFGSchedule``.
-The others are refused with the reason: ``Attention`` / ``SparseAttention`` (the cached pass is
-flex attention over a block mask, not the processors those replace), ``TeaCache`` (its hook reads
+``Attention(kernel="fp8-triton")`` replaces the self-attention (:mod:`.attention`: the cached
+pass's block-mask attention as a dense generation pass plus a per-frame reference pass on our
+8-bit kernel, merged by log-sum-exp; Hopper only). The others are refused with the reason:
+the other ``Attention`` kernels and ``SparseAttention`` (the cached pass is flex attention over
+a block mask, not the processors those replace), ``TeaCache`` (its hook reads
 the Wan-Animate transformer's ``condition_embedder``), ``ContextParallel`` (no plan for this model).
 The flat keys are the wan-animate ones (``fp8``, ``compile``, ``cfg_*``, ``vae_tiling``,
 ``ffn_chunks``), parsed by the same parser.
@@ -138,8 +141,6 @@ _DTYPES = ("bfloat16", "float16", "float32")
 _CONTINUATION = ("latent", "pixel")
 # Technique name -> why it does not apply to this model (checked without importing torch).
 _REFUSED = {
-    "attention": "the cached pass is flex attention over a block mask (generation + same-frame reference tokens); "
-    "the Attention kernels replace Wan-Animate's processors, not this one",
     "sparse_attention": "the block-sparse layout is written for Wan-Animate's dense self-attention, not the flex block mask",
     "teacache": "the TeaCache hook reads the Wan-Animate transformer's condition_embedder, which wan-animate-2 does not have",
     "context_parallel": "there is no context-parallel plan for WanAnimate2Transformer3DModel",
@@ -264,6 +265,12 @@ class WanAnimate2Options(BackendOptions):
                 raise WanAnimate2ConfigError(
                     f"{NAME}: Compile(fullgraph=True) cannot compile this transformer: its rope_apply reads "
                     "grid_sizes.tolist() inside every block (a graph break); use Compile(fullgraph=False) or compile='blocks'"
+                )
+            if c.technique == "attention" and c.kernel != "fp8-triton":
+                raise WanAnimate2ConfigError(
+                    f"{NAME}: attention {c.kernel!r} does not apply: the cached pass is flex attention over a block mask; "
+                    "only attention='fp8-triton' replaces it (a dense generation pass and a per-frame reference pass on "
+                    "our 8-bit kernel, merged by log-sum-exp)"
                 )
             if c.technique in _REFUSED:
                 raise WanAnimate2ConfigError(f"{NAME}: acceleration {type(c).__name__} does not apply: {_REFUSED[c.technique]}")

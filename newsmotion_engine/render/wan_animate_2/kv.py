@@ -87,7 +87,7 @@ class Fp8KVLayerCache:
             raise RuntimeError("The KV cache is empty. Run the reference pass before the generation pass.")
         k, ks, v, vs = self.key, self.key_scale, self.value, self.value_scale
         if self.device is not None and k.device != self.device:
-            k, ks, v, vs = (t.to(self.device, non_blocking=True) for t in (k, ks, v, vs))
+            k, ks, v, vs = _to_device((k, ks, v, vs), self.device)
         return (k.float() * ks).to(self.dtype), (v.float() * vs).to(self.dtype)
 
     def clear(self) -> None:
@@ -97,10 +97,16 @@ class Fp8KVLayerCache:
         return [t for t in (self.key, self.key_scale, self.value, self.value_scale) if t is not None]
 
 
+@torch.compiler.disable  # a host copy into pinned memory cannot be traced (runs between compiled graphs)
 def _to_host(t: torch.Tensor) -> torch.Tensor:
     if t.device.type == "cpu":
         return t
     return t.to("cpu", non_blocking=False).pin_memory()
+
+
+@torch.compiler.disable  # copies of pinned host tensors: outside the compiled graphs, like _to_host
+def _to_device(tensors: tuple[torch.Tensor, ...], device: Any) -> tuple[torch.Tensor, ...]:
+    return tuple(t.to(device, non_blocking=True) for t in tensors)
 
 
 def fp8_cache(num_layers: int, *, offload: bool = False) -> Any:

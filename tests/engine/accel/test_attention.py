@@ -117,6 +117,7 @@ _INTERPRETED = textwrap.dedent(
     for S in (100, 64, 20):
         g = torch.Generator().manual_seed(7)
         q, k, v = (torch.randn(2, S, 2, 64, generator=g) for _ in range(3))
+        k = k + 0.5  # channel offsets: the smoothing shift matters for the LSE
         ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
         for name in ("fp8", "int8qk-fp8pv"):  # the interpreter's bf16 dot is unreliable: no bf16 PV here
             x = A.quantize_attention_inputs(q, k, v, name)
@@ -128,6 +129,12 @@ _INTERPRETED = textwrap.dedent(
             # The software-pipelined loop computes the same thing in another order: same bits.
             piped = A.launch_kernel(kernel, x, name, BLOCK_M=32, BLOCK_N=32, PIPELINE_QK=True)
             assert torch.equal(piped, out), (S, name)
+            # The log2-sum-exp2 output (split attentions merge through it): same output bits, and
+            # with the smoothing shift added back, the exact row LSE within the 8-bit error.
+            same, lse = A.launch_kernel(kernel, x, name, BLOCK_M=32, BLOCK_N=32, return_lse=True)
+            lse = lse.transpose(1, 2) + A.smoothing_shift(q, k)
+            exact = A.reference_attention_lse(q, k, v)[1]
+            assert torch.equal(same, out) and float((lse - exact).abs().max()) < 0.1, (S, name, float((lse - exact).abs().max()))
     """
 )
 
@@ -163,6 +170,7 @@ def test_attention_config_and_restore(monkeypatch):
     monkeypatch.setattr(A, "fp8_attention_supported", lambda: (True, "pretend"))
     applied = apply_accelerations(comps, [A.Attention("fp8-triton", variant="fp8")])
     assert all(isinstance(b.attn1.processor, A.Fp8SelfAttnProcessor) and b.attn1.processor.variant == "fp8" for b in model.blocks)
-    assert applied.report["attention"] == {"attention": "fp8-triton", "variant": "fp8", "self_attention_layers": len(stock)}
+    assert applied.report["attention"] == {"attention": "fp8-triton", "variant": "fp8", "self_attention_layers": len(stock),
+                                           "processor": "Fp8SelfAttnProcessor"}
     remove_accelerations(comps, applied)
     assert [b.attn1.processor for b in model.blocks] == stock

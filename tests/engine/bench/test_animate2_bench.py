@@ -48,3 +48,26 @@ def test_clip_and_multistream_parts_write_the_headline_keys(tmp_path):
 def test_bad_part_is_refused():
     with pytest.raises(ValueError, match="use one of"):
         bench_animate2("tiny", part="everything")
+
+
+def test_attention_part_compares_the_split_with_the_stock_mask(tmp_path):
+    att = bench_animate2("tiny", part="attention", json_path=tmp_path / "att.json")["attention"]
+    assert att["stock_flex_block_mask"]["ms"] > 0
+    split = att["split_reference_fp32"]  # float32 on the CPU: the split is exact, so a layout bug shows
+    assert split["ms"] > 0 and split["rel_err_vs_stock"] < 1e-4
+
+
+def test_clip_sides_from_two_calls_combine_and_mismatches_are_refused(tmp_path):
+    ours = {"bench": "animate2", "weights": "random weights", "note": "n", "preset": "14b", "versions": {}, "device": "d",
+            "shape": {"width": 720, "height": 1280, "frames": 120}, "created_at": "t1", "ours": {"clip_s": 50.0},
+            "animate2_clip_s": 50.0}  # fmt: skip
+    stock = {**ours, "created_at": "t2", "stock": {"clip_s": 125.0}, "animate2_clip_s_stock": 125.0}
+    del stock["animate2_clip_s"], stock["ours"]
+    (tmp_path / "o.json").write_text(json.dumps(ours))
+    (tmp_path / "s.json").write_text(json.dumps(stock))
+    main(["--combine", str(tmp_path / "o.json"), str(tmp_path / "s.json"), "--json", str(tmp_path / "c.json")])
+    c = json.loads((tmp_path / "c.json").read_text())
+    assert c["animate2_clip_speedup_vs_stock"] == 2.5 and c["runs"] == {"ours": "t1", "stock": "t2"}
+    (tmp_path / "s.json").write_text(json.dumps({**stock, "shape": {"width": 480, "height": 832, "frames": 120}}))
+    with pytest.raises(ValueError, match="different clips"):
+        main(["--combine", str(tmp_path / "o.json"), str(tmp_path / "s.json")])

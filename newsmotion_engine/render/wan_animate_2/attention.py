@@ -1,0 +1,143 @@
+"""The self-attention of Wan-Animate-2 on our 8-bit kernel (``attention='fp8-triton'``).
+
+The stock cached pass packs ``[generation | reference]`` tokens into one buffer and runs flex
+attention under a block mask: every generation token sees every generation token, and a token of
+generation frame ``f >= 1`` also sees reference frame ``f - 1`` (frame 0, the persona's image
+latent, sees none). That mask is two dense attentions over disjoint key sets, so here it is
+computed as
+
+- generation -> generation: one dense :func:`fp8_attention_lse` over all generation tokens;
+- generation frame ``f`` -> reference frame ``f - 1``: the same kernel, batched over frames
+  (``[B * frames, hw, H, D]``: each frame is its own short attention);
+
+merged exactly by log-sum-exp (:func:`merge_attention`). No packing, no mask, and the dense part
+runs on the 8-bit tensor cores. The extract pass is plain dense attention: :func:`fp8_attention`.
+
+RoPE: the stock ``rope_apply`` rotates in complex128 (inductor cannot generate code for complex
+ops, so every block leaves the compiled graph for it); :func:`rope_fp32` applies the same
+rotation with the angles' cos/sin in float32 (differences at float32 rounding, far below bf16).
+
+Shapes the split does not cover (a segment smaller than the grid the stock mask was built for,
+padded query rows) fall back to the stock processor, which gives the stock result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from newsmotion_engine.accel import attention as A
+
+__all__ = ["Fp8Animate2AttnProcessor", "rope_fp32", "split_cached_attention"]
+
+
+def rope_fp32(x: torch.Tensor, grid_sizes: torch.Tensor, freqs: torch.Tensor, time_stride: int = 1) -> torch.Tensor:
+    """The stock ``rope_apply`` (BSHD ``x``, complex ``freqs`` split over time/height/width) with
+    real float32 arithmetic; tokens past each sample's grid pass through. Returns float32."""
+    n, c = x.size(2), x.size(3) // 2
+    parts = freqs.split([c - 2 * (c // 3), c // 3, c // 3], dim=1)
+    out = []
+    for i, (f, h, w) in enumerate(grid_sizes.tolist()):
+        seq = f * h * w
+        angles = torch.cat(
+            [parts[0][: f * time_stride : time_stride].view(f, 1, 1, -1).expand(f, h, w, -1),
+             parts[1][:h].view(1, h, 1, -1).expand(f, h, w, -1),
+             parts[2][:w].view(1, 1, w, -1).expand(f, h, w, -1)],
+            dim=-1,
+        ).reshape(seq, 1, -1)  # fmt: skip
+        cos, sin = angles.real.to(torch.float32), angles.imag.to(torch.float32)
+        xi = x[i, :seq].float().reshape(seq, n, -1, 2)
+        re, im = xi[..., 0], xi[..., 1]
+        rotated = torch.stack([re * cos - im * sin, re * sin + im * cos], dim=-1).flatten(2)
+        out.append(torch.cat([rotated, x[i, seq:].float()]))
+    return torch.stack(out)
+
+
+def split_cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_ref: torch.Tensor, v_ref: torch.Tensor,
+                           hw: int, attend_lse: Any) -> torch.Tensor:  # fmt: skip
+    """The cached pass's masked attention as two dense ones merged by log-sum-exp (module
+    docstring). ``q, k, v`` BSHD over ``frames * hw`` generation tokens; ``k_ref, v_ref`` over
+    ``(frames - 1) * hw`` reference tokens; ``attend_lse(q, k, v) -> (out, lse)``."""
+    B, S, H, D = q.shape
+    ref_frames = S // hw - 1
+    dense, lse_dense = attend_lse(q, k, v)
+    per_frame = lambda t: t.reshape(B * ref_frames, hw, H, D)  # noqa: E731
+    ref, lse_ref = attend_lse(per_frame(q[:, hw:]), per_frame(k_ref), per_frame(v_ref))
+    merged = A.merge_attention(dense[:, hw:], lse_dense[:, hw:], ref.reshape(B, ref_frames * hw, H, D),
+                               lse_ref.reshape(B, ref_frames * hw, H))  # fmt: skip
+    return torch.cat([dense[:, :hw], merged.to(dense.dtype)], dim=1)
+
+
+class Fp8Animate2AttnProcessor:
+    """``WanAnimate2Attention`` self-attention (``block.self_attn``) with our 8-bit kernel: same
+    projections, QK-norms and output projection as diffusers' ``WanAnimate2AttnProcessor``."""
+
+    _attention_backend = None
+    _parallel_config = None
+
+    def __init__(self, variant: str | None = None) -> None:
+        self.variant, _ = A._variant(variant)
+        self.stats = {"split": 0, "fallback": 0}
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return A.fp8_attention(q, k, v, variant=self.variant)
+
+    def attend_lse(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return A.fp8_attention_lse(q, k, v, variant=self.variant)
+
+    def _stock(self, attn: Any, hidden_states: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2AttnProcessor
+
+        self.stats["fallback"] += 1
+        return WanAnimate2AttnProcessor()(attn, hidden_states, **kwargs)
+
+    def __call__(self, attn: Any, hidden_states: torch.Tensor, rotary_emb: torch.Tensor, grid_sizes: torch.Tensor,
+                 kv_cache: Any, kv_cache_mode: str, rope_stride: int = 1, reference_rotary_emb: torch.Tensor | None = None,
+                 reference_grid_sizes: torch.Tensor | None = None, reference_rope_stride: int = 1,
+                 attention_mask: Any = None, origin_latent_frames: int | None = None,
+                 origin_latent_hw: int | None = None) -> torch.Tensor:  # fmt: skip
+        if kv_cache_mode == "cached":
+            frames, h, w = grid_sizes[0].tolist()
+            ref_frames, rh, rw = reference_grid_sizes[0].tolist()
+            hw = h * w
+            covered = (frames == (origin_latent_frames or 0) + 1 and hw == origin_latent_hw and ref_frames == frames - 1
+                       and rh * rw == hw and hidden_states.shape[1] == frames * hw
+                       and bool((grid_sizes == grid_sizes[0]).all()) and bool((reference_grid_sizes == reference_grid_sizes[0]).all()))  # fmt: skip
+            if not covered:
+                return self._stock(attn, hidden_states, rotary_emb=rotary_emb, grid_sizes=grid_sizes, kv_cache=kv_cache,
+                                   kv_cache_mode=kv_cache_mode, rope_stride=rope_stride, reference_rotary_emb=reference_rotary_emb,
+                                   reference_grid_sizes=reference_grid_sizes, reference_rope_stride=reference_rope_stride,
+                                   attention_mask=attention_mask, origin_latent_frames=origin_latent_frames,
+                                   origin_latent_hw=origin_latent_hw)  # fmt: skip
+        elif kv_cache_mode != "extract":
+            raise ValueError(f"`kv_cache_mode` must be either 'extract' or 'cached', got {kv_cache_mode}.")
+        if getattr(attn, "fused_projections", False):
+            q, k, v = attn.to_qkv(hidden_states).chunk(3, dim=-1)
+        else:
+            q, k, v = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
+        q, k = attn.norm_q(q), attn.norm_k(k)
+        q, k, v = (t.unflatten(2, (attn.heads, -1)) for t in (q, k, v))
+        if kv_cache_mode == "extract":
+            kv_cache.store(k, v)
+            q = rope_fp32(q, grid_sizes, rotary_emb, rope_stride).type_as(v)
+            k = rope_fp32(k, grid_sizes, rotary_emb, rope_stride).type_as(v)
+            out = self.attend(q, k, v)
+        else:
+            q = rope_fp32(q, grid_sizes, rotary_emb, rope_stride).type_as(v)
+            k = rope_fp32(k, grid_sizes, rotary_emb, rope_stride).type_as(v)
+            k_ref, v_ref = kv_cache.get()
+            n_ref = ref_frames * hw
+            k_ref = rope_fp32(k_ref, reference_grid_sizes, reference_rotary_emb, reference_rope_stride).type_as(v)
+            out = split_cached_attention(q, k, v, k_ref[:, :n_ref], v_ref[:, :n_ref].type_as(v), hw, self.attend_lse)
+            self.stats["split"] += 1
+        out = out.flatten(2, 3).type_as(q)
+        out = attn.to_out[0](out)
+        return attn.to_out[1](out)
+
+
+def _factory(variant: str | None) -> Fp8Animate2AttnProcessor:
+    return Fp8Animate2AttnProcessor(variant)
+
+
+A.register_fp8_processor("WanAnimate2Transformer3DModel", _factory, blocks_attr="self_attn")

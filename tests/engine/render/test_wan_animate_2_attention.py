@@ -1,0 +1,138 @@
+"""wan-animate-2's 8-bit attention path on the CPU: the split of the cached pass's block-mask
+attention (dense generation + per-frame reference, merged by log-sum-exp) and the float32 RoPE
+against the stock processor on the tiny preset. The kernel itself is replaced by the exact float32
+reference here (the kernel's own LSE is checked under Triton's interpreter in
+tests/engine/accel/test_attention.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+
+from newsmotion_engine.accel import attention as A  # noqa: E402
+from newsmotion_engine.render.wan_animate_2 import attention as WA  # noqa: E402
+from newsmotion_engine.render.wan_animate_2 import denoise as D  # noqa: E402
+from newsmotion_engine.render.wan_animate_2.components import load_render_components  # noqa: E402
+from newsmotion_engine.render.wan_animate_2.config import WanAnimate2Options  # noqa: E402
+
+
+def _rel(a, b):
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+def _exact(q, k, v):
+    return A.reference_attention_lse(q, k, v)[0]
+
+
+def _inputs(comps, geom, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    cfg = comps.transformer.config
+    t, h, w = geom.latent_frames, geom.latent_h, geom.latent_w
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    return dict(driving=r(20, t, h, w), prompt_ref=r(1, 512, cfg.text_dim), clip=r(1, 257, 1280), latents=r(16, t + 1, h, w),
+                reference=r(20, t + 1, h, w), prompt=r(1, 512, cfg.text_dim), image=r(1, 257, 1280))  # fmt: skip
+
+
+def _run(comps, geom, x):
+    tr = comps.transformer
+    with torch.no_grad():
+        kv = D.extract_reference_kv(tr, x["driving"], x["prompt_ref"], x["clip"], geom)
+        return D._forward(tr, x["latents"], torch.tensor(700.0), x["prompt"], x["reference"], kv, x["image"], geom, False, torch.float32)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    opts = WanAnimate2Options.from_mapping({"preset": "tiny", "device": "cpu", "dtype": "float32"})
+    comps = load_render_components(opts)
+    return comps, D.geometry(opts.segment_length, 64, 128)
+
+
+def test_split_attention_matches_the_stock_block_mask(tiny, monkeypatch):
+    comps, geom = tiny
+    x = _inputs(comps, geom)
+    ref = _run(comps, geom, x)
+    blocks = comps.transformer.blocks
+    stock = [b.self_attn.processor for b in blocks]
+    monkeypatch.setattr(WA.Fp8Animate2AttnProcessor, "attend", lambda self, q, k, v: _exact(q, k, v))
+    monkeypatch.setattr(WA.Fp8Animate2AttnProcessor, "attend_lse", lambda self, q, k, v: A.reference_attention_lse(q, k, v))
+    ours = [WA.Fp8Animate2AttnProcessor() for _ in blocks]
+    for b, p in zip(blocks, ours):
+        b.self_attn.set_processor(p)
+    try:
+        got = _run(comps, geom, x)
+    finally:
+        for b, p in zip(blocks, stock):
+            b.self_attn.set_processor(p)
+    assert all(p.stats == {"split": 1, "fallback": 0} for p in ours), [p.stats for p in ours]
+    assert _rel(got, ref) < 1e-4, _rel(got, ref)  # float32 throughout: the split is exact
+
+
+def test_merge_of_two_key_sets_is_attention_over_their_union():
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 40, 3, 16, generator=g)
+    k, v = torch.randn(2, 70, 3, 16, generator=g) + 0.5, torch.randn(2, 70, 3, 16, generator=g)
+    a, la = A.reference_attention_lse(q, k[:, :30], v[:, :30])
+    b, lb = A.reference_attention_lse(q, k[:, 30:], v[:, 30:])
+    full = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+    assert _rel(A.merge_attention(a, la, b, lb), full) < 1e-5
+
+
+def test_rope_fp32_matches_the_stock_complex128_rope(tiny):
+    from diffusers.models.transformers.transformer_wan_animate_2 import rope_apply
+
+    comps, geom = tiny
+    tr = comps.transformer
+    g = torch.Generator().manual_seed(2)
+    grid = torch.tensor([[3, 4, 4]])
+    freqs = tr._rope_freqs((0, 0, 0), torch.device("cpu")) if hasattr(tr, "_rope_freqs") else None
+    if freqs is None or not torch.is_complex(freqs):
+        pytest.skip("this diffusers version builds RoPE frequencies differently")
+    x = torch.randn(1, 3 * 16 + 5, 2, tr.config.dim // tr.config.num_heads, generator=g)  # 5 padded tokens pass through
+    for stride in (1, 2):
+        assert _rel(WA.rope_fp32(x, grid, freqs, stride), rope_apply(x, grid, freqs, stride)) < 1e-6
+
+
+def test_shapes_the_split_does_not_cover_fall_back_to_stock(tiny, monkeypatch):
+    comps, geom = tiny
+    x = _inputs(comps, geom, seed=3)
+    small = D.geometry(geom.segment_frames, 48, 128)  # a narrower segment than the grid below: stock pads it
+    blocks = comps.transformer.blocks
+    stock = [b.self_attn.processor for b in blocks]
+    monkeypatch.setattr(WA.Fp8Animate2AttnProcessor, "attend", lambda self, q, k, v: _exact(q, k, v))
+    ours = WA.Fp8Animate2AttnProcessor()
+    calls = []
+    monkeypatch.setattr(ours, "_stock", lambda attn, hs, **kw: calls.append(kw["kv_cache_mode"]) or stock[0](attn, hs, **kw))
+    blocks[0].self_attn.set_processor(ours)
+    tr = comps.transformer
+    try:
+        with torch.no_grad():
+            kv = D.extract_reference_kv(tr, x["driving"][..., :6], x["prompt_ref"], x["clip"], small)
+            tr([x["latents"][..., :6]], timestep=torch.stack([torch.tensor(700.0)]), encoder_hidden_states=[x["prompt"][0]],
+               condition_latents=[x["reference"][..., :6]], kv_cache=kv, kv_cache_mode="cached", seq_len=small.seq_len,
+               reference_grid_sizes=small.grid_ref, origin_len=geom.segment_frames, origin_area=[geom.height, geom.width],
+               encoder_hidden_states_image=x["image"])  # fmt: skip
+    finally:
+        blocks[0].self_attn.set_processor(stock[0])
+    assert calls == ["cached"]
+
+
+def test_options_take_fp8_triton_and_refuse_the_other_kernels():
+    from newsmotion_engine.render.wan_animate_2.config import WanAnimate2ConfigError
+
+    opts = WanAnimate2Options.from_mapping({"preset": "tiny", "attention": "fp8-triton"})
+    assert opts.has("attention")
+    with pytest.raises(WanAnimate2ConfigError, match="only attention='fp8-triton'"):
+        WanAnimate2Options.from_mapping({"preset": "tiny", "attention": "flash"})
+
+
+def test_set_attention_installs_and_restores_the_animate2_processor(tiny, monkeypatch):
+    comps, _ = tiny
+    monkeypatch.setattr(A, "fp8_attention_supported", lambda: (True, ""))
+    stock = [b.self_attn.processor for b in comps.transformer.blocks]
+    report, previous = A.set_attention(comps.transformer, A.Attention(kernel="fp8-triton"))
+    assert report["processor"] == "Fp8Animate2AttnProcessor"
+    assert all(isinstance(b.self_attn.processor, WA.Fp8Animate2AttnProcessor) for b in comps.transformer.blocks)
+    A.restore_attention(comps.transformer, previous)
+    assert [b.self_attn.processor for b in comps.transformer.blocks] == stock
