@@ -382,20 +382,22 @@ def _part_forward(preset: str, dev_name: str, width: int, height: int, segment_f
     write()
 
 
-def _compile_warmup(comps: Any, geom: Any, fp8_kv: bool) -> float:
+def _compile_warmup(comps: Any, geom: Any, fp8_kv: bool, offload: bool = False) -> float:
     """Compile the extract and cached graphs at the segment shape (random inputs) so the timed
     clip measures sampling, not compilation; ``fp8_kv``: the cached pass reads FP8 layer caches
-    (another graph: dynamo guards on the layer cache's type)."""
+    (another graph: dynamo guards on the layer cache's type); ``offload``: those caches live in
+    host memory (``kv_offload``; the device check in ``get`` is guarded too)."""
     import torch
 
     from newsmotion_engine.render.wan_animate_2 import denoise as D
-    from newsmotion_engine.render.wan_animate_2.kv import quantize_cache
+    from newsmotion_engine.render.wan_animate_2.kv import fp8_cache, quantize_cache
 
     t0 = time.perf_counter()
     inputs = _segment_inputs(comps, geom)
     with torch.no_grad():
-        kv = D.extract_reference_kv(comps.transformer, inputs["driving_condition"], inputs["prompt_ref"], inputs["clip"], geom)
-        if fp8_kv:
+        cache = fp8_cache(comps.transformer.config.num_layers, offload=True) if offload else None
+        kv = D.extract_reference_kv(comps.transformer, inputs["driving_condition"], inputs["prompt_ref"], inputs["clip"], geom, cache=cache)
+        if fp8_kv and not offload:
             quantize_cache(kv)
         D._forward(comps.transformer, inputs["latents"], torch.tensor(999.0, device=comps.device), inputs["prompt"],
                    inputs["reference"], kv, inputs["image"], geom, False, comps.dtype)  # fmt: skip
@@ -535,7 +537,7 @@ def _part_clip_ours(preset: str, dev_name: str, width: int, height: int, frames:
         side["kv_bytes_per_segment"] = [e["bytes"] for e in backend._kv_log]
         log(f"  ours: K/V of {plan.segments} segments extracted into the LRU in {side['kv_extract_all_segments_s']} s (incl. compile)")
         if dev.type == "cuda":  # the cached graph (FP8 K/V) compiled before the timed clip
-            side["compile_warmup_s"] = _compile_warmup(backend.components, backend.geometry(spec), fp8_kv=True)
+            side["compile_warmup_s"] = _compile_warmup(backend.components, backend.geometry(spec), fp8_kv=True, offload=kv_offload)
         _peak_reset(dev)
         t0 = time.perf_counter()
         n = sum(1 for _ in backend.frames(loop, persona, loop.keypoints, spec))
