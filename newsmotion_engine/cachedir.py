@@ -112,7 +112,9 @@ def _npy_header(path: Path) -> tuple[tuple[int, ...], str, int]:
     """(shape, dtype, data offset) from an .npy header without reading the data."""
     with open(path, "rb") as fh:
         version = np.lib.format.read_magic(fh)
-        shape, fortran, dtype = np.lib.format._read_array_header(fh, version)  # noqa: SLF001
+        # The public per-version readers (numpy 2 dropped the private _read_array_header).
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(fh)
         if fortran:
             raise ValueError("Fortran-ordered arrays are not used by newsmotion caches")
         return tuple(shape), dtype.str, fh.tell()

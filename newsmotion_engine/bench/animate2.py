@@ -382,11 +382,13 @@ def _part_forward(preset: str, dev_name: str, width: int, height: int, segment_f
     write()
 
 
-def _compile_warmup(comps: Any, geom: Any, fp8_kv: bool, offload: bool = False) -> float:
+def _compile_warmup(comps: Any, geom: Any, fp8_kv: bool, offload: bool = False, kv: Any = None) -> float:
     """Compile the extract and cached graphs at the segment shape (random inputs) so the timed
     clip measures sampling, not compilation; ``fp8_kv``: the cached pass reads FP8 layer caches
     (another graph: dynamo guards on the layer cache's type); ``offload``: those caches live in
-    host memory (``kv_offload``; the device check in ``get`` is guarded too)."""
+    host memory (``kv_offload``; the device check in ``get`` is guarded too). ``kv``: a filled
+    cache to reuse (the LRU's): no second segment of K/V is allocated (host memory ran out at
+    14B with the LRU's two offloaded segments plus a third for the warm-up)."""
     import torch
 
     from newsmotion_engine.render.wan_animate_2 import denoise as D
@@ -395,10 +397,11 @@ def _compile_warmup(comps: Any, geom: Any, fp8_kv: bool, offload: bool = False) 
     t0 = time.perf_counter()
     inputs = _segment_inputs(comps, geom)
     with torch.no_grad():
-        cache = fp8_cache(comps.transformer.config.num_layers, offload=True) if offload else None
-        kv = D.extract_reference_kv(comps.transformer, inputs["driving_condition"], inputs["prompt_ref"], inputs["clip"], geom, cache=cache)
-        if fp8_kv and not offload:
-            quantize_cache(kv)
+        if kv is None:
+            cache = fp8_cache(comps.transformer.config.num_layers, offload=True) if offload else None
+            kv = D.extract_reference_kv(comps.transformer, inputs["driving_condition"], inputs["prompt_ref"], inputs["clip"], geom, cache=cache)
+            if fp8_kv and not offload:
+                quantize_cache(kv)
         D._forward(comps.transformer, inputs["latents"], torch.tensor(999.0, device=comps.device), inputs["prompt"],
                    inputs["reference"], kv, inputs["image"], geom, False, comps.dtype)  # fmt: skip
     del kv, inputs
@@ -537,7 +540,7 @@ def _part_clip_ours(preset: str, dev_name: str, width: int, height: int, frames:
         side["kv_bytes_per_segment"] = [e["bytes"] for e in backend._kv_log]
         log(f"  ours: K/V of {plan.segments} segments extracted into the LRU in {side['kv_extract_all_segments_s']} s (incl. compile)")
         if dev.type == "cuda":  # the cached graph (FP8 K/V) compiled before the timed clip
-            side["compile_warmup_s"] = _compile_warmup(backend.components, backend.geometry(spec), fp8_kv=True, offload=kv_offload)
+            side["compile_warmup_s"] = _compile_warmup(backend.components, backend.geometry(spec), fp8_kv=True, kv=source(0)[0])
         _peak_reset(dev)
         t0 = time.perf_counter()
         n = sum(1 for _ in backend.frames(loop, persona, loop.keypoints, spec))

@@ -80,6 +80,12 @@ class Fp8Animate2AttnProcessor:
         self.variant, _ = A._variant(variant)
         self.stats = {"split": 0, "fallback": 0}
 
+    def _count(self, path: str) -> None:
+        # Eager calls only: under torch.compile a Python counter is a guarded constant, and every
+        # increment recompiled the block (measured on the H200: the recompile limit, then eager).
+        if not torch.compiler.is_compiling():
+            self.stats[path] += 1
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return A.fp8_attention(q, k, v, variant=self.variant)
 
@@ -89,7 +95,7 @@ class Fp8Animate2AttnProcessor:
     def _stock(self, attn: Any, hidden_states: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2AttnProcessor
 
-        self.stats["fallback"] += 1
+        self._count("fallback")
         return WanAnimate2AttnProcessor()(attn, hidden_states, **kwargs)
 
     def __call__(self, attn: Any, hidden_states: torch.Tensor, rotary_emb: torch.Tensor, grid_sizes: torch.Tensor,
@@ -98,12 +104,12 @@ class Fp8Animate2AttnProcessor:
                  attention_mask: Any = None, origin_latent_frames: int | None = None,
                  origin_latent_hw: int | None = None) -> torch.Tensor:  # fmt: skip
         if kv_cache_mode == "cached":
-            frames, h, w = grid_sizes[0].tolist()
-            ref_frames, rh, rw = reference_grid_sizes[0].tolist()
+            grid, ref_grid = grid_sizes.tolist(), reference_grid_sizes.tolist()  # one sync each, as stock's rope_apply
+            (frames, h, w), (ref_frames, rh, rw) = grid[0], ref_grid[0]
             hw = h * w
             covered = (frames == (origin_latent_frames or 0) + 1 and hw == origin_latent_hw and ref_frames == frames - 1
                        and rh * rw == hw and hidden_states.shape[1] == frames * hw
-                       and bool((grid_sizes == grid_sizes[0]).all()) and bool((reference_grid_sizes == reference_grid_sizes[0]).all()))  # fmt: skip
+                       and all(g == grid[0] for g in grid) and all(g == ref_grid[0] for g in ref_grid))  # fmt: skip
             if not covered:
                 return self._stock(attn, hidden_states, rotary_emb=rotary_emb, grid_sizes=grid_sizes, kv_cache=kv_cache,
                                    kv_cache_mode=kv_cache_mode, rope_stride=rope_stride, reference_rotary_emb=reference_rotary_emb,
@@ -130,7 +136,7 @@ class Fp8Animate2AttnProcessor:
             n_ref = ref_frames * hw
             k_ref = rope_fp32(k_ref, reference_grid_sizes, reference_rotary_emb, reference_rope_stride).type_as(v)
             out = split_cached_attention(q, k, v, k_ref[:, :n_ref], v_ref[:, :n_ref].type_as(v), hw, self.attend_lse)
-            self.stats["split"] += 1
+            self._count("split")
         out = out.flatten(2, 3).type_as(q)
         out = attn.to_out[0](out)
         return attn.to_out[1](out)

@@ -101,7 +101,10 @@ class Fp8KVLayerCache:
 def _to_host(t: torch.Tensor) -> torch.Tensor:
     if t.device.type == "cpu":
         return t
-    return t.to("cpu", non_blocking=False).pin_memory()
+    # Straight into pinned memory (no pageable copy first: at 14B a segment's K/V is ~24 GB FP8).
+    out = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=True)
+    out.copy_(t)
+    return out
 
 
 @torch.compiler.disable  # copies of pinned host tensors: outside the compiled graphs, like _to_host

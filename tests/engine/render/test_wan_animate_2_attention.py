@@ -136,3 +136,34 @@ def test_set_attention_installs_and_restores_the_animate2_processor(tiny, monkey
     assert all(isinstance(b.self_attn.processor, WA.Fp8Animate2AttnProcessor) for b in comps.transformer.blocks)
     A.restore_attention(comps.transformer, previous)
     assert [b.self_attn.processor for b in comps.transformer.blocks] == stock
+
+
+def test_compiled_blocks_do_not_recompile_across_forwards(tiny, monkeypatch):
+    """Regional compile (dynamo, eager backend: the guards without inductor's compile time):
+    after a warm-up, further cached forwards reuse the graphs. A counter bumped inside the
+    processor once recompiled every block on every call."""
+    import torch._dynamo
+
+    comps, geom = tiny
+    tr = comps.transformer
+    x = _inputs(comps, geom, seed=4)
+    monkeypatch.setattr(WA.Fp8Animate2AttnProcessor, "attend", lambda self, q, k, v: _exact(q, k, v))
+    monkeypatch.setattr(WA.Fp8Animate2AttnProcessor, "attend_lse", lambda self, q, k, v: A.reference_attention_lse(q, k, v))
+    stock = [b.self_attn.processor for b in tr.blocks]
+    for b in tr.blocks:
+        b.self_attn.set_processor(WA.Fp8Animate2AttnProcessor())
+    torch._dynamo.reset()
+    try:
+        tr.compile_repeated_blocks(backend="eager", dynamic=False)
+        with torch.no_grad():
+            kv = D.extract_reference_kv(tr, x["driving"], x["prompt_ref"], x["clip"], geom)
+            step = lambda t: D._forward(tr, x["latents"], torch.tensor(t), x["prompt"], x["reference"], kv, x["image"], geom, False, torch.float32)  # noqa: E731
+            step(900.0), step(800.0)
+            with torch._dynamo.config.patch(error_on_recompile=True):
+                step(700.0), step(600.0)
+    finally:
+        from newsmotion_engine.accel.compile import uncompile_blocks
+
+        uncompile_blocks(tr)
+        for b, p in zip(tr.blocks, stock):
+            b.self_attn.set_processor(p)
