@@ -563,17 +563,21 @@ def bench_clip_cmd(
 @bench_app.command("animate2")
 def bench_animate2_cmd(
     preset: Annotated[str, typer.Option(help="Architecture preset: tiny (CPU dry run), 1.3b, 14b.")] = "14b",
-    part: Annotated[str, typer.Option(help="forward, clip, multistream or all.")] = "forward",
+    part: Annotated[str, typer.Option(help="forward, attention, clip, clip-ours, clip-stock, multistream or all.")] = "forward",
     budget_s: Annotated[float, typer.Option(help="Work that would start later than this is skipped (recorded).")] = 540.0,
+    fit_segments: Annotated[bool, typer.Option(help="Ours: the shortest 4k+1 segments that cover the clip.")] = False,
+    kv_offload: Annotated[bool, typer.Option(help="Ours: the K/V LRU in pinned host memory.")] = False,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here.")] = None,
 ) -> None:
     """wan-animate-2 vs diffusers' stock modular pipelines (GPU; random weights): per-forward ms,
-    extract pass vs cache hit, K/V bytes, a 120-frame clip end to end, multi-stream A/B."""
+    extract pass vs cache hit, K/V bytes, the cached pass's attention alone, a 120-frame clip end
+    to end, multi-stream A/B."""
     from newsmotion_engine.bench.animate2 import PARTS, bench_animate2
 
     if part not in PARTS or part in ("ms-worker",):
-        raise NewsmotionError(f"bench animate2 --part {part!r}: use forward, clip, clip-ours, clip-stock, multistream or all")
-    result = bench_animate2(preset, part=part, budget_s=budget_s, json_path=json_path, log=lambda m: console.print(f"[dim]{m}[/]"))
+        raise NewsmotionError(f"bench animate2 --part {part!r}: use forward, attention, clip, clip-ours, clip-stock, multistream or all")
+    result = bench_animate2(preset, part=part, budget_s=budget_s, fit_segments=fit_segments, kv_offload=kv_offload,
+                            json_path=json_path, log=lambda m: console.print(f"[dim]{m}[/]"))  # fmt: skip
     write_result(result, None)
 
 
