@@ -64,6 +64,7 @@ __all__ = [
     "fp8_attention",
     "fp8_attention_lse",
     "merge_attention",
+    "project_qkv",
     "quantize_attention_inputs",
     "reference_attention",
     "reference_attention_lse",
@@ -238,6 +239,16 @@ def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return torch.stack([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1).flatten(-2).type_as(x)
 
 
+def project_qkv(attn: Any, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A Wan self-attention's Q, K, V: projections (fused or not), QK-norms, BSHD heads."""
+    if getattr(attn, "fused_projections", False):
+        q, k, v = attn.to_qkv(hidden_states).chunk(3, dim=-1)
+    else:
+        q, k, v = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
+    q, k = attn.norm_q(q), attn.norm_k(k)
+    return tuple(t.unflatten(2, (attn.heads, -1)) for t in (q, k, v))  # type: ignore[return-value]
+
+
 class Fp8SelfAttnProcessor:
     """Self-attention (``attn1``) of a Wan block with :func:`fp8_attention`; the same projections,
     QK-norms, RoPE and output projection as diffusers' ``WanAttnProcessor`` self-attention path."""
@@ -256,12 +267,7 @@ class Fp8SelfAttnProcessor:
                  attention_mask: torch.Tensor | None = None, rotary_emb: Any = None) -> torch.Tensor:  # fmt: skip
         if encoder_hidden_states is not None or attention_mask is not None:
             raise ValueError("Fp8SelfAttnProcessor handles unmasked self-attention only")
-        if getattr(attn, "fused_projections", False):
-            q, k, v = attn.to_qkv(hidden_states).chunk(3, dim=-1)
-        else:
-            q, k, v = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
-        q, k = attn.norm_q(q), attn.norm_k(k)
-        q, k, v = (t.unflatten(2, (attn.heads, -1)) for t in (q, k, v))
+        q, k, v = project_qkv(attn, hidden_states)
         if rotary_emb is not None:
             q, k = _rotary(q, *rotary_emb), _rotary(k, *rotary_emb)
         group = getattr(self, "ulysses_group", None)  # set by accel.context_parallel
@@ -434,6 +440,15 @@ def _(q, k, vt, q_scale, v_scale, variant):  # noqa: ANN001, ANN202
     return q.new_empty((B, S, H, D), dtype=torch.bfloat16)
 
 
+def _kernel_inputs(caller: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str | None) -> tuple[str, QuantizedQKV]:
+    if q.device.type != "cuda":
+        raise AttentionUnavailableError(f"{caller} needs CUDA tensors (Hopper GPU)")
+    if q.shape != k.shape or q.shape != v.shape or q.shape[-1] not in (64, 128):
+        raise ValueError(f"{caller}: q, k, v must be equal BSHD shapes with D 64 or 128, got {tuple(q.shape)}")
+    name, _ = _variant(variant)
+    return name, quantize_attention_inputs(q, k, v, name)
+
+
 @torch.library.custom_op("newsmotion::fp8_attention_kernel_lse", mutates_args=())
 def _kernel_lse_op(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_scale: torch.Tensor, v_scale: torch.Tensor,
                    variant: str) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
@@ -461,12 +476,7 @@ def fp8_attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant
     """:func:`fp8_attention` that also returns each query row's log2-sum-exp2 of its scores
     (``q . k * log2 e / sqrt(D)``), float32 ``[B, S, H]``: two attentions over disjoint key sets
     merge exactly with :func:`merge_attention`. CUDA sm_90."""
-    if q.device.type != "cuda":
-        raise AttentionUnavailableError("fp8_attention_lse needs CUDA tensors (Hopper GPU)")
-    if q.shape != k.shape or q.shape != v.shape or q.shape[-1] not in (64, 128):
-        raise ValueError(f"fp8_attention_lse: q, k, v must be equal BSHD shapes with D 64 or 128, got {tuple(q.shape)}")
-    name, _ = _variant(variant)
-    x = quantize_attention_inputs(q, k, v, name)
+    name, x = _kernel_inputs("fp8_attention_lse", q, k, v, variant)
     out, lse = _kernel_lse_op(*x, name)
     return out.to(q.dtype), lse.transpose(1, 2) + smoothing_shift(q, k)
 
@@ -492,11 +502,6 @@ def merge_attention(a: torch.Tensor, lse_a: torch.Tensor, b: torch.Tensor, lse_b
 def fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str | None = None) -> torch.Tensor:
     """Non-causal softmax attention of BSHD tensors ``[B, S, H, D]`` (D = 64 or 128) on the 8-bit
     tensor cores (``variant`` from :data:`FP8_VARIANTS`); returns BSHD in ``q``'s dtype. CUDA sm_90."""
-    if q.device.type != "cuda":
-        raise AttentionUnavailableError("fp8_attention needs CUDA tensors (Hopper GPU)")
-    if q.shape != k.shape or q.shape != v.shape or q.shape[-1] not in (64, 128):
-        raise ValueError(f"fp8_attention: q, k, v must be equal BSHD shapes with D 64 or 128, got {tuple(q.shape)}")
-    name, _ = _variant(variant)
-    x = quantize_attention_inputs(q, k, v, name)
+    name, x = _kernel_inputs("fp8_attention", q, k, v, variant)
     out = _kernel_op(*x, name)
     return out.to(q.dtype)

@@ -118,12 +118,7 @@ class Fp8Animate2AttnProcessor:
                                    origin_latent_hw=origin_latent_hw)  # fmt: skip
         elif kv_cache_mode != "extract":
             raise ValueError(f"`kv_cache_mode` must be either 'extract' or 'cached', got {kv_cache_mode}.")
-        if getattr(attn, "fused_projections", False):
-            q, k, v = attn.to_qkv(hidden_states).chunk(3, dim=-1)
-        else:
-            q, k, v = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
-        q, k = attn.norm_q(q), attn.norm_k(k)
-        q, k, v = (t.unflatten(2, (attn.heads, -1)) for t in (q, k, v))
+        q, k, v = A.project_qkv(attn, hidden_states)
         if kv_cache_mode == "extract":
             kv_cache.store(k, v)
             q = rope_fp32(q, grid_sizes, rotary_emb, rope_stride).type_as(v)
