@@ -14,6 +14,7 @@ Bytes per segment, analytically: ``layers x 2 x N_ref x dim x bytes`` with
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
@@ -23,6 +24,7 @@ import torch
 
 __all__ = [
     "Fp8KVLayerCache",
+    "HostArena",
     "device_bytes",
     "fp8_cache",
     "KVLru",
@@ -57,16 +59,19 @@ class Fp8KVLayerCache:
     one layer's K/V instead of all of them (``kv_offload=True``)."""
 
     def __init__(self, key: torch.Tensor | None, key_scale: torch.Tensor | None, value: torch.Tensor | None,
-                 value_scale: torch.Tensor | None, dtype: torch.dtype, *, device: Any = None, offload: bool = False) -> None:  # fmt: skip
+                 value_scale: torch.Tensor | None, dtype: torch.dtype, *, device: Any = None, offload: bool = False,
+                 arena: HostArena | None = None) -> None:  # fmt: skip
         self.key, self.key_scale, self.value, self.value_scale, self.dtype = key, key_scale, value, value_scale, dtype
         self.device = device if device is not None else (key.device if key is not None else None)
         self.offload = offload
+        self.arena = arena if arena is not None or not offload else HostArena()
 
     @classmethod
-    def empty(cls, *, offload: bool = False) -> Fp8KVLayerCache:
+    def empty(cls, *, offload: bool = False, arena: HostArena | None = None) -> Fp8KVLayerCache:
         """A layer cache the extract pass fills through :meth:`store` (quantized as it arrives, so
-        the model-dtype K/V of all layers never coexist)."""
-        return cls(None, None, None, None, torch.bfloat16, offload=offload)
+        the model-dtype K/V of all layers never coexist); offloaded layers of one segment share
+        ``arena``."""
+        return cls(None, None, None, None, torch.bfloat16, offload=offload, arena=arena)
 
     @classmethod
     def from_tensors(cls, key: torch.Tensor, value: torch.Tensor, *, offload: bool = False) -> Fp8KVLayerCache:
@@ -79,7 +84,7 @@ class Fp8KVLayerCache:
         v, vs = _quantize(value)
         self.dtype, self.device = key.dtype, key.device
         if self.offload:
-            k, ks, v, vs = (_to_host(t) for t in (k, ks, v, vs))
+            k, ks, v, vs = (_to_host(t, self.arena) for t in (k, ks, v, vs))
         self.key, self.key_scale, self.value, self.value_scale = k, ks, v, vs
 
     def get(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,12 +102,42 @@ class Fp8KVLayerCache:
         return [t for t in (self.key, self.key_scale, self.value, self.value_scale) if t is not None]
 
 
+class HostArena:
+    """Pinned host memory handed out from ``chunk_bytes`` blocks (a bump allocator; a tensor's
+    view keeps its block alive). torch's pinned allocator rounds every block up to a power of two:
+    a 14B layer's 295 MB FP8 keys took 512 MiB, so two offloaded 720p segments (47 GB of K/V)
+    pinned ~80 GiB and, with a third, ran a 128 GB H200 host out of memory. ``pin=False`` hands
+    out pageable memory (tests on machines without CUDA)."""
+
+    ALIGN = 256
+
+    def __init__(self, chunk_bytes: int = 2**31, *, pin: bool = True) -> None:
+        self.chunk_bytes, self.pin = int(chunk_bytes), pin
+        self._chunk: torch.Tensor | None = None
+        self._used = 0
+        self.reserved = 0  # bytes of host memory this arena allocated
+
+    def _block(self, nbytes: int) -> torch.Tensor:
+        self.reserved += nbytes
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.pin)
+
+    def empty(self, shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> torch.Tensor:
+        n = math.prod(shape) * dtype.itemsize
+        if n > self.chunk_bytes:
+            buf = self._block(n)  # larger than a block: its own (rounded) allocation
+        else:
+            if self._chunk is None or self._used + n > self.chunk_bytes:
+                self._chunk, self._used = self._block(self.chunk_bytes), 0
+            buf = self._chunk[self._used:self._used + n]
+            self._used += -(-n // self.ALIGN) * self.ALIGN
+        return buf.view(dtype).view(shape)
+
+
 @torch.compiler.disable  # a host copy into pinned memory cannot be traced (runs between compiled graphs)
-def _to_host(t: torch.Tensor) -> torch.Tensor:
+def _to_host(t: torch.Tensor, arena: HostArena) -> torch.Tensor:
     if t.device.type == "cpu":
         return t
-    # Straight into pinned memory (no pageable copy first: at 14B a segment's K/V is ~24 GB FP8).
-    out = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=True)
+    out = arena.empty(t.shape, t.dtype)
     out.copy_(t)
     return out
 
@@ -115,7 +150,8 @@ def _to_device(tensors: tuple[torch.Tensor, ...], device: Any) -> tuple[torch.Te
 def fp8_cache(num_layers: int, *, offload: bool = False) -> Any:
     """An empty ``WanAnimate2KVCache`` of FP8 layers for the extract pass to fill."""
     cache = _new_cache(num_layers)
-    cache.layer_caches = [Fp8KVLayerCache.empty(offload=offload) for _ in range(num_layers)]
+    arena = HostArena() if offload else None
+    cache.layer_caches = [Fp8KVLayerCache.empty(offload=offload, arena=arena) for _ in range(num_layers)]
     return cache
 
 

@@ -167,3 +167,4 @@ def test_compiled_blocks_do_not_recompile_across_forwards(tiny, monkeypatch):
         uncompile_blocks(tr)
         for b, p in zip(tr.blocks, stock):
             b.self_attn.set_processor(p)
+
