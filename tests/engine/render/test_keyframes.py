@@ -141,3 +141,16 @@ def test_wan_animate_segments_fit_a_short_keyframe_clip():
     assert plan_segments(60, 77, 1).segment_frames == 77  # the stock plan: whole segments
     assert plan_segments(120, 77, 1, fit=True).segment_frames == 77  # longer clips: unchanged
     assert plan_segments(3, 77, 1, fit=True).segment_frames == 5
+
+
+def test_fitted_segment_frames_cover_the_clip_in_as_many_segments():
+    from newsmotion_engine.render.wan_animate.caches import fitted_segment_frames
+
+    assert fitted_segment_frames(120, 81, 1) == 61  # 2 x 61 (121 frames) instead of 2 x 81 (161)
+    for frames in (13, 40, 81, 82, 120, 200, 333):
+        n = fitted_segment_frames(frames, 81, 1)
+        plan = plan_segments(frames, n, 1)
+        assert (n - 1) % 4 == 0 and 5 <= n <= 81
+        assert plan.segments == plan_segments(frames, 81, 1).segments  # no extra segment
+        assert plan.segments * (n - 1) + 1 >= frames  # the clip is covered
+        assert n == 5 or plan_segments(frames, n - 4, 1).segments > plan.segments  # and n is the shortest
