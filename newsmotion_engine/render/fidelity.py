@@ -7,7 +7,8 @@ into loops (:class:`newsmotion_engine.guidance.holistic.HolisticDetector`, video
 keypoints found are compared with the retargeted keypoints the backend was given.
 
 What is compared: the joints the persona shows (its landmark confidence at least
-:data:`VISIBLE_CONFIDENCE`; a headshot's hips, a hand below the photo's edge are left out) that
+:data:`VISIBLE_CONFIDENCE` and the landmark inside the portrait, :func:`persona_visible`; a
+headshot's hips, a hand below or a wrist past the photo's edge are left out) that
 the loop asks for in that frame and that lie inside the frame, in five parts (:data:`PARTS`):
 head (nose, eyes, ears), torso (shoulders, hips), arms (elbows, wrists), hands (2 x 21) and face
 (iBUG-68). Legs and feet are not compared (an anchor is cut at the waist).
@@ -80,6 +81,7 @@ __all__ = [
     "Detector",
     "mediapipe_available",
     "measure_render",
+    "persona_visible",
     "score_pose",
     "frame_placement",
     "torso_normalizer",
@@ -88,7 +90,7 @@ __all__ = [
 ]
 
 # Bump when a figure's definition changes (part of every record).
-FIDELITY_VERSION = 1
+FIDELITY_VERSION = 2  # 2: a persona joint outside the portrait is not visible
 # The issue's targets: PCK over the visible head, torso and arm joints, and motion energy.
 TARGET_PCK = 0.9
 TARGET_MOTION_ENERGY = 0.8
@@ -150,6 +152,17 @@ def frame_placement(portrait_hw: tuple[int, int], width: int, height: int) -> tu
     from newsmotion_engine.render.warp import place_portrait
 
     return place_portrait(portrait_hw, width, height)
+
+
+def persona_visible(persona_landmarks: np.ndarray) -> np.ndarray:
+    """Which joints the persona shows ``[133]``: landmark confidence at least
+    :data:`VISIBLE_CONFIDENCE` *and* the landmark inside the portrait canvas. The extractor gives
+    joints past the photo's edge a position and often a fair confidence (the cameraman's left
+    wrist: 0.69, at x = 1.03 of the canvas); such a joint is not shown, so it is not compared
+    (the issue: the target is over the joints visible in the persona)."""
+    lm = np.asarray(persona_landmarks, np.float64)
+    inside = (lm[:, 0] >= 0.0) & (lm[:, 0] < 1.0) & (lm[:, 1] >= 0.0) & (lm[:, 1] < 1.0)
+    return (lm[:, 2] >= VISIBLE_CONFIDENCE) & inside
 
 
 def _to_px(kp: np.ndarray, placement: tuple[float, float, float, float]) -> np.ndarray:
@@ -325,7 +338,7 @@ def measure_frames(
     width, height = size
     placement = frame_placement(portrait_hw, width, height)
     rest_px = _to_px(lm, placement)
-    rest_ok = lm[:, 2] >= VISIBLE_CONFIDENCE
+    rest_ok = persona_visible(lm)
     normalizer = torso_normalizer(rest_px, rest_ok)
     if normalizer is None:
         return None, "the persona shows neither both shoulders nor a face: nothing to normalize PCK by"

@@ -213,3 +213,16 @@ def test_rest_frame_is_the_persona_at_the_shared_placement(synth):
     y, x = np.argwhere(solid)[len(np.argwhere(solid)) // 2]
     assert np.abs(frame[2 * y, 2 * x].astype(int) - persona.portrait[y, x]).max() < 40
     assert tuple(frame[0, 0]) == (0, 177, 64) or persona.person_mask[0, 0] < 5
+
+
+def test_a_persona_joint_outside_the_portrait_is_not_visible(synth):
+    want = intended_loop(synth)
+    persona = want[0].copy()
+    # The extractor places a wrist past the photo's edge, fairly confident: not shown, not compared.
+    persona[BODY["left_wrist"], :3] = (1.03, persona[BODY["left_wrist"], 1], 0.69)
+    assert not fid.persona_visible(persona)[BODY["left_wrist"]]
+    assert fid.persona_visible(want[0])[BODY["left_wrist"]]
+    frozen = np.repeat(px(want[:1]), len(want), axis=0)
+    result, _ = measure_frames(frames(24), want, persona, portrait_hw=(H, W), config=FidelityConfig(stride=1),
+                               detector=ReplayDetector(frozen))  # fmt: skip
+    assert result.per_part["arms"]["joints"] == 3
