@@ -194,3 +194,17 @@ def test_the_parts_report_is_not_part_of_the_backends_identity(persona):
     before = backend_identity(backend)
     list(backend.frames(None, persona, persona.landmarks[None], RenderSpec(W, H)))
     assert "last_render" in backend.describe() and backend_identity(backend) == before
+
+
+def test_an_arm_whose_shoulder_lies_on_the_face_is_not_cut(synth):
+    """A mislocated arm (its shoulder landmark on the face, as the extractor places the profile
+    cameraman's): cutting along it would tear the jaw, so it is not animated and the reason says so."""
+    persona = synth.make_persona(W, H)
+    fx, fy = np.nonzero(persona.face_mask.T > 128)
+    lm = persona.landmarks.copy()
+    lm[BODY["left_shoulder"], :2] = (fx.mean() / W, fy.mean() / H)
+    persona.landmarks = lm
+    (frames, backend) = render(persona, lm[None])
+    parts = backend.describe()["last_render"]["parts"]
+    assert "left_upper_arm" not in parts["animated"] and "right_upper_arm" in parts["animated"]
+    assert "lies on the face" in parts["not_animated"]["left_upper_arm"]
