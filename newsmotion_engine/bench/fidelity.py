@@ -8,6 +8,11 @@ against the targets (``pck_body`` >= 0.9 over the visible head, torso and arm jo
 ``motion_energy_ratio`` >= 0.8). With ``sheets`` it also writes one contact sheet per portrait
 (every loop a row, evenly spaced frames) as PNG.
 
+A control per portrait checks the measurement itself: the persona's rest frame repeated
+(:data:`FROZEN_FRAMES` frames, a perfect render of a loop that does not move) must score
+``pck_body`` 1. It is measured with the extractor the renders are read with (stills) and, for
+comparison, with mediapipe's video mode (landmarks tracked between frames), which drifts on it.
+
 Everything runs in the storage it is given (a private one from ``newsmotion bench fidelity``).
 """
 
@@ -27,6 +32,34 @@ WAN_TINY_OPTIONS = {"preset": "tiny", "steps": 2, "device": "cpu", "dtype": "flo
 WAN_TINY_SIZE = (64, 128)
 SHEET_FRAMES = 6
 SHEET_ROW_HEIGHT = 240
+FROZEN_FRAMES = 30
+
+
+def frozen_rest_control(persona: Any, spec: Any) -> dict[str, Any]:
+    """``pck_body`` and per-part pck of the persona's rest frame repeated :data:`FROZEN_FRAMES`
+    times against its own landmarks, read as stills (the measurement's extractor) and in video
+    mode: what a perfect render of a still loop scores."""
+    import numpy as np
+
+    from newsmotion_engine.guidance.holistic import HolisticDetector
+    from newsmotion_engine.render.fidelity import measure_frames, rest_frame
+
+    rest = rest_frame(persona.portrait, persona.person_mask, spec.width, spec.height, spec.background)
+    lm = np.asarray(persona.landmarks, np.float64)
+    want = np.repeat(lm[None], FROZEN_FRAMES, axis=0)
+    want[..., 2] = 1.0
+    hw = np.asarray(persona.portrait).shape[:2]
+    out: dict[str, Any] = {"frames": FROZEN_FRAMES}
+    for label, still in (("stills", True), ("video_mode", False)):
+        with HolisticDetector(static_image_mode=still) as det, HolisticDetector(static_image_mode=True) as rest_det:
+            result, reason = measure_frames((rest for _ in range(FROZEN_FRAMES)), want, lm, portrait_hw=(int(hw[0]), int(hw[1])),
+                                            config=FidelityConfig(stride=1), detector=det, rest_frame=rest,
+                                            rest_detector=rest_det)  # fmt: skip
+        out[label] = None if result is None else {
+            "pck_body": result.pck_body, "per_part_pck": {k: v["pck"] for k, v in result.per_part.items()},
+            "mean_px": result.mean_px,
+        }  # fmt: skip
+    return out
 
 
 def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -137,6 +170,10 @@ def bench_fidelity(
                                     title=f"{name} - warp backend, {SHEET_FRAMES} evenly spaced frames per loop")  # fmt: skip
             say(f"contact sheet {path}")
 
+    controls = {}
+    for name in portraits:
+        say(f"control: {name}'s rest frame x {FROZEN_FRAMES} (a perfect still render)")
+        controls[name] = frozen_rest_control(personas[name], spec)
     by_portrait = {name: aggregate([r for r in rows if r["portrait"] == name]) for name in portraits}
     return {
         "benchmark": "fidelity",
@@ -146,6 +183,7 @@ def bench_fidelity(
         "portraits": {n: {"kind": SAMPLE_PORTRAITS[n].kind, "origin": SAMPLE_PORTRAITS[n].origin,
                           "framing": personas[n].metadata.get("framing"), "visible_parts": personas[n].visible_parts}
                       for n in portraits},  # fmt: skip
+        "control_frozen_rest": controls,
         "warp": {"backend_info": warp_info, "aggregate": aggregate(rows), "by_portrait": by_portrait, "renders": rows},
         "wan_animate_tiny": None if baseline is None else {
             "options": WAN_TINY_OPTIONS, "size": f"{WAN_TINY_SIZE[0]}x{WAN_TINY_SIZE[1]}",
