@@ -9,9 +9,10 @@ skeleton. Here the parts come from a photo, so:
 
 * **What is a part.** Per arm: upper arm (shoulder -> elbow), forearm (elbow -> wrist) and hand
   (wrist -> the hand's centre), each a capsule around its bone intersected with the person matte,
-  minus the face. The radius comes from the matte (the distance from the upper-arm bone to the
-  arm's outer silhouette, the smaller of the two arms), and on the side away from the body the
-  cut reaches out to the matte's edge. A part is cut only when the portrait shows it: both ends'
+  minus the face; the upper arm's ends a quarter radius past the shoulder joint (a collar or
+  helmet ring beyond it stays with the body and the bending neck). The radius comes from the
+  matte (the distance from the upper-arm bone to the arm's outer silhouette, the smaller of the
+  two arms), and on the side away from the body the cut reaches out to the matte's edge. A part is cut only when the portrait shows it: both ends'
   landmarks at least ``threshold`` confident and inside the portrait, its shoulder not on the face
   (a mislocated arm: cutting along it would tear the jaw), and its parent part cut. A
   forearm whose wrist is not shown is not animated (its bend would be invented); what the
@@ -58,6 +59,8 @@ _CHAIN = {
 # A virtual joint index for a hand's centre (mean of its visible points), past the 133.
 _HAND_CENTRE = -1
 _K3 = np.ones((3, 3), np.uint8)
+# How far past the shoulder joint (in arm radii, against the bone) the upper arm's cut reaches.
+SHOULDER_CAP = 0.25
 
 
 @dataclass
@@ -293,6 +296,11 @@ def cut_arms(
             n = n if n[0] * away >= 0 else -n
             outside = ((xx - a[0]) * n[0] + (yy - a[1]) * n[1]) > 0
             cap = np.maximum(cap, _capsule((H, W), a, b, 1.5 * rad) * outside)
+            if k == 0:
+                # The upper arm starts at the shoulder joint: what lies beyond it, toward the neck
+                # (a collar, the astronaut's helmet ring), moves with the body; cut into the arm
+                # it would leave with the arm and tear where the neck bends.
+                cap *= (((xx - a[0]) * u[0] + (yy - a[1]) * u[1]) >= -SHOULDER_CAP * rad).astype(np.float32)
             if k < len(parts) and parts[k].endswith("hand"):
                 # The hand: its points and the wrist, grown by the arm's radius (the palm and the
                 # outline lie past the finger joints).

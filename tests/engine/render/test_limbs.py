@@ -208,3 +208,20 @@ def test_an_arm_whose_shoulder_lies_on_the_face_is_not_cut(synth):
     parts = backend.describe()["last_render"]["parts"]
     assert "left_upper_arm" not in parts["animated"] and "right_upper_arm" in parts["animated"]
     assert "lies on the face" in parts["not_animated"]["left_upper_arm"]
+
+
+def test_the_upper_arm_cut_stops_at_the_shoulder_joint(persona):
+    """What lies past the shoulder joint toward the neck (a collar, a helmet ring) stays with the
+    body: no arm layer pixel reaches more than SHOULDER_CAP radii past the joint, against the bone."""
+    from newsmotion_engine.render.limbs import SHOULDER_CAP
+
+    backend = get_backend("warp", threads=1)
+    prep = backend.prepare(persona, RenderSpec(W, H))
+    assert prep.arms
+    for arm in prep.arms:
+        (a, b) = arm.bones[0]
+        u = (b - a) / np.linalg.norm(b - a)
+        ys, xs = np.nonzero(arm.layer[..., 3] > 0)
+        along = (xs + arm.origin[0] - a[0]) * u[0] + (ys + arm.origin[1] - a[1]) * u[1]
+        radius = 0.25 * np.linalg.norm(prep.rest_px[BODY["left_shoulder"]] - prep.rest_px[BODY["right_shoulder"]])
+        assert along.min() >= -SHOULDER_CAP * radius - 1.5
