@@ -8,6 +8,18 @@ against the targets (``pck_body`` >= 0.9 over the visible head, torso and arm jo
 ``motion_energy_ratio`` >= 0.8). With ``sheets`` it also writes one contact sheet per portrait
 (every loop a row, evenly spaced frames) as PNG.
 
+A control per portrait checks the measurement itself: the persona's rest frame repeated
+(:data:`FROZEN_FRAMES` frames, a perfect render of a loop that does not move) must score
+``pck_body`` 1. It is measured with the extractor the renders are read with (stills) and, for
+comparison, with mediapipe's video mode (landmarks tracked between frames), which drifts on it.
+
+A second check per render separates "the render did not move it" from "the extractor reads it
+elsewhere" (``pixel_follow``, bench only, not in telemetry): dense optical flow (OpenCV DIS) from
+the clip's first frame to each compared frame, sampled at each visible head, torso and arm joint's
+rest position, gives where the render moved that pixel; the share of joint-frames within the same
+PCK threshold of the intended position is ``pck_body`` of the pixels. Flow is trustworthy for
+moderate motion; for a limb swung far or a part uncovered it is not (then it reads low).
+
 Everything runs in the storage it is given (a private one from ``newsmotion bench fidelity``).
 """
 
@@ -27,6 +39,34 @@ WAN_TINY_OPTIONS = {"preset": "tiny", "steps": 2, "device": "cpu", "dtype": "flo
 WAN_TINY_SIZE = (64, 128)
 SHEET_FRAMES = 6
 SHEET_ROW_HEIGHT = 240
+FROZEN_FRAMES = 30
+
+
+def frozen_rest_control(persona: Any, spec: Any) -> dict[str, Any]:
+    """``pck_body`` and per-part pck of the persona's rest frame repeated :data:`FROZEN_FRAMES`
+    times against its own landmarks, read as stills (the measurement's extractor) and in video
+    mode: what a perfect render of a still loop scores."""
+    import numpy as np
+
+    from newsmotion_engine.guidance.holistic import HolisticDetector
+    from newsmotion_engine.render.fidelity import measure_frames, rest_frame
+
+    rest = rest_frame(persona.portrait, persona.person_mask, spec.width, spec.height, spec.background)
+    lm = np.asarray(persona.landmarks, np.float64)
+    want = np.repeat(lm[None], FROZEN_FRAMES, axis=0)
+    want[..., 2] = 1.0
+    hw = np.asarray(persona.portrait).shape[:2]
+    out: dict[str, Any] = {"frames": FROZEN_FRAMES}
+    for label, still in (("stills", True), ("video_mode", False)):
+        with HolisticDetector(static_image_mode=still) as det, HolisticDetector(static_image_mode=True) as rest_det:
+            result, reason = measure_frames((rest for _ in range(FROZEN_FRAMES)), want, lm, portrait_hw=(int(hw[0]), int(hw[1])),
+                                            config=FidelityConfig(stride=1), detector=det, rest_frame=rest,
+                                            rest_detector=rest_det)  # fmt: skip
+        out[label] = None if result is None else {
+            "pck_body": result.pck_body, "per_part_pck": {k: v["pck"] for k, v in result.per_part.items()},
+            "mean_px": result.mean_px,
+        }  # fmt: skip
+    return out
 
 
 def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -46,6 +86,70 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out["meets_both"] = sum(1 for r in measured if r["pose_fidelity"]["meets_targets"])
     out["targets_met"] = bool(measured) and out["meets_both"] == len(rows)
     return out
+
+
+def pixel_follow(video: Path | str, intended: Any, persona: Any, threshold_px: float, stride: int) -> dict[str, Any]:
+    """Where the render moved the visible head, torso and arm joints' pixels (optical flow from
+    the first frame), against where they were asked to go (see the module docstring)."""
+    import cv2
+    import numpy as np
+
+    from newsmotion_engine.render.fidelity import PARTS, TARGET_PARTS, VISIBLE_CONFIDENCE, frame_placement, persona_visible
+    from newsmotion_engine.videoio import iter_frames
+
+    intended = np.asarray(intended, np.float64)
+    dis = cv2.DISOpticalFlow_create(cv2.DISOPTICAL_FLOW_PRESET_MEDIUM)
+    first = None
+    hits: dict[str, list[int]] = {name: [0, 0] for name in TARGET_PARTS}
+    err_sum, err_n = 0.0, 0
+    for i, rgb in enumerate(iter_frames(video)):
+        if i >= intended.shape[0]:
+            break
+        if first is None:
+            H, W = rgb.shape[:2]
+            ox, oy, w, h = frame_placement(np.asarray(persona.portrait).shape[:2], W, H)
+
+            def to_px(kp: np.ndarray) -> np.ndarray:
+                return np.stack([ox + kp[..., 0] * w, oy + kp[..., 1] * h], axis=-1)
+
+            visible = persona_visible(persona.landmarks)
+            first = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
+            start_px = to_px(intended[0])
+            continue
+        if i % stride:
+            continue
+        flow = dis.calc(first, cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY), None)
+        want = to_px(intended[i])
+        for name in TARGET_PARTS:
+            for j in PARTS[name]:
+                x, y = (int(round(v)) for v in start_px[j])
+                if not (visible[j] and intended[i, j, 2] >= VISIBLE_CONFIDENCE and 2 <= x < W - 2 and 2 <= y < H - 2):
+                    continue
+                moved = start_px[j] + flow[y - 2 : y + 3, x - 2 : x + 3].reshape(-1, 2).mean(axis=0)
+                e = float(np.linalg.norm(moved - want[j]))
+                hits[name][0] += int(e <= threshold_px)
+                hits[name][1] += 1
+                err_sum, err_n = err_sum + e, err_n + 1
+    total = sum(n for _, n in hits.values())
+    return {
+        "pck_body": round(sum(k for k, _ in hits.values()) / total, 4) if total else None,
+        "per_part_pck": {name: (round(k / n, 4) if n else None) for name, (k, n) in hits.items()},
+        "mean_px": round(err_sum / err_n, 2) if err_n else None,
+        "threshold_px": threshold_px,
+        "flow": "OpenCV DIS (medium), first frame to each compared frame",
+    }
+
+
+def _arm_landmarks(persona: Any) -> dict[str, list[float]]:
+    """The persona's shoulder, elbow and wrist landmarks ``[x, y, confidence]`` (normalized to its
+    canvas): what the arm cut and the visible-joint rule saw."""
+    import numpy as np
+
+    from newsmotion_engine.skeleton import BODY
+
+    lm = np.asarray(persona.landmarks, np.float64)
+    names = [f"{side}_{j}" for side in ("left", "right") for j in ("shoulder", "elbow", "wrist")]
+    return {n: [round(float(v), 3) for v in lm[BODY[n]]] for n in names}
 
 
 def _row(tele: Any, portrait: str) -> dict[str, Any]:
@@ -78,6 +182,7 @@ def bench_fidelity(
     from newsmotion_engine.guidance.cache import ensure_guidance
     from newsmotion_engine.persona.cache import ensure_persona
     from newsmotion_engine.render import RenderSpec, get_backend
+    from newsmotion_engine.render.clip import retargeted_keypoints
     from newsmotion_engine.render.job import render_persona_loop
     from newsmotion_engine.samples import SAMPLE_PORTRAITS, write_sample_portrait
 
@@ -103,6 +208,10 @@ def bench_fidelity(
             for loop_id in loops:
                 tele = render_persona_loop(storage, name, loop_id, warp, spec, force=True, fidelity=config)
                 row = _row(tele, name)
+                if tele.pose_fidelity is not None:
+                    intended = retargeted_keypoints(ensure_guidance(storage, loop_id)[0], personas[name])
+                    row["pixel_follow"] = pixel_follow(tele.output, intended, personas[name],
+                                                       tele.pose_fidelity.threshold_px, stride)  # fmt: skip
                 rows.append(row)
                 outputs.setdefault(name, []).append((loop_id, tele.output))
                 pf = row["pose_fidelity"]
@@ -137,6 +246,10 @@ def bench_fidelity(
                                     title=f"{name} - warp backend, {SHEET_FRAMES} evenly spaced frames per loop")  # fmt: skip
             say(f"contact sheet {path}")
 
+    controls = {}
+    for name in portraits:
+        say(f"control: {name}'s rest frame x {FROZEN_FRAMES} (a perfect still render)")
+        controls[name] = frozen_rest_control(personas[name], spec)
     by_portrait = {name: aggregate([r for r in rows if r["portrait"] == name]) for name in portraits}
     return {
         "benchmark": "fidelity",
@@ -144,8 +257,10 @@ def bench_fidelity(
         "stride": stride,
         "size": f"{spec.width}x{spec.height}",
         "portraits": {n: {"kind": SAMPLE_PORTRAITS[n].kind, "origin": SAMPLE_PORTRAITS[n].origin,
-                          "framing": personas[n].metadata.get("framing"), "visible_parts": personas[n].visible_parts}
+                          "framing": personas[n].metadata.get("framing"), "visible_parts": personas[n].visible_parts,
+                          "arm_landmarks": _arm_landmarks(personas[n])}
                       for n in portraits},  # fmt: skip
+        "control_frozen_rest": controls,
         "warp": {"backend_info": warp_info, "aggregate": aggregate(rows), "by_portrait": by_portrait, "renders": rows},
         "wan_animate_tiny": None if baseline is None else {
             "options": WAN_TINY_OPTIONS, "size": f"{WAN_TINY_SIZE[0]}x{WAN_TINY_SIZE[1]}",

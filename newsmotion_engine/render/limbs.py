@@ -9,10 +9,12 @@ skeleton. Here the parts come from a photo, so:
 
 * **What is a part.** Per arm: upper arm (shoulder -> elbow), forearm (elbow -> wrist) and hand
   (wrist -> the hand's centre), each a capsule around its bone intersected with the person matte,
-  minus the face. The radius comes from the matte (the distance from the upper-arm bone to the
-  arm's outer silhouette, the smaller of the two arms), and on the side away from the body the
-  cut reaches out to the matte's edge. A part is cut only when the portrait shows it: both ends'
-  landmarks at least ``threshold`` confident and inside the portrait, and its parent part cut. A
+  minus the face; the upper arm's ends a quarter radius past the shoulder joint (a collar or
+  helmet ring beyond it stays with the body and the bending neck). The radius comes from the
+  matte (the distance from the upper-arm bone to the arm's outer silhouette, the smaller of the
+  two arms), and on the side away from the body the cut reaches out to the matte's edge. A part is cut only when the portrait shows it: both ends'
+  landmarks at least ``threshold`` confident and inside the portrait, its shoulder not on the face
+  (a mislocated arm: cutting along it would tear the jaw), and its parent part cut. A
   forearm whose wrist is not shown is not animated (its bend would be invented); what the
   portrait shows of it rides rigidly on the upper arm, so the arm does not break at the elbow.
   :class:`LimbReport` says which parts were animated and why the others were not.
@@ -57,6 +59,8 @@ _CHAIN = {
 # A virtual joint index for a hand's centre (mean of its visible points), past the 133.
 _HAND_CENTRE = -1
 _K3 = np.ones((3, 3), np.uint8)
+# How far past the shoulder joint (in arm radii, against the bone) the upper arm's cut reaches.
+SHOULDER_CAP = 0.25
 
 
 @dataclass
@@ -198,6 +202,10 @@ def cut_arms(
             return "outside the portrait"
         return None
 
+    def on_face(j: int) -> bool:
+        x, y = (int(round(v)) for v in rest_px[j])
+        return 0 <= x < W and 0 <= y < H and float(face[y, x]) > 0.5
+
     ls, rs = rest_px[BODY["left_shoulder"]], rest_px[BODY["right_shoulder"]]
     shoulders_ok = shown(BODY["left_shoulder"]) is None and shown(BODY["right_shoulder"]) is None
     sw = float(np.linalg.norm(ls - rs)) if shoulders_ok else 0.25 * W
@@ -221,6 +229,11 @@ def cut_arms(
                 which = a if shown(a) else b
                 why = shown(which)
                 why = None if why is None else f"not in the portrait ({_joint_name(which)}: {why})"
+                if why is None and part == "upper_arm" and on_face(sh):
+                    # A shoulder on the face is a mislocated arm (the profile cameraman's left
+                    # shoulder lands on his cheek): cutting along it tears the jaw and what the
+                    # hand holds, so the arm rides with the body instead.
+                    why = f"its landmarks are implausible ({_joint_name(sh)} lies on the face)"
             if why is not None:
                 if parts and part == "forearm":
                     # What the portrait shows of it rides rigidly on the upper arm (its pixels are
@@ -283,6 +296,11 @@ def cut_arms(
             n = n if n[0] * away >= 0 else -n
             outside = ((xx - a[0]) * n[0] + (yy - a[1]) * n[1]) > 0
             cap = np.maximum(cap, _capsule((H, W), a, b, 1.5 * rad) * outside)
+            if k == 0:
+                # The upper arm starts at the shoulder joint: what lies beyond it, toward the neck
+                # (a collar, the astronaut's helmet ring), moves with the body; cut into the arm
+                # it would leave with the arm and tear where the neck bends.
+                cap *= (((xx - a[0]) * u[0] + (yy - a[1]) * u[1]) >= -SHOULDER_CAP * rad).astype(np.float32)
             if k < len(parts) and parts[k].endswith("hand"):
                 # The hand: its points and the wrist, grown by the arm's radius (the palm and the
                 # outline lie past the finger joints).

@@ -213,3 +213,37 @@ def test_rest_frame_is_the_persona_at_the_shared_placement(synth):
     y, x = np.argwhere(solid)[len(np.argwhere(solid)) // 2]
     assert np.abs(frame[2 * y, 2 * x].astype(int) - persona.portrait[y, x]).max() < 40
     assert tuple(frame[0, 0]) == (0, 177, 64) or persona.person_mask[0, 0] < 5
+
+
+def test_a_persona_joint_outside_the_portrait_is_not_visible(synth):
+    want = intended_loop(synth)
+    persona = want[0].copy()
+    # The extractor places a wrist past the photo's edge, fairly confident: not shown, not compared.
+    persona[BODY["left_wrist"], :3] = (1.03, persona[BODY["left_wrist"], 1], 0.69)
+    assert not fid.persona_visible(persona)[BODY["left_wrist"]]
+    assert fid.persona_visible(want[0])[BODY["left_wrist"]]
+    frozen = np.repeat(px(want[:1]), len(want), axis=0)
+    result, _ = measure_frames(frames(24), want, persona, portrait_hw=(H, W), config=FidelityConfig(stride=1),
+                               detector=ReplayDetector(frozen))  # fmt: skip
+    assert result.per_part["arms"]["joints"] == 3
+
+
+@pytest.mark.skipif(not fid.mediapipe_available(), reason="needs mediapipe's holistic extractor")
+def test_a_frozen_clip_of_a_real_photo_scores_pck_1_with_the_default_extractor():
+    """A clip that is the rest frame over and over is a perfect render of a still loop: the
+    measurement must score it 1. mediapipe's video mode (landmarks tracked from frame to frame)
+    drifts on such a clip (the cameraman's torso and arms: pck_body 0.69 here), so the default
+    extractor reads every frame as a still."""
+    import cv2
+
+    from newsmotion_engine.samples import sample_rgb
+
+    frame = np.full((512, 288, 3), (0, 177, 64), np.uint8)
+    frame[512 - 288 :] = cv2.resize(sample_rgb("camera"), (288, 288), interpolation=cv2.INTER_AREA)
+    with fid._holistic_detector() as det:
+        landmarks = det.detect(frame).astype(np.float64)
+        want = np.repeat(landmarks[None], 16, axis=0)
+        result, reason = measure_frames((frame for _ in range(16)), want, landmarks, portrait_hw=(512, 288),
+                                        config=FidelityConfig(stride=1), detector=det, rest_frame=frame)  # fmt: skip
+    assert reason is None and result.per_part["arms"]["joints"] >= 2
+    assert result.pck_body == 1.0

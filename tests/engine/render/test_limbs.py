@@ -194,3 +194,34 @@ def test_the_parts_report_is_not_part_of_the_backends_identity(persona):
     before = backend_identity(backend)
     list(backend.frames(None, persona, persona.landmarks[None], RenderSpec(W, H)))
     assert "last_render" in backend.describe() and backend_identity(backend) == before
+
+
+def test_an_arm_whose_shoulder_lies_on_the_face_is_not_cut(synth):
+    """A mislocated arm (its shoulder landmark on the face, as the extractor places the profile
+    cameraman's): cutting along it would tear the jaw, so it is not animated and the reason says so."""
+    persona = synth.make_persona(W, H)
+    fx, fy = np.nonzero(persona.face_mask.T > 128)
+    lm = persona.landmarks.copy()
+    lm[BODY["left_shoulder"], :2] = (fx.mean() / W, fy.mean() / H)
+    persona.landmarks = lm
+    (frames, backend) = render(persona, lm[None])
+    parts = backend.describe()["last_render"]["parts"]
+    assert "left_upper_arm" not in parts["animated"] and "right_upper_arm" in parts["animated"]
+    assert "lies on the face" in parts["not_animated"]["left_upper_arm"]
+
+
+def test_the_upper_arm_cut_stops_at_the_shoulder_joint(persona):
+    """What lies past the shoulder joint toward the neck (a collar, a helmet ring) stays with the
+    body: no arm layer pixel reaches more than SHOULDER_CAP radii past the joint, against the bone."""
+    from newsmotion_engine.render.limbs import SHOULDER_CAP
+
+    backend = get_backend("warp", threads=1)
+    prep = backend.prepare(persona, RenderSpec(W, H))
+    assert prep.arms
+    for arm in prep.arms:
+        (a, b) = arm.bones[0]
+        u = (b - a) / np.linalg.norm(b - a)
+        ys, xs = np.nonzero(arm.layer[..., 3] > 0)
+        along = (xs + arm.origin[0] - a[0]) * u[0] + (ys + arm.origin[1] - a[1]) * u[1]
+        radius = 0.25 * np.linalg.norm(prep.rest_px[BODY["left_shoulder"]] - prep.rest_px[BODY["right_shoulder"]])
+        assert along.min() >= -SHOULDER_CAP * radius - 1.5
