@@ -167,6 +167,13 @@ _HEADLINES = (
     ("warp.aggregate.pck_body.mean", "warp pose pck (head, torso, arms) mean {:.3f}"),
     ("warp.aggregate.motion_energy_ratio.mean", "motion energy mean {:.3f}"),
     ("wan_animate_tiny.render.pose_fidelity.pck_body", "wan-animate tiny (random weights) pck {:.3f}"),
+    ("forward.extract_speedup_vs_stock", "wan-animate-2 extract pass {:.3g}x stock"),
+    ("forward.cached_cond_speedup_vs_stock", "cached forward {:.3g}x stock"),
+    ("attention.split_fp8_triton.speedup_vs_stock", "cached-pass attention split on the 8-bit kernel {:.3g}x the stock flex mask"),
+    ("attention.split_fp8_triton.rel_err_vs_stock", "error {:.3f}"),
+    ("animate2_clip_s", "wan-animate-2 120-frame clip {:.4g} s"),
+    ("animate2_clip_s_stock", "stock distilled pipeline {:.4g} s"),
+    ("animate2_clip_speedup_vs_stock", "{:.3g}x stock"),
     ("portraits.astronaut.medium.before.halo_width_px", "astronaut matte halo {:.2f} px"),
     ("portraits.astronaut.medium.after.halo_width_px", "cleaned {:.2f} px"),
 )

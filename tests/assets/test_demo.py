@@ -33,6 +33,11 @@ def test_every_committed_result_has_key_figures():
     assert rows["faults.json"].startswith(
         f"fault test: {faults['renders_completed']}/{faults['expected_renders']} renders after a killed worker"
     )
+    assert rows["gpu_animate2_attention_14b_h200.json"] == (
+        "cached-pass attention split on the 8-bit kernel 1.39x the stock flex mask; error 0.040"
+    )
+    assert rows["gpu_animate2_clip_stock_14b_h200.json"] == "stock distilled pipeline 379.8 s"
+    assert rows["gpu_animate2_forward_14b_h200.json"].startswith("wan-animate-2 extract pass 1.07x stock; cached forward 1.06x stock")
     # The ones that had figures keep them.
     assert rows["warp.json"] == f"{json.loads((RESULTS / 'warp.json').read_text())['fps']:.4g} fps"
     assert "forward 1.48x stock" in rows["gpu_forward_tma_14b_h200.json"]
