@@ -57,6 +57,15 @@ def loop_prompt(guidance: Any, override: str | None = None) -> str:
     return spec.prompt if spec is not None else C.DEFAULT_PROMPT
 
 
+
+def check_size(backend: str, spec: RenderSpec) -> None:
+    """Wan sizes are multiples of 16 (VAE x8, patch x2); both Wan backends refuse others."""
+    if spec.width % 16 or spec.height % 16:
+        raise InvalidSpecError(
+            f"{backend} renders sizes divisible by 16 (VAE x8, patch x2); {spec.width}x{spec.height} is not, "
+            f"e.g. use {spec.width // 16 * 16}x{spec.height // 16 * 16}"
+        )
+
 class WanAnimateBackend:
     """See the module docstring. Construct through the registry (options validated first):
     ``get_backend("wan-animate", preset="tiny", steps=2)``, or ``WanAnimateBackend(options)``."""
@@ -150,11 +159,7 @@ class WanAnimateBackend:
 
     # ------------------------------------------------------------------ caches
     def _check_spec(self, spec: RenderSpec) -> None:
-        if spec.width % 16 or spec.height % 16:
-            raise InvalidSpecError(
-                f"wan-animate renders sizes divisible by 16 (VAE x8, patch x2); {spec.width}x{spec.height} is not, "
-                f"e.g. use {spec.width // 16 * 16}x{spec.height // 16 * 16}"
-            )
+        check_size(NAME, spec)
 
     def _cache_root(self) -> Path | None:
         return Path(self.options.cache_root) if self.options.cache_root else None

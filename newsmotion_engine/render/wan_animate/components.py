@@ -194,20 +194,23 @@ class RenderComponents:
         return UniPCMultistepScheduler.from_config(self.scheduler_config)
 
 
-def build_transformer(opts: WanAnimateOptions, device: Any, dtype: Any):
-    """The Animate transformer: from the folder, or the preset with seeded random weights."""
-    from diffusers import WanAnimateTransformer3DModel
+def build_transformer(opts: Any, device: Any, dtype: Any, model_class: Any = None):
+    """The transformer (``model_class``; default ``WanAnimateTransformer3DModel``, wan-animate-2
+    passes its own): from the folder, or the preset with seeded random weights."""
+    if model_class is None:
+        from diffusers import WanAnimateTransformer3DModel as model_class
 
     if opts.model_path:
-        model = WanAnimateTransformer3DModel.from_pretrained(Path(opts.model_path) / "transformer", torch_dtype=dtype)
-        return model.to(device).eval()
+        model = model_class.from_pretrained(Path(opts.model_path) / "transformer", torch_dtype=dtype)
+        return model.to(device).eval().requires_grad_(False)
     with _seeded(RANDOM_SEED, device), _default_dtype(dtype), device:
-        model = WanAnimateTransformer3DModel(**opts.preset_spec.transformer)
+        model = model_class(**opts.preset_spec.transformer)
     keep_fp32_modules(model)
     return model.eval().requires_grad_(False)
 
 
-def build_vae(opts: WanAnimateOptions, device: Any, dtype: Any):
+def build_vae(opts: Any, device: Any, dtype: Any):
+    """The Wan VAE (both backends): from the folder, or the preset with seeded random weights."""
     from diffusers import AutoencoderKLWan
 
     if opts.model_path:

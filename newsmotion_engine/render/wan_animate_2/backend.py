@@ -38,7 +38,7 @@ import numpy as np
 
 from newsmotion_engine import cachedir
 from newsmotion_engine.errors import CacheError, NewsmotionError
-from newsmotion_engine.render.base import BackendCacheError, BackendNeeds, InvalidSpecError, RenderSpec
+from newsmotion_engine.render.base import BackendCacheError, BackendNeeds, RenderSpec
 from newsmotion_engine.render.wan_animate_2 import caches as C
 from newsmotion_engine.render.wan_animate_2.config import NAME, RANDOM_WEIGHTS_LABEL, WanAnimate2Options
 
@@ -153,11 +153,9 @@ class WanAnimate2Backend:
 
     # ------------------------------------------------------------------ caches
     def _check_spec(self, spec: RenderSpec) -> None:
-        if spec.width % 16 or spec.height % 16:
-            raise InvalidSpecError(
-                f"wan-animate-2 renders sizes divisible by 16 (VAE x8, patch x2); {spec.width}x{spec.height} is not, "
-                f"e.g. use {spec.width // 16 * 16}x{spec.height // 16 * 16}"
-            )
+        from newsmotion_engine.render.wan_animate.backend import check_size
+
+        check_size(NAME, spec)
 
     def _cache_root(self) -> Path | None:
         return Path(self.options.cache_root) if self.options.cache_root else None

@@ -22,10 +22,11 @@ from newsmotion_engine.render.wan_animate.components import (
     ByteTokenizer,
     _default_dtype,
     _seeded,
-    keep_fp32_modules,
+    build_vae,
     resolve_device,
     torch_dtype,
 )
+from newsmotion_engine.render.wan_animate.components import build_transformer as _build_transformer
 from newsmotion_engine.render.wan_animate_2.config import RANDOM_WEIGHTS_LABEL, WanAnimate2Options
 
 __all__ = [
@@ -137,23 +138,7 @@ def scheduler_config(opts: WanAnimate2Options) -> dict[str, Any]:
 def build_transformer(opts: WanAnimate2Options, device: Any, dtype: Any):
     from diffusers import WanAnimate2Transformer3DModel
 
-    if opts.model_path:
-        model = WanAnimate2Transformer3DModel.from_pretrained(Path(opts.model_path) / "transformer", torch_dtype=dtype)
-        return model.to(device).eval().requires_grad_(False)
-    with _seeded(RANDOM_SEED, device), _default_dtype(dtype), device:
-        model = WanAnimate2Transformer3DModel(**opts.preset_spec.transformer)
-    keep_fp32_modules(model)
-    return model.eval().requires_grad_(False)
-
-
-def build_vae(opts: WanAnimate2Options, device: Any, dtype: Any):
-    from diffusers import AutoencoderKLWan
-
-    if opts.model_path:
-        return AutoencoderKLWan.from_pretrained(Path(opts.model_path) / "vae", torch_dtype=dtype).to(device).eval()
-    with _seeded(RANDOM_SEED + 1, device), device:
-        vae = AutoencoderKLWan(**opts.preset_spec.vae)
-    return vae.to(dtype).eval().requires_grad_(False)
+    return _build_transformer(opts, device, dtype, WanAnimate2Transformer3DModel)
 
 
 def load_render_components(opts: WanAnimate2Options) -> RenderComponents:
