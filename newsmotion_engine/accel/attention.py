@@ -195,7 +195,7 @@ def set_attention(model: Any, config: Attention) -> tuple[dict[str, Any], Previo
         for block in model.blocks:
             getattr(block, attr).set_processor(factory(config.variant))
         return ({"attention": config.kernel, "variant": config.variant, "self_attention_layers": len(previous),
-                 "processor": factory(config.variant).__class__.__name__},
+                 "processor": type(getattr(model.blocks[0], attr).processor).__name__},
                 PreviousAttention(previous))  # fmt: skip
     # diffusers' set_attention_backend also changes its process-wide active backend, which
     # reset_attention_backend leaves alone; remember it so removal restores it too.
@@ -483,7 +483,8 @@ def fp8_attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant
 
 def reference_attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact (float32) attention and its log2-sum-exp2 in :func:`fp8_attention_lse`'s units:
-    the CPU path of the split attention and the tests' reference. BSHD in, ``[B, S, H]`` lse."""
+    the reference for the split attention in tests and the bench's CPU dry run. BSHD in,
+    ``[B, S, H]`` lse."""
     s = torch.einsum("bshd,bthd->bhst", q.float(), k.float()) * (LOG2E / math.sqrt(q.shape[-1]))
     lse = torch.logsumexp(s * math.log(2.0), dim=-1) / math.log(2.0)  # [B, H, S], log2 units
     p = torch.exp2(s - lse[..., None])

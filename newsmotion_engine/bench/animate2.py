@@ -140,6 +140,14 @@ def _header(preset: str, dev: Any, **shape: Any) -> dict[str, Any]:
     }
 
 
+def _write_json(path: Path, result: dict[str, Any]) -> None:
+    """Atomically: a temporary sibling renamed into place (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
 class _Writer:
     def __init__(self, result: dict[str, Any], path: str | Path | None) -> None:
         self.result, self.path, self.t0 = result, Path(path) if path else None, time.perf_counter()
@@ -147,10 +155,7 @@ class _Writer:
     def __call__(self) -> None:
         self.result["wall_s"] = round(time.perf_counter() - self.t0, 1)
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.tmp")
-            tmp.write_text(json.dumps(self.result, indent=2, default=str) + "\n")
-            os.replace(tmp, self.path)
+            _write_json(self.path, self.result)
 
 
 # ---------------------------------------------------------------------------------------- forward
@@ -382,25 +387,24 @@ def _part_forward(preset: str, dev_name: str, width: int, height: int, segment_f
     write()
 
 
-def _compile_warmup(comps: Any, geom: Any, fp8_kv: bool, offload: bool = False, kv: Any = None) -> float:
+def _compile_warmup(comps: Any, geom: Any, fp8_kv: bool, kv: Any = None) -> float:
     """Compile the extract and cached graphs at the segment shape (random inputs) so the timed
     clip measures sampling, not compilation; ``fp8_kv``: the cached pass reads FP8 layer caches
-    (another graph: dynamo guards on the layer cache's type); ``offload``: those caches live in
-    host memory (``kv_offload``; the device check in ``get`` is guarded too). ``kv``: a filled
-    cache to reuse (the LRU's): no second segment of K/V is allocated (host memory ran out at
-    14B with the LRU's two offloaded segments plus a third for the warm-up)."""
+    (another graph: dynamo guards on the layer cache's type). ``kv``: a filled cache to reuse
+    (the LRU's, with its placement: under ``kv_offload`` the device check in ``get`` is guarded
+    too); no second segment of K/V is allocated (host memory ran out at 14B with the LRU's two
+    offloaded segments plus a third for the warm-up)."""
     import torch
 
     from newsmotion_engine.render.wan_animate_2 import denoise as D
-    from newsmotion_engine.render.wan_animate_2.kv import fp8_cache, quantize_cache
+    from newsmotion_engine.render.wan_animate_2.kv import quantize_cache
 
     t0 = time.perf_counter()
     inputs = _segment_inputs(comps, geom)
     with torch.no_grad():
         if kv is None:
-            cache = fp8_cache(comps.transformer.config.num_layers, offload=True) if offload else None
-            kv = D.extract_reference_kv(comps.transformer, inputs["driving_condition"], inputs["prompt_ref"], inputs["clip"], geom, cache=cache)
-            if fp8_kv and not offload:
+            kv = D.extract_reference_kv(comps.transformer, inputs["driving_condition"], inputs["prompt_ref"], inputs["clip"], geom)
+            if fp8_kv:
                 quantize_cache(kv)
         D._forward(comps.transformer, inputs["latents"], torch.tensor(999.0, device=comps.device), inputs["prompt"],
                    inputs["reference"], kv, inputs["image"], geom, False, comps.dtype)  # fmt: skip
@@ -418,7 +422,7 @@ def _flash_lse(q: Any, k: Any, v: Any) -> tuple[Any, Any]:
     return out.transpose(1, 2), lse.transpose(1, 2) / math.log(2.0)
 
 
-def _part_attention(preset: str, dev_name: str, width: int, height: int, segment_frames: int | None, warmup: int, reps: int,
+def _part_attention(preset: str, dev: Any, width: int, height: int, segment_frames: int | None, warmup: int, reps: int,
                     result: dict, write: Callable[[], None], log: Log) -> None:  # fmt: skip
     """The cached pass's self-attention alone at the preset's shape, one layer: the stock path
     (``[generation | reference]`` packed, flex attention under the stock block mask, compiled)
@@ -432,12 +436,11 @@ def _part_attention(preset: str, dev_name: str, width: int, height: int, segment
     from newsmotion_engine.render.wan_animate_2.attention import split_cached_attention
     from newsmotion_engine.render.wan_animate_2.denoise import geometry
 
-    opts = _options(preset, dev_name, {}, segment_frames=segment_frames)
+    opts = _options(preset, str(dev), {}, segment_frames=segment_frames)
     tcfg = opts.preset_spec.transformer
     heads, head_dim = tcfg["num_heads"], tcfg["dim"] // tcfg["num_heads"]
     geom = geometry(opts.segment_length, width, height)
     hw, frames = (geom.latent_h // 2) * (geom.latent_w // 2), geom.latent_frames
-    dev = torch.device("cuda" if dev_name == "auto" and torch.cuda.is_available() else ("cpu" if dev_name == "auto" else dev_name))
     cuda = dev.type == "cuda"
     dt = torch.bfloat16 if cuda else torch.float32
     g = torch.Generator("cpu").manual_seed(0)
@@ -838,7 +841,7 @@ def bench_animate2(preset: str = "14b", *, part: str = "forward", width: int | N
     if part in ("forward", "all"):
         _part_forward(preset, device, width, height, segment_frames, accel, warmup, reps, deadline, result, write, log)
     if part in ("attention", "all"):
-        _part_attention(preset, device, width, height, segment_frames, warmup, max(reps, 3), result, write, log)
+        _part_attention(preset, dev, width, height, segment_frames, warmup, max(reps, 3), result, write, log)
     if part == "clip-ours":
         _part_clip_ours(preset, device, width, height, frames, segment_frames, accel, result, write, log,
                         fit_segments=fit_segments, kv_offload=kv_offload)  # fmt: skip
@@ -863,13 +866,19 @@ def combine_clip_results(ours_path: str | Path, stock_path: str | Path) -> dict[
     """One clip result from a ``clip-ours`` and a ``clip-stock`` run made in two device calls
     (a 14B side does not fit a 10-minute command with the other): both sides kept whole, the
     speedup computed from their measured ``clip_s``, and the two runs' headers recorded."""
-    ours, stock = (json.loads(Path(p).read_text()) for p in (ours_path, stock_path))
-    for label, side, key in (("ours", ours, "animate2_clip_s"), ("stock", stock, "animate2_clip_s_stock")):
-        if key not in side:
-            raise ValueError(f"{label} result has no {key}: was it a finished clip-{label} run?")
-    if (ours["preset"], ours["shape"]["width"], ours["shape"]["height"], ours["shape"]["frames"]) != (
-            stock["preset"], stock["shape"]["width"], stock["shape"]["height"], stock["shape"]["frames"]):  # fmt: skip
-        raise ValueError("ours and stock measured different clips (preset or shape differ)")
+    def read(path: str | Path, label: str, key: str) -> dict[str, Any]:
+        try:
+            side = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: cannot read the clip-{label} result ({exc})") from None
+        if not isinstance(side, dict) or key not in side or not isinstance(side.get("shape"), dict):
+            raise ValueError(f"{path}: no {key} in it; is it a finished clip-{label} result?")
+        return side
+
+    ours, stock = read(ours_path, "ours", "animate2_clip_s"), read(stock_path, "stock", "animate2_clip_s_stock")
+    clip = lambda r: (r.get("preset"), *(r["shape"].get(k) for k in ("width", "height", "frames")))  # noqa: E731
+    if clip(ours) != clip(stock):
+        raise ValueError(f"{ours_path} and {stock_path} measured different clips (preset, size or frames differ)")
     out = {k: ours[k] for k in ("bench", "weights", "note", "preset", "shape", "device", "versions")}
     out.update(part="clip", layout="one GPU; the two sides in two device calls on the same machine kind (one command is limited to 10 minutes)",
                runs={"ours": ours["created_at"], "stock": stock["created_at"]},
@@ -903,8 +912,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json")
     a = p.parse_args(argv)
     if a.combine:
-        combined = combine_clip_results(*a.combine)
-        Path(a.json).write_text(json.dumps(combined, indent=2, default=str) + "\n") if a.json else print(json.dumps(combined, indent=2))
+        try:
+            combined = combine_clip_results(*a.combine)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if a.json:
+            _write_json(Path(a.json), combined)
+        else:
+            print(json.dumps(combined, indent=2, default=str))
         return 0
     bench_animate2(a.preset, part=a.part, width=a.width, height=a.height, frames=a.frames, segment_frames=a.segment_frames,
                    device=a.device, accel=json.loads(a.accel) if a.accel else None, warmup=a.warmup, reps=a.reps,

@@ -15,7 +15,8 @@ runs on the 8-bit tensor cores. The extract pass is plain dense attention: :func
 
 RoPE: the stock ``rope_apply`` rotates in complex128 (inductor cannot generate code for complex
 ops, so every block leaves the compiled graph for it); :func:`rope_fp32` applies the same
-rotation with the angles' cos/sin in float32 (differences at float32 rounding, far below bf16).
+rotation with the angles' cos/sin in float32 (differences at float32 rounding, far below bf16),
+computing the angles once per call for Q and K.
 
 Shapes the split does not cover (a segment smaller than the grid the stock mask was built for,
 padded query rows) fall back to the stock processor, which gives the stock result.
@@ -29,29 +30,45 @@ import torch
 
 from newsmotion_engine.accel import attention as A
 
-__all__ = ["Fp8Animate2AttnProcessor", "rope_fp32", "split_cached_attention"]
+__all__ = ["Fp8Animate2AttnProcessor", "apply_rope", "rope_angles", "rope_fp32", "split_cached_attention"]
 
 
-def rope_fp32(x: torch.Tensor, grid_sizes: torch.Tensor, freqs: torch.Tensor, time_stride: int = 1) -> torch.Tensor:
-    """The stock ``rope_apply`` (BSHD ``x``, complex ``freqs`` split over time/height/width) with
-    real float32 arithmetic; tokens past each sample's grid pass through. Returns float32."""
-    n, c = x.size(2), x.size(3) // 2
+def rope_angles(grid_sizes: torch.Tensor, freqs: torch.Tensor, time_stride: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per sample, the float32 ``(cos, sin)`` ``[seq, 1, head_dim / 2]`` of the stock
+    ``rope_apply``'s angles (complex ``freqs`` split over time / height / width): computed once
+    and applied to Q and K by :func:`apply_rope`."""
+    c = freqs.shape[1]
     parts = freqs.split([c - 2 * (c // 3), c // 3, c // 3], dim=1)
     out = []
-    for i, (f, h, w) in enumerate(grid_sizes.tolist()):
-        seq = f * h * w
+    for f, h, w in grid_sizes.tolist():
         angles = torch.cat(
             [parts[0][: f * time_stride : time_stride].view(f, 1, 1, -1).expand(f, h, w, -1),
              parts[1][:h].view(1, h, 1, -1).expand(f, h, w, -1),
              parts[2][:w].view(1, 1, w, -1).expand(f, h, w, -1)],
             dim=-1,
-        ).reshape(seq, 1, -1)  # fmt: skip
-        cos, sin = angles.real.to(torch.float32), angles.imag.to(torch.float32)
+        ).reshape(f * h * w, 1, -1)  # fmt: skip
+        out.append((angles.real.to(torch.float32), angles.imag.to(torch.float32)))
+    return out
+
+
+def apply_rope(x: torch.Tensor, angles: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """Rotate BSHD ``x`` by :func:`rope_angles` in float32; tokens past each sample's grid pass
+    through. Returns float32."""
+    n = x.size(2)
+    out = []
+    for i, (cos, sin) in enumerate(angles):
+        seq = cos.shape[0]
         xi = x[i, :seq].float().reshape(seq, n, -1, 2)
         re, im = xi[..., 0], xi[..., 1]
         rotated = torch.stack([re * cos - im * sin, re * sin + im * cos], dim=-1).flatten(2)
         out.append(torch.cat([rotated, x[i, seq:].float()]))
     return torch.stack(out)
+
+
+def rope_fp32(x: torch.Tensor, grid_sizes: torch.Tensor, freqs: torch.Tensor, time_stride: int = 1) -> torch.Tensor:
+    """The stock ``rope_apply`` with real float32 arithmetic (one tensor; the processor computes
+    the angles once for Q and K)."""
+    return apply_rope(x, rope_angles(grid_sizes, freqs, time_stride))
 
 
 def split_cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_ref: torch.Tensor, v_ref: torch.Tensor,
@@ -121,12 +138,11 @@ class Fp8Animate2AttnProcessor:
         q, k, v = A.project_qkv(attn, hidden_states)
         if kv_cache_mode == "extract":
             kv_cache.store(k, v)
-            q = rope_fp32(q, grid_sizes, rotary_emb, rope_stride).type_as(v)
-            k = rope_fp32(k, grid_sizes, rotary_emb, rope_stride).type_as(v)
+        angles = rope_angles(grid_sizes, rotary_emb, rope_stride)
+        q, k = apply_rope(q, angles).type_as(v), apply_rope(k, angles).type_as(v)
+        if kv_cache_mode == "extract":
             out = self.attend(q, k, v)
         else:
-            q = rope_fp32(q, grid_sizes, rotary_emb, rope_stride).type_as(v)
-            k = rope_fp32(k, grid_sizes, rotary_emb, rope_stride).type_as(v)
             k_ref, v_ref = kv_cache.get()
             n_ref = ref_frames * hw
             k_ref = rope_fp32(k_ref, reference_grid_sizes, reference_rotary_emb, reference_rope_stride).type_as(v)

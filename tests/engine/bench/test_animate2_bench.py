@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("diffusers")
 
-from newsmotion_engine.bench.animate2 import bench_animate2, main  # noqa: E402
+from newsmotion_engine.bench.animate2 import bench_animate2, combine_clip_results, main  # noqa: E402
 
 
 def test_forward_part_measures_both_sides_and_the_kv_bytes(tmp_path):
@@ -70,4 +70,8 @@ def test_clip_sides_from_two_calls_combine_and_mismatches_are_refused(tmp_path):
     assert c["animate2_clip_speedup_vs_stock"] == 2.5 and c["runs"] == {"ours": "t1", "stock": "t2"}
     (tmp_path / "s.json").write_text(json.dumps({**stock, "shape": {"width": 480, "height": 832, "frames": 120}}))
     with pytest.raises(ValueError, match="different clips"):
-        main(["--combine", str(tmp_path / "o.json"), str(tmp_path / "s.json")])
+        combine_clip_results(tmp_path / "o.json", tmp_path / "s.json")
+    # The command: one line naming both files, exit 2, no output file written.
+    assert main(["--combine", str(tmp_path / "o.json"), str(tmp_path / "s.json"), "--json", str(tmp_path / "bad.json")]) == 2
+    assert not (tmp_path / "bad.json").exists()
+    assert main(["--combine", str(tmp_path / "missing.json"), str(tmp_path / "s.json")]) == 2
