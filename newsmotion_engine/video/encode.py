@@ -23,7 +23,8 @@ The file is written under a temporary name next to the target (:data:`TEMP_NAME`
 (missing binary, killed process, an exception in the frame source) never leaves a partial mp4 at
 the target path. An abort (an exception or Ctrl-C while frames are coming) kills ffmpeg and removes
 the temporary file first thing, in a ``finally``, so a second interrupt arriving while it waits for
-ffmpeg still leaves nothing. ffmpeg runs in its own process group: a terminal's Ctrl-C (SIGINT to
+ffmpeg still leaves nothing; one that lands before the abort starts is covered by a finalizer that
+runs at interpreter exit. ffmpeg runs in its own process group: a terminal's Ctrl-C (SIGINT to
 the foreground group) reaches only Python, which stops ffmpeg itself — ffmpeg catching SIGINT would
 otherwise finish the file it has, a header-only mp4. A process killed outright (SIGKILL, an
 out-of-memory kill) runs no cleanup; its temporary file is what
@@ -49,6 +50,7 @@ import tempfile
 import threading
 import time
 import uuid
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -270,6 +272,10 @@ class VideoEncoder:
         except OSError as exc:
             self._stderr.close()
             raise EncoderError(self.path, f"could not start ffmpeg {exe!r}: {exc}") from None
+        # Runs at interpreter exit too (weakref.finalize's atexit hook): a second Ctrl-C that lands
+        # while the first KeyboardInterrupt unwinds, before ``abort`` is reached, still leaves no
+        # ffmpeg and no temporary file. It holds no reference to ``self``.
+        self._finalizer = weakref.finalize(self, _kill_and_unlink, self._proc, self._tmp)
         self._queue: queue.Queue[np.ndarray | None] = queue.Queue(maxsize=max(1, queue_size))
         self._writer = threading.Thread(target=self._write_loop, name="newsmotion-encoder-pipe", daemon=True)
         self._writer.start()
@@ -375,6 +381,7 @@ class VideoEncoder:
             self.abort()
             raise EncoderError(self.path, f"could not move the finished video into place: {exc}") from None
         self._tmp_removed = True  # renamed into place
+        self._finalizer.detach()
         self._closed = True
         self._stderr.close()
         self.mux_ms = (time.perf_counter() - t0) * 1e3
@@ -384,16 +391,16 @@ class VideoEncoder:
 
         Idempotent and safe to re-enter: ffmpeg is killed and the temporary file removed before
         anything that waits, and the removal is repeated in ``finally``, so a second interrupt
-        (Ctrl-C twice, a signal while waiting for ffmpeg to exit) cannot leave the file behind; a
-        later call (``__del__``) finishes what an interrupted one did not.
+        (Ctrl-C twice, a signal while waiting for ffmpeg to exit) cannot leave the file behind; an
+        abort that never ran, or was cut short, is finished by the finalizer (at garbage collection
+        or interpreter exit).
         """
         if self._closed and self._tmp_removed:
             return
-        self._closed = True
         try:
-            if self._proc.poll() is None:
-                self._proc.kill()  # SIGKILL: ffmpeg writes nothing more, no trailer, no header-only file
-            self._remove_tmp()
+            self._closed = True
+            self._finalizer()  # SIGKILL ffmpeg (no trailer, no header-only file), unlink the temp file
+            self._tmp_removed = True
             self._error = self._error or RuntimeError("aborted")
             self._proc.wait()
             # Unblock and finish the writer (its pending write fails on the closed pipe).
@@ -435,14 +442,16 @@ class VideoEncoder:
         self.close()
         return False
 
-    def __del__(self) -> None:
-        # A forgotten encoder (or an abort cut short by a second interrupt) must not leave an
-        # ffmpeg process or a temp file behind.
-        if hasattr(self, "_proc") and not getattr(self, "_tmp_removed", True):
-            try:
-                self.abort()
-            except Exception:  # noqa: BLE001 - interpreter shutdown: best effort only
-                pass
+
+def _kill_and_unlink(proc: subprocess.Popen, tmp: Path) -> None:
+    """Stop ffmpeg outright and remove its temporary file, then reap ffmpeg (the encoder's
+    finalizer; the file goes before the wait, so an interrupt during the wait leaves nothing)."""
+    try:
+        if proc.poll() is None:
+            proc.kill()
+    finally:
+        tmp.unlink(missing_ok=True)
+    proc.wait(timeout=30)
 
 
 def ffmpeg_input(width: int, height: int, fps: int, pix_fmt: str = "rgb24"):

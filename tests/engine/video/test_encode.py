@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -159,3 +160,26 @@ def test_probe_rejects_a_non_video(tmp_path):
         probe_video(bad)
     with pytest.raises(BadInputError, match="not found"):
         probe_video(tmp_path / "missing.mp4")
+
+
+def test_an_encoder_whose_abort_never_ran_leaves_nothing_at_exit(tmp_path):
+    # A second Ctrl-C can land while the first KeyboardInterrupt unwinds, before ``abort`` is
+    # reached (CI once saw the temp file left so). The finalizer still kills ffmpeg and removes
+    # the temporary file when the interpreter exits.
+    child = f"""
+import numpy as np
+from newsmotion_engine.video import VideoEncoder
+enc = VideoEncoder({str(tmp_path / 'out.mp4')!r}, 64, 48, 10)
+for _ in range(5):
+    enc.write(np.zeros((48, 64, 3), np.uint8))
+print(enc.process.pid, flush=True)
+raise KeyboardInterrupt  # no close, no abort
+"""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": repo})  # fmt: skip
+    assert done.returncode != 0 and "KeyboardInterrupt" in done.stderr, done.stderr
+    ffmpeg_pid = int(done.stdout.split()[0])
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no temp file, no partial mp4
+    with pytest.raises(ProcessLookupError):
+        os.kill(ffmpeg_pid, 0)  # killed and reaped
