@@ -61,6 +61,12 @@ _HAND_CENTRE = -1
 _K3 = np.ones((3, 3), np.uint8)
 # How far past the shoulder joint (in arm radii, against the bone) the upper arm's cut reaches.
 SHOULDER_CAP = 0.25
+# How far (a fraction of the frame height) the photo's edge across an arm may come into view
+# before the arm's motion is held back (see :func:`pose_arm`).
+EDGE_TOLERANCE = 0.004
+# How far (a fraction of the frame height) an arm that runs off the frame continues past it.
+APRON = 0.05
+_EDGE_NAMES = ("left", "top", "right", "bottom")
 
 
 @dataclass
@@ -70,9 +76,10 @@ class LimbReport:
 
     animated: list[str] = field(default_factory=list)
     not_animated: dict[str, str] = field(default_factory=dict)
+    limited: dict[str, str] = field(default_factory=dict)  # animated parts whose motion is held back, and why
 
     def as_dict(self) -> dict[str, object]:
-        return {"animated": list(self.animated), "not_animated": dict(self.not_animated)}
+        return {"animated": list(self.animated), "not_animated": dict(self.not_animated), "limited": dict(self.limited)}
 
 
 @dataclass
@@ -91,6 +98,12 @@ class ArmLayer:
     layer: np.ndarray  # uint8 [h, w, 4] premultiplied RGBA crop
     origin: tuple[int, int]  # (x, y) of the crop in output pixels
     iterations: int = 3
+    # Where the photo's edge (or the frame's) cuts across the arm: mesh vertices on that cut, the
+    # inward normal of the edge each lies on, and how far (px) they may come into view.
+    edge_vertices: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    edge_normals: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
+    edge_tolerance: float = 0.0
+    distal: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # the arm's keypoints past the shoulder
 
     @property
     def orientation(self) -> float:
@@ -337,7 +350,14 @@ def cut_arms(
         # held helmet, a coat the forearm lies on) or the background around the person. A lifted
         # arm uncovers the body where it lay on the body and the background where it stuck out.
         rest_body = ((alpha > 0.5) & (union <= 0)).astype(np.uint8)
+        # The background around the person, not a matte's small holes inside the figure (the
+        # dark inside of the astronaut's glove rings): a hole must not claim the arm's place.
         rest_bg = (alpha <= 0.5).astype(np.uint8)
+        n_bg, bg_ids, bg_stats, _ = cv2.connectedComponentsWithStats(rest_bg, connectivity=4)
+        small = np.nonzero(bg_stats[:, cv2.CC_STAT_AREA] < 0.01 * H * W)[0]
+        small = small[small > 0]
+        if small.size and n_bg > 1:
+            rest_bg[np.isin(bg_ids, small) & (bg_ids > 0)] = 0
         d_body = cv2.distanceTransform(1 - rest_body, cv2.DIST_L2, 3)
         d_bg = cv2.distanceTransform(1 - rest_bg, cv2.DIST_L2, 3)
         behind |= (union > 0) & (d_body <= d_bg)
@@ -378,6 +398,24 @@ def cut_arms(
         rgba = np.empty((y1 - y0, x1 - x0, 4), np.uint8)
         rgba[..., :3] = np.clip(portrait[y0:y1, x0:x1].astype(np.float32) * crop_a[..., None] + 0.5, 0, 255)
         rgba[..., 3] = np.clip(crop_a * 255 + 0.5, 0, 255)
+        shown_box = (max(0, bx0), max(0, by0), min(W, bx1), min(H, by1))
+        # Where the arm runs off the frame, the layer continues past the frame's edge (its last
+        # line of pixels repeated, ``APRON`` of the frame height): a swing may bring that much of
+        # it into view before its cut shows. Only past the frame: at rest nothing invented shows.
+        apron = int(round(APRON * H))
+        grow = [0, 0, 0, 0]  # left, top, right, bottom
+        for k, name in enumerate(_EDGE_NAMES):
+            at = shown_box[k]
+            frame_edge = (0, 0, W, H)[k]
+            if at != frame_edge:
+                continue
+            line = {0: crop_a[:, :1], 1: crop_a[:1], 2: crop_a[:, -1:], 3: crop_a[-1:]}[k]
+            if (x0, y0, x1, y1)[k] == at and (line > 0.05).any():
+                grow[k] = apron
+        if any(grow):
+            rgba = cv2.copyMakeBorder(rgba, grow[1], grow[3], grow[0], grow[2], cv2.BORDER_REPLICATE)
+            crop_a = cv2.copyMakeBorder(crop_a, grow[1], grow[3], grow[0], grow[2], cv2.BORDER_REPLICATE)
+            x0, y0 = x0 - grow[0], y0 - grow[1]
         cell = int(np.clip(round(0.5 * r), 6, 32))
         cover = cv2.dilate((crop_a > 1e-3).astype(np.uint8), np.ones((3, 3), np.uint8), iterations=4) > 0
         verts, tris = grid_mesh(cover, cell, origin=(x0, y0))
@@ -417,9 +455,58 @@ def cut_arms(
         idx = np.array(sorted(handles), dtype=np.int64)
         hw = np.stack([handles[v] / handles[v].sum() for v in idx]) if idx.size else np.zeros((0, len(bones)))
         mesh = ArapMesh(verts, tris, idx)
+        edge_v, edge_n, edges = _edge_cut(crop_a, (x0, y0), verts, cell, shown_box)
+        if edges:
+            report.limited[parts[0]] = (
+                f"the visible photo ends across it at its {' and '.join(edges)} edge{'s' if len(edges) > 1 else ''}: "
+                "its motion is held back where the cut would come into view (the arm beyond the "
+                "photo is not invented)"
+            )
+        distal = sorted({j for pair in joints for j in pair if j not in (joints[0][0], _HAND_CENTRE)} | set(hand_pts.tolist()))
         layers.append(ArmLayer(side, tuple(parts), bones, tuple(joints), hand_pts, mesh, hw, skin, draw_order,
-                               rgba, (int(x0), int(y0)), iterations))  # fmt: skip
+                               rgba, (int(x0), int(y0)), iterations, edge_v, edge_n,
+                               (apron if any(grow) else 0) + EDGE_TOLERANCE * H,
+                               np.asarray(distal, np.int64)))  # fmt: skip
+    report.limited = {p: report.limited[p] for p in PART_NAMES if p in report.limited}
     return layers, body, report
+
+
+def _edge_cut(crop_a: np.ndarray, origin: tuple[int, int], verts: np.ndarray, cell: int,
+              shown: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray, list[str]]:  # fmt: skip
+    """The mesh vertices on the cut where the visible rectangle ``shown`` (the photo within the
+    frame, ``(x0, y0, x1, y1)`` output pixels) ends across the arm, the inward normals of their
+    edges, and the edges' names."""
+    x0, y0 = origin
+    h, w = crop_a.shape
+    sx0, sy0, sx1, sy1 = shown
+    arm = crop_a > 0.05
+    picked: dict[int, np.ndarray] = {}
+    names = []
+    # (name, edge position, vertical edge?, the arm's crop pixels in the two lines before it, normal)
+    for name, at, vertical, normal in (("left", sx0, True, (1.0, 0.0)), ("top", sy0, False, (0.0, 1.0)),
+                                       ("right", sx1, True, (-1.0, 0.0)), ("bottom", sy1, False, (0.0, -1.0))):  # fmt: skip
+        first = (at - x0 if vertical else at - y0) - (2 if normal[0] + normal[1] < 0 else 0)
+        size = w if vertical else h
+        if first < 0 or first + 2 > size:
+            continue  # the arm's crop does not reach this edge
+        band = arm[:, first : first + 2] if vertical else arm[first : first + 2]
+        on = band.any(axis=1) if vertical else band.any(axis=0)
+        if not on.any():
+            continue
+        span = np.nonzero(on)[0] + (y0 if vertical else x0)
+        coord, other = (verts[:, 0], verts[:, 1]) if vertical else (verts[:, 1], verts[:, 0])
+        near = (np.abs(coord - at) <= cell) & (other >= span.min() - cell) & (other <= span.max() + cell)
+        if not near.any():
+            continue
+        names.append(name)
+        for v in np.nonzero(near)[0]:
+            picked[int(v)] = picked.get(int(v), np.zeros(2)) + np.asarray(normal)
+    if not picked:
+        return np.zeros(0, np.int64), np.zeros((0, 2)), []
+    idx = np.array(sorted(picked), dtype=np.int64)
+    normals = np.stack([picked[v] for v in idx])
+    normals /= np.linalg.norm(normals, axis=1, keepdims=True)
+    return idx, normals, names
 
 
 def _joint_name(j: int) -> str:
@@ -465,9 +552,40 @@ def _fill_behind(portrait: np.ndarray, alpha: np.ndarray, hole: np.ndarray, tors
     return out
 
 
-def pose_arm(layer: ArmLayer, rest_px: np.ndarray, dst_px: np.ndarray) -> np.ndarray:
-    """Deformed mesh vertices ``[V, 2]`` for one frame: ``dst_px`` ``[133, 2]`` are the frame's
-    keypoints in output pixels (rest positions where the loop lacks a joint)."""
+def pose_arm(layer: ArmLayer, rest_px: np.ndarray, dst_px: np.ndarray) -> tuple[np.ndarray, float]:
+    """Deformed mesh vertices ``[V, 2]`` for one frame, and the fraction of the arm's own motion
+    kept. ``dst_px`` ``[133, 2]`` are the frame's keypoints in output pixels (rest positions where
+    the loop lacks a joint).
+
+    Where the photo ends across the arm (the astronaut's forearms are below it), swinging the arm
+    would bring that cut into view: a limb ending in mid-air, the fill and the background behind
+    it. The arm's motion relative to its shoulder is then scaled down (bisection on the skinned
+    guess) until the cut comes at most ``layer.edge_tolerance`` px into view; the shoulder itself
+    still follows the body.
+    """
+    guess, moved = _skinned(layer, dst_px)
+    kept = 1.0
+    if layer.edge_vertices.size:
+        shift = dst_px[layer.joints[0][0]] - rest_px[layer.joints[0][0]]
+        if _exposure(layer, guess, shift) > layer.edge_tolerance:
+            lo, hi = 0.0, 1.0
+            for _ in range(7):
+                mid = 0.5 * (lo + hi)
+                if _exposure(layer, _skinned(layer, _toward_rest(layer, rest_px, dst_px, shift, mid))[0], shift) <= layer.edge_tolerance:
+                    lo = mid
+                else:
+                    hi = mid
+            kept = lo
+            guess, moved = _skinned(layer, _toward_rest(layer, rest_px, dst_px, shift, kept))
+    if layer.mesh.handles.size == 0:
+        return guess, kept
+    targets = np.einsum("kp,kpi->ki", layer.handle_weights, moved[layer.mesh.handles])
+    return layer.mesh.solve(targets, guess, layer.iterations), kept
+
+
+def _skinned(layer: ArmLayer, dst_px: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Linear-blend-skinned vertices ``[V, 2]`` for joint positions ``dst_px``, and every vertex
+    moved by every bone's map ``[V, P, 2]``."""
 
     def pos(pts: np.ndarray, j: int) -> np.ndarray:
         return pts[layer.hand_points].mean(axis=0) if j == _HAND_CENTRE else pts[j]
@@ -476,11 +594,23 @@ def pose_arm(layer: ArmLayer, rest_px: np.ndarray, dst_px: np.ndarray) -> np.nda
                      for (a0, b0), (a, b) in zip(layer.bones, layer.joints)])  # fmt: skip  # [P, 2, 3]
     rest = layer.mesh.rest
     moved = np.einsum("pij,vj->vpi", maps[:, :, :2], rest) + maps[None, :, :, 2]  # [V, P, 2]
-    guess = np.einsum("vp,vpi->vi", layer.skin, moved)
-    if layer.mesh.handles.size == 0:
-        return guess
-    targets = np.einsum("kp,kpi->ki", layer.handle_weights, moved[layer.mesh.handles])
-    return layer.mesh.solve(targets, guess, layer.iterations)
+    return np.einsum("vp,vpi->vi", layer.skin, moved), moved
+
+
+def _toward_rest(layer: ArmLayer, rest_px: np.ndarray, dst_px: np.ndarray, shift: np.ndarray, kept: float) -> np.ndarray:
+    """``dst_px`` with the arm's joints past the shoulder moved back toward the rest pose carried
+    by the shoulder's ``shift``: ``kept`` = 1 the loop's pose, 0 the rest arm riding the shoulder."""
+    out = dst_px.copy()
+    d = layer.distal
+    base = rest_px[d] + shift
+    out[d] = base + kept * (dst_px[d] - base)
+    return out
+
+
+def _exposure(layer: ArmLayer, verts: np.ndarray, shift: np.ndarray) -> float:
+    """How far (px) the cut vertices come into view, beyond riding the shoulder's shift."""
+    v = layer.edge_vertices
+    return float(np.max(((verts[v] - layer.mesh.rest[v] - shift) * layer.edge_normals).sum(axis=1)))
 
 
 def draw_arm(frame: np.ndarray, layer: ArmLayer, verts: np.ndarray, scale: int = 2) -> None:

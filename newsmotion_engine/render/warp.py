@@ -224,6 +224,7 @@ class WarpBackend:
         self.part_threshold = float(o.part_threshold)
         self.arap_iterations = int(o.arap_iterations)
         self.last_parts: dict[str, Any] | None = None
+        self.last_arm_motion: dict[str, dict[str, float]] = {}
         self._cache: OrderedDict[tuple, PreparedPersona] = OrderedDict()
         self._cache_size = int(o.prepared_cache)
         self._loaded = False
@@ -265,6 +266,13 @@ class WarpBackend:
             # Which arm parts the last render animated, and why the others were not (a part the
             # portrait does not show is never invented). A run report, not an input.
             info["last_render"] = {"parts": self.last_parts}
+            if self.last_arm_motion:
+                # Per arm, how much of the loop's arm motion the render kept (below 1 where the
+                # photo ends across the arm and its cut would come into view).
+                info["last_render"]["arm_motion_kept"] = {
+                    side: {"mean": round(m["kept_sum"] / max(1, m["frames"]), 3), "min": round(m["min_kept"], 3)}
+                    for side, m in sorted(self.last_arm_motion.items())
+                }
         return info
 
     def reset_stats(self) -> None:
@@ -520,6 +528,7 @@ class WarpBackend:
             raise NewsmotionError(f"retargeted keypoints have shape {kp.shape}; expected [T, {NUM_KEYPOINTS}, 3]")
         prep = self.prepare(persona, spec)
         self.last_parts = prep.limbs.as_dict()
+        self.last_arm_motion = {}
         return self._frames(prep, kp)
 
     def _frames(self, prep: PreparedPersona, kp: np.ndarray) -> Iterator[np.ndarray]:
@@ -642,7 +651,12 @@ class WarpBackend:
             if prep.arms:
                 dst_t = np.where(kp_ok[t][:, None], kp_px[t], prep.rest_px)
                 for arm in prep.arms:
-                    draw_arm(frame, arm, pose_arm(arm, prep.rest_px, dst_t))
+                    verts, kept = pose_arm(arm, prep.rest_px, dst_t)
+                    draw_arm(frame, arm, verts)
+                    motion = self.last_arm_motion.setdefault(arm.side, {"frames": 0, "kept_sum": 0.0, "min_kept": 1.0})
+                    motion["frames"] += 1
+                    motion["kept_sum"] += kept
+                    motion["min_kept"] = min(motion["min_kept"], kept)
             t4 = time.perf_counter()
             stats["arms_ms"] += (t4 - t3) * 1e3
             stats["frames"] += 1

@@ -3,6 +3,8 @@ torso behind an arm is filled, parts the portrait does not show are not animated
 
 from __future__ import annotations
 
+import dataclasses
+
 import cv2
 import numpy as np
 
@@ -225,3 +227,32 @@ def test_the_upper_arm_cut_stops_at_the_shoulder_joint(persona):
         along = (xs + arm.origin[0] - a[0]) * u[0] + (ys + arm.origin[1] - a[1]) * u[1]
         radius = 0.25 * np.linalg.norm(prep.rest_px[BODY["left_shoulder"]] - prep.rest_px[BODY["right_shoulder"]])
         assert along.min() >= -SHOULDER_CAP * radius - 1.5
+
+
+def test_an_arm_the_frame_cuts_is_held_back_before_its_cut_comes_into_view(synth):
+    """Forearms below the frame: swinging the upper arm 60 degrees out would lift the cut end of
+    the sleeve into view (a limb ending in mid-air). The swing is scaled down until the cut stays
+    within the layer's apron and tolerance; the report and the telemetry say so."""
+    from newsmotion_engine.render.limbs import pose_arm
+
+    persona = synth.make_persona(W, H, neck_y=0.85, hips_y=1.2)
+    kp, _ = rotate(persona.landmarks, RIGHT_ARM, BODY["right_shoulder"], 60.0)
+    frames, backend = render(persona, kp[None])
+    info = backend.describe()["last_render"]
+    assert "bottom edge" in info["parts"]["limited"]["right_upper_arm"]
+    assert 0.0 <= info["arm_motion_kept"]["right"]["mean"] < 1.0
+
+    prep = backend.prepare(persona, RenderSpec(W, H))
+    arm = next(a for a in prep.arms if a.side == "right")
+    assert arm.edge_vertices.size > 0 and arm.origin[1] + arm.layer.shape[0] > H  # the apron: past the frame
+    dst = np.where((kp[:, 2] > 0)[:, None], kp[:, :2] * prep.size + prep.offset, prep.rest_px)
+    verts, kept = pose_arm(arm, prep.rest_px, dst)
+    rest = arm.mesh.rest[arm.edge_vertices]
+
+    def exposure(v: np.ndarray) -> float:
+        return float(((v[arm.edge_vertices] - rest) * arm.edge_normals).sum(axis=1).max())
+
+    assert 0.0 < kept < 1.0 and exposure(verts) <= arm.edge_tolerance + 1.0
+    free = dataclasses.replace(arm, edge_vertices=np.zeros(0, np.int64), edge_normals=np.zeros((0, 2)))
+    unlimited, kept_free = pose_arm(free, prep.rest_px, dst)
+    assert kept_free == 1.0 and exposure(unlimited) > 1.5 * arm.edge_tolerance  # the full swing would show it
