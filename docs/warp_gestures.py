@@ -86,6 +86,9 @@ def main(persona_id: str, out_png: str) -> None:
     sheet = np.concatenate([row(cells[:4]), row(cells[4:])], axis=0)
     # Footer: which parts were not animated and why (the render telemetry's words).
     note = "not animated: " + ("; ".join(f"{k}: {v}" for k, v in (parts or {}).get("not_animated", {}).items()) or "none")
+    limited = (parts or {}).get("limited", {})
+    if limited:
+        note += ". held back: " + "; ".join(f"{k}: {v}" for k, v in limited.items())
     lines = textwrap.wrap(f"{persona_id} - warp backend, peak frame of each loop. {note}", sheet.shape[1] // 9)
     footer = np.full((24 * len(lines) + 12, sheet.shape[1], 3), 255, np.uint8)
     for i, line in enumerate(lines):

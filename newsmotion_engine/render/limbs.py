@@ -681,16 +681,9 @@ def draw_arm(frame: np.ndarray, layer: ArmLayer, verts: np.ndarray, scale: int =
     cover = cv2.resize(covered, (S * hw, S * hh), interpolation=cv2.INTER_NEAREST)[:bh, :bw]
     m1, m2 = cv2.convertMaps(fine, None, cv2.CV_16SC2)
     rgba = cv2.remap(layer.layer, m1, m2, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-    a = cv2.extractChannel(rgba, 3)
-    a = cv2.bitwise_and(a, a, mask=cover)
-    rgb = cv2.cvtColor(rgba, cv2.COLOR_RGBA2RGB)
-    # Premultiplied "over", frame * (1 - a) + rgb: a plain copy where the arm is opaque (most of
-    # it), a blend only on its soft rim.
+    # Premultiplied "over", frame * (1 - a) + rgb, over the whole box in three saturating uint8
+    # passes (cheaper than gathering the soft rim); nothing outside a drawn triangle counts.
+    rgba = cv2.bitwise_and(rgba, rgba, mask=cover)
+    inv = cv2.cvtColor(cv2.bitwise_not(cv2.extractChannel(rgba, 3)), cv2.COLOR_GRAY2RGB)
     roi = frame[y0:y1, x0:x1]
-    cv2.copyTo(rgb, cv2.compare(a, 255, cv2.CMP_EQ), roi)
-    rim = cv2.findNonZero(cv2.inRange(a, 1, 254))
-    if rim is not None:
-        xs_, ys_ = rim[:, 0, 0], rim[:, 0, 1]
-        w = (255 - a[ys_, xs_]).astype(np.uint16)[:, None]
-        blended = (roi[ys_, xs_].astype(np.uint16) * w + 127) // 255 + rgb[ys_, xs_]
-        roi[ys_, xs_] = np.minimum(blended, 255).astype(np.uint8)
+    cv2.add(cv2.multiply(roi, inv, scale=1.0 / 255.0), cv2.cvtColor(rgba, cv2.COLOR_RGBA2RGB), dst=roi)
