@@ -77,6 +77,7 @@ class LimbReport:
     animated: list[str] = field(default_factory=list)
     not_animated: dict[str, str] = field(default_factory=dict)
     limited: dict[str, str] = field(default_factory=dict)  # animated parts whose motion is held back, and why
+    implausible: list[str] = field(default_factory=list)  # sides whose arm landmarks are mislocated (not in as_dict)
 
     def as_dict(self) -> dict[str, object]:
         return {"animated": list(self.animated), "not_animated": dict(self.not_animated), "limited": dict(self.limited)}
@@ -247,6 +248,7 @@ def cut_arms(
                     # shoulder lands on his cheek): cutting along it tears the jaw and what the
                     # hand holds, so the arm rides with the body instead.
                     why = f"its landmarks are implausible ({_joint_name(sh)} lies on the face)"
+                    report.implausible.append(side)
             if why is not None:
                 if parts and part == "forearm":
                     # What the portrait shows of it rides rigidly on the upper arm (its pixels are

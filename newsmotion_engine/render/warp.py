@@ -439,7 +439,12 @@ class WarpBackend:
         R: list[np.ndarray] = []
         D: list[np.ndarray] = []
         layered = {int(_ARM_CHAINS[0][0]) if arm.side == "left" else int(_ARM_CHAINS[1][0]) for arm in prep.arms}
+        implausible = {(_ARM_CHAINS[0] if side == "left" else _ARM_CHAINS[1])[0] for side in prep.limbs.implausible}
         for sh, el, wr, hand0 in _ARM_CHAINS:
+            if sh in implausible:
+                # Mislocated landmarks (the cameraman's left shoulder on his cheek, its wrist on the
+                # camera): following them would drag whatever they lie on (his camera and tripod bent).
+                continue
             chain = [sh] if ok[sh] else []
             if sh in layered:
                 # The arm is its own layer: the body field only follows its shoulder.

@@ -210,6 +210,11 @@ def test_an_arm_whose_shoulder_lies_on_the_face_is_not_cut(synth):
     parts = backend.describe()["last_render"]["parts"]
     assert "left_upper_arm" not in parts["animated"] and "right_upper_arm" in parts["animated"]
     assert "lies on the face" in parts["not_animated"]["left_upper_arm"]
+    # Nor does the body field follow its joints: a wave of that arm leaves the frame as it is
+    # (the cameraman's wrist lies on his camera, which bent with it).
+    wave, _ = rotate(lm, np.r_[BODY["left_elbow"], BODY["left_wrist"]], BODY["left_shoulder"], 50.0)
+    moved = render(persona, np.stack([lm, wave]))[0]
+    assert np.array_equal(moved[0], moved[1])
 
 
 def test_the_upper_arm_cut_stops_at_the_shoulder_joint(persona):
