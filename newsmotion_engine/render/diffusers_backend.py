@@ -229,9 +229,10 @@ class DiffusersBackend:
 
     def prepare_guidance(self, guidance: Any, spec: RenderSpec) -> bool:
         """Build (or validate) the guidance sub-cache of ``guidance`` (a loaded guidance cache) at
-        ``spec``'s size: ``True`` when something was built, ``False`` when a current one was there.
-        The only place the VAE encoder and the text encoder run for a loop (loaded for the build,
-        then freed)."""
+        ``spec``'s size, then what derives from it (:meth:`_prepared_guidance`): ``True`` when
+        something was built, ``False`` when a current one was there. The only place the encoders
+        run for a loop (the VAE encoder, the text encoder, and CLIP for wan-animate-2; loaded for
+        the build, then freed)."""
         C = self.caches
         plan, path, source, params = self._guidance_location(guidance, spec)
         read = lambda: C.read_guidance_artifacts(path, source, params, plan, spec.width, spec.height)  # noqa: E731

@@ -16,6 +16,7 @@ import dataclasses
 import importlib
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, UnknownAccelerationError, ordered
@@ -152,11 +153,14 @@ def parse_accelerations(flat: Mapping[str, Any], *, backend: str,
     return ordered(configs)
 
 
+@dataclass(frozen=True)
 class DiffusersOptions(BackendOptions):
-    """Base of a diffusers backend's frozen options dataclass. The subclass declares the fields
-    (``model_path``, ``preset``, ``dtype``, ``segment_frames``, ``accelerations``... with their
-    defaults) and sets the class variables; its ``__post_init__`` calls the ``_check_*`` helpers
-    in its own order, so each option's rule is written once.
+    """Base of a diffusers backend's frozen options dataclass: the model fields every such backend
+    has come first (``model_path``: a diffusers-format folder, none -> ``preset`` with random
+    weights; ``device``: ``"auto"`` / ``"cpu"`` / ``"cuda[:n]"``; ``dtype``: the transformer's
+    compute dtype). The subclass declares the rest (``segment_frames``, ``prompt``,
+    ``accelerations``, ``cache_root``...) and sets the class variables; its ``__post_init__``
+    calls the ``_check_*`` helpers in its own order, so each option's rule is written once.
 
     :meth:`from_mapping` is the edge parser: model and sampling keys map onto fields, the flat
     acceleration keys become typed configs, ``accelerations`` may carry typed configs too (a
@@ -167,6 +171,10 @@ class DiffusersOptions(BackendOptions):
     config_error: ClassVar[type[BackendOptionError]] = BackendOptionError
     model_dir_env: ClassVar[str] = ""
     presets: ClassVar[Mapping[str, Any]] = {}
+    model_path: str | None = None
+    preset: str = "tiny"
+    device: str = "auto"
+    dtype: str = "bfloat16"
 
     # ------------------------------------------------------------------ parsing
     @classmethod

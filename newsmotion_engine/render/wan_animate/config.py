@@ -235,10 +235,7 @@ class WanAnimateOptions(DiffusersOptions):
     config_error: ClassVar[type[BackendOptionError]] = WanAnimateConfigError
     model_dir_env: ClassVar[str] = MODEL_DIR_ENV
     presets: ClassVar[Mapping[str, Preset]] = PRESETS
-    model_path: str | None = None
-    preset: str = "tiny"
-    device: str = "auto"
-    dtype: str = "bfloat16"
+    # model_path, preset, device, dtype: DiffusersOptions' fields (first, in this order)
     steps: int = 20
     guidance_scale: float = 1.0
     segment_frames: int | None = None

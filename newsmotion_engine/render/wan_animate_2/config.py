@@ -181,10 +181,7 @@ class WanAnimate2Options(DiffusersOptions):
     config_error: ClassVar[type[BackendOptionError]] = WanAnimate2ConfigError
     model_dir_env: ClassVar[str] = MODEL_DIR_ENV
     presets: ClassVar[Mapping[str, Preset]] = PRESETS
-    model_path: str | None = None
-    preset: str = "tiny"
-    device: str = "auto"
-    dtype: str = "bfloat16"
+    # model_path, preset, device, dtype: DiffusersOptions' fields (first, in this order)
     schedule: str = "distilled"
     steps: int | None = None
     guidance_scale: float | None = None
