@@ -16,12 +16,14 @@ streaming frames out one by one.
 Face video: square crops around the retargeted face keypoints of the ``warp`` backend's frames
 (which move the persona's own face along the loop), resized to the motion encoder's size, with a
 fixed crop size per clip (no zoom jitter).
+
+Lifecycle, sub-cache locations and keys, ``prepare_*`` / ``load_*`` and the out-of-memory message
+are :class:`~newsmotion_engine.render.diffusers_backend.DiffusersBackend`'s (shared with
+wan-animate-2); this module holds what is wan-animate's own.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,43 +32,21 @@ from typing import Any
 
 import numpy as np
 
-from newsmotion_engine import cachedir
-from newsmotion_engine.errors import CacheError, NewsmotionError
-from newsmotion_engine.render.base import BackendCacheError, BackendNeeds, InvalidSpecError, RenderSpec
+from newsmotion_engine.render.base import BackendNeeds, RenderSpec
+from newsmotion_engine.render.diffusers_backend import DiffusersBackend, DiffusersOOMError, check_size, loop_prompt
 from newsmotion_engine.render.keyframes import clip_schedule, driving_keypoints
 from newsmotion_engine.render.wan_animate import caches as C
-from newsmotion_engine.render.wan_animate.config import NAME, RANDOM_WEIGHTS_LABEL, WanAnimateOptions
+from newsmotion_engine.render.wan_animate.config import NAME, WanAnimateOptions
 from newsmotion_engine.skeleton import FACE_START
 
-__all__ = ["ClipWork", "WanAnimateBackend", "WanAnimateOOMError", "loop_prompt"]
-
-log = logging.getLogger(__name__)
+__all__ = ["ClipWork", "WanAnimateBackend", "WanAnimateOOMError", "check_size", "loop_prompt"]
 
 
-class WanAnimateOOMError(NewsmotionError, RuntimeError):
+class WanAnimateOOMError(DiffusersOOMError):
     """The GPU ran out of memory; the message names the settings that reduce memory."""
 
 
-def loop_prompt(guidance: Any, override: str | None = None) -> str:
-    """The text prompt for a loop: the option override, the canonical loop's prompt, or a default."""
-    if override:
-        return override
-    from newsmotion_engine.guidance.palette import canonical_loops
-
-    spec = canonical_loops().get(getattr(guidance, "loop_id", ""))
-    return spec.prompt if spec is not None else C.DEFAULT_PROMPT
-
-
-
-def check_size(backend: str, spec: RenderSpec) -> None:
-    """Wan sizes are multiples of 16 (VAE x8, patch x2); both Wan backends refuse others."""
-    if spec.width % 16 or spec.height % 16:
-        raise InvalidSpecError(
-            f"{backend} renders sizes divisible by 16 (VAE x8, patch x2); {spec.width}x{spec.height} is not, "
-            f"e.g. use {spec.width // 16 * 16}x{spec.height // 16 * 16}"
-        )
-
-class WanAnimateBackend:
+class WanAnimateBackend(DiffusersBackend):
     """See the module docstring. Construct through the registry (options validated first):
     ``get_backend("wan-animate", preset="tiny", steps=2)``, or ``WanAnimateBackend(options)``."""
 
@@ -75,66 +55,22 @@ class WanAnimateBackend:
         guidance=frozenset({"keypoints", "pose_latents", "prompt_embeds"}),
         persona=frozenset({"portrait", "person_mask", "face_mask", "landmarks", "ref_latents", "image_tokens"}),
     )
+    options_class = WanAnimateOptions
+    caches = C
+    oom_error = WanAnimateOOMError
 
     def __init__(self, options: WanAnimateOptions) -> None:
-        self.options = options
-        self.components: Any = None
-        self.applied: Any = None  # registry.AppliedAccelerations once loaded
-        self.accel_report: dict[str, Any] = {}
-        self.last_render: dict[str, Any] = {}
+        super().__init__(options)
         self._warp: Any = None
 
-    @classmethod
-    def from_options(cls, **options: Any) -> WanAnimateBackend:
-        return cls(WanAnimateOptions.from_mapping(options))
-
-    # ------------------------------------------------------------------ lifecycle
-    def load(self) -> None:
-        """Load transformer + VAE and apply the configured accelerations (once, through the
-        acceleration registry, in its order)."""
-        if self.components is not None:
-            return
-        from newsmotion_engine.accel.fp8 import module_weight_gib
-        from newsmotion_engine.accel.registry import apply_accelerations
+    def _load_components(self) -> Any:
         from newsmotion_engine.render.wan_animate.components import load_render_components
 
-        t0 = time.perf_counter()
-        comps = load_render_components(self.options)
-        loaded_gib = module_weight_gib(comps.transformer)
-        # A failure leaves no half-accelerated components behind: they are dropped with the error.
-        self.applied = apply_accelerations(comps, self.options.accelerations)
-        self.components = comps
-        self.accel_report = {
-            "weight_gib_loaded": round(loaded_gib, 3),
-            **self.applied.report,
-            "weight_gib": round(module_weight_gib(comps.transformer), 3),
-            "load_s": round(time.perf_counter() - t0, 3),
-        }
-        if self.components.identity["weights"] == RANDOM_WEIGHTS_LABEL:
-            log.warning("wan-animate: preset %r with RANDOM WEIGHTS: frames are noise, for timing only", self.options.preset)
+        return load_render_components(self.options)
 
-    def close(self) -> None:
-        """Drop the models and free GPU memory. Idempotent."""
-        if self.components is None:
-            return
-        device = self.components.device
-        self.components = None
-        self.applied = None
-        import gc
-
-        gc.collect()
-        if getattr(device, "type", "cpu") == "cuda":
-            import torch
-
-            torch.cuda.empty_cache()
-
-    def describe(self) -> dict[str, Any]:
+    def _settings(self) -> dict[str, Any]:
         o = self.options
-        info: dict[str, Any] = {
-            "weights": self.components.weights_label if self.components else (f"folder {o.model_path}" if o.model_path else RANDOM_WEIGHTS_LABEL),
-            "preset": None if o.model_path else o.preset,
-            "device": str(self.components.device) if self.components else o.device,
-            "dtype": o.dtype,
+        return {
             "steps": o.steps,
             "guidance_scale": o.guidance_scale,
             "segment_frames": o.segment_length,
@@ -147,24 +83,9 @@ class WanAnimateBackend:
             "face_video": "face crops of the warp backend's frames",
             "continuation": "latent (no VAE encode at render time)",
         }
-        if self.components is not None:
-            info["model_digest"] = self.components.identity["digest"]
-        if self.accel_report:
-            info["accel_report"] = self.accel_report
-        if self.last_render:
-            info["last_render"] = self.last_render
-        if info["weights"] == RANDOM_WEIGHTS_LABEL:
-            info["note"] = "random weights: frames are noise-shaped; use for timing and memory only"
-        return info
 
     # ------------------------------------------------------------------ caches
-    def _check_spec(self, spec: RenderSpec) -> None:
-        check_size(NAME, spec)
-
-    def _cache_root(self) -> Path | None:
-        return Path(self.options.cache_root) if self.options.cache_root else None
-
-    def _plan(self, frames: int) -> C.SegmentPlan:
+    def plan(self, frames: int) -> C.SegmentPlan:
         return C.plan_segments(frames, self.options.segment_length, self.options.prev_frames, fit=True)
 
     @staticmethod
@@ -174,88 +95,15 @@ class WanAnimateBackend:
         kp = np.asarray(guidance.keypoints)
         return driving_keypoints(kp, clip_schedule(kp.shape[0], spec))
 
-    def guidance_params(self, guidance: Any, spec: RenderSpec, plan: C.SegmentPlan) -> tuple[dict, dict]:
-        """(source, params) of the guidance sub-cache for this loop, size and model."""
-        o = self.options
-        source = {"kind": "guidance", "sha256": C.source_digest(guidance)}
-        params = {
-            "format": C.FORMAT_VERSION,
-            "size": [spec.width, spec.height],
-            "segments": plan.as_dict(),
-            "model": self.components.identity["digest"],
-            "prompt": loop_prompt(guidance, o.prompt),
-            "negative_prompt": o.negative_prompt,
-        }
-        if spec.keyframes > 1:  # the pose video is the keyframes' poses: its own sub-cache
-            params["keyframes"] = spec.keyframes
-        return source, params
+    def _loop_frames(self, guidance: Any, spec: RenderSpec) -> int:
+        return int(self._driving(guidance, spec).shape[0])
 
-    def persona_params(self, persona: Any, spec: RenderSpec) -> tuple[dict, dict]:
-        source = {"kind": "persona", "sha256": C.source_digest(persona)}
-        params = {
-            "format": C.FORMAT_VERSION,
-            "size": [spec.width, spec.height],
-            "background": list(spec.background),
-            "model": self.components.identity["digest"],
-        }
-        return source, params
+    def _guidance_dir(self, guidance: Any, spec: RenderSpec) -> Path:
+        return C.guidance_artifacts_dir(Path(guidance.path), spec.width, spec.height, self._cache_root(), spec.keyframes)
 
-    def _guidance_location(self, guidance: Any, spec: RenderSpec, frames: int | None = None):
-        self.load()
-        self._check_spec(spec)
-        plan = self._plan(int(self._driving(guidance, spec).shape[0]) if frames is None else frames)
-        path = C.guidance_artifacts_dir(Path(guidance.path), spec.width, spec.height, self._cache_root(), spec.keyframes)
-        return plan, path, *self.guidance_params(guidance, spec, plan)
-
-    def _persona_location(self, persona: Any, spec: RenderSpec):
-        self.load()
-        self._check_spec(spec)
-        path = C.persona_artifacts_dir(Path(persona.path), spec.width, spec.height, self._cache_root())
-        return path, *self.persona_params(persona, spec)
-
-    def prepare_guidance(self, guidance: Any, spec: RenderSpec) -> bool:
-        """Build (or validate) the guidance sub-cache (pose latents, first-segment conditioning,
-        prompt embeddings) of ``guidance`` (a loaded guidance cache) at ``spec``'s size: ``True``
-        when it was built, ``False`` when a current one was there. Runs the VAE encoder and the
-        text encoder (loaded for the build, then freed)."""
-        plan, path, source, params = self._guidance_location(guidance, spec)
-        read = lambda: C.read_guidance_artifacts(path, source, params, plan, spec.width, spec.height)  # noqa: E731
-        _, built = cachedir.ensure(path, read, lambda: self._build_guidance(path, guidance, spec, plan, source, params))
-        return built
-
-    def prepare_persona(self, persona: Any, spec: RenderSpec) -> bool:
-        """Build (or validate) the persona sub-cache (reference latents, CLIP image tokens) of
-        ``persona`` (a loaded persona cache) at ``spec``'s size and background: ``True`` when built.
-        Runs the VAE encoder and the image encoder."""
-        path, source, params = self._persona_location(persona, spec)
-        read = lambda: C.read_persona_artifacts(path, source, params, spec.width, spec.height)  # noqa: E731
-        _, built = cachedir.ensure(path, read, lambda: self._build_persona(path, persona, spec, source, params))
-        return built
-
-    def _not_ready(self, exc: CacheError, tier: str, cache_id: Any, spec: RenderSpec) -> BackendCacheError:
-        return BackendCacheError.from_cache_error(exc, backend=NAME, tier=tier, cache_id=str(cache_id),
-                                                  size=f"{spec.width}x{spec.height}")  # fmt: skip
-
-    def load_guidance(self, guidance: Any, spec: RenderSpec, frames: int | None = None) -> C.GuidanceArtifacts:
-        """The guidance sub-cache's tensors for a clip of ``frames`` frames (default: the loop's).
-
-        Raises:
-            BackendCacheError: missing, stale or damaged; the message says what to build. Nothing
-                is built here.
-        """
-        plan, path, source, params = self._guidance_location(guidance, spec, frames)
-        try:
-            return C.read_guidance_artifacts(path, source, params, plan, spec.width, spec.height)
-        except CacheError as exc:
-            raise self._not_ready(exc, "guidance", getattr(guidance, "loop_id", path.parent.parent.name), spec) from None
-
-    def load_persona(self, persona: Any, spec: RenderSpec) -> C.PersonaArtifacts:
-        """The persona sub-cache's tensors. Raises :class:`BackendCacheError` like :meth:`load_guidance`."""
-        path, source, params = self._persona_location(persona, spec)
-        try:
-            return C.read_persona_artifacts(path, source, params, spec.width, spec.height)
-        except CacheError as exc:
-            raise self._not_ready(exc, "persona", getattr(persona, "persona_id", path.parent.parent.name), spec) from None
+    def _guidance_params_extra(self, spec: RenderSpec) -> dict[str, Any]:
+        # The pose video is the keyframes' poses: its own sub-cache.
+        return {"keyframes": spec.keyframes} if spec.keyframes > 1 else {}
 
     def _build_guidance(self, path: Path, guidance: Any, spec: RenderSpec, plan: C.SegmentPlan, source: dict, params: dict) -> None:
         import torch
@@ -283,8 +131,7 @@ class WanAnimateBackend:
             if comps.device.type == "cuda":
                 torch.cuda.empty_cache()
         artifacts = C.GuidanceArtifacts(torch.cat(poses), cond0, emb[0:1], emb[1:2])
-        C.write_guidance_artifacts(path, artifacts, source=source, params=params,
-                                   extra={"backend": NAME, "weights": comps.weights_label})  # fmt: skip
+        C.write_guidance_artifacts(path, artifacts, source=source, params=params, extra=self._cache_extra())
 
     def _build_persona(self, path: Path, persona: Any, spec: RenderSpec, source: dict, params: dict) -> None:
         import torch
@@ -301,7 +148,7 @@ class WanAnimateBackend:
         finally:
             del enc
         C.write_persona_artifacts(path, C.PersonaArtifacts(ref_latents, tokens), source=source, params=params,
-                                  extra={"backend": NAME, "weights": comps.weights_label})  # fmt: skip
+                                  extra=self._cache_extra())  # fmt: skip
 
     # ------------------------------------------------------------------ face video
     def face_video(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> np.ndarray:
@@ -340,33 +187,11 @@ class WanAnimateBackend:
         return out
 
     # ------------------------------------------------------------------ render
-    def frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
-        """Yield the clip's frames (uint8 RGB ``[H, W, 3]``), one segment decoded at a time.
-
-        Raises:
-            BackendCacheError: a sub-cache is missing or stale (call ``prepare_guidance`` /
-                ``prepare_persona`` first); raised before any denoising.
-            WanAnimateOOMError: the GPU ran out of memory (the message names what reduces it).
-        """
-        self.load()
-        self._check_spec(spec)
-        with self._oom_explained(spec):
-            yield from self._frames(guidance, persona, keypoints, spec)
-
-    def _oom_message(self, spec: RenderSpec) -> str:
-        o = self.options
-        tips = []
-        if not o.has("fp8"):
-            tips.append("fp8='auto' (halves transformer weights)")
-        if not o.has("vae_tiling"):
-            tips.append("vae_tiling=True")
-        if not o.has("ffn_chunks"):
-            tips.append("ffn_chunks=8")
-        if any(getattr(c, "cudagraphs", False) for c in o.accelerations if c.technique == "compile"):
+    def _memory_tips(self, spec: RenderSpec) -> list[str]:
+        tips = self._unused_memory_accelerations("fp8", "vae_tiling", "ffn_chunks")
+        if any(getattr(c, "cudagraphs", False) for c in self.options.accelerations if c.technique == "compile"):
             tips.append("compile='blocks' (CUDA graphs keep static buffers)")
-        tips.append(f"a shorter segment_frames (now {o.segment_length})")
-        tips.append(f"a smaller render size (now {spec.width}x{spec.height})")
-        return f"wan-animate ran out of GPU memory at {spec.width}x{spec.height}; reduce memory with: " + ", ".join(tips)
+        return tips
 
     def _frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
         work = self.plan_clip(guidance, persona, keypoints, spec)
@@ -390,7 +215,7 @@ class WanAnimateBackend:
         self.load()
         self._check_spec(spec)
         T = int(np.asarray(keypoints).shape[0])
-        plan = self._plan(T)
+        plan = self.plan(T)
         t0 = time.perf_counter()
         g = self.load_guidance(guidance, spec, T)
         p = self.load_persona(persona, spec)
@@ -445,16 +270,6 @@ class WanAnimateBackend:
                 break
             work.emitted += 1
             yield np.ascontiguousarray(frame)
-
-    @contextlib.contextmanager
-    def _oom_explained(self, spec: RenderSpec) -> Iterator[None]:
-        """CUDA out-of-memory -> :class:`WanAnimateOOMError` naming what reduces memory."""
-        try:
-            yield
-        except Exception as exc:  # only CUDA OOM is translated; everything else propagates as is
-            if type(exc).__name__ == "OutOfMemoryError":
-                raise WanAnimateOOMError(self._oom_message(spec)) from exc
-            raise
 
     def _finish(self, work: ClipWork) -> None:
         stats = dict(work.stats)

@@ -8,13 +8,17 @@ The image encoder and text encoder are needed only while building caches
 Model identity (:func:`model_identity`) is what the backend caches are keyed on: for a folder the
 component configs and weight-file names + sizes; for a preset its name, "random weights", the seed
 and the device the weights were drawn on (random draws differ between CPU and CUDA generators).
+
+wan-animate-2 (:mod:`..wan_animate_2.components`) loads its components through the same helpers:
+the folder checks (:func:`check_folder_contents`), the identity, the seeded builders, the text
+encoder and :func:`assemble_render_components`, with its own classes and scheduler.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,9 @@ from newsmotion_engine.render.wan_animate.config import RANDOM_WEIGHTS_LABEL, Wa
 __all__ = [
     "RenderComponents",
     "ByteTokenizer",
+    "assemble_render_components",
+    "build_image_encoder",
+    "check_folder_contents",
     "check_model_folder",
     "load_image_encoder",
     "load_render_components",
@@ -80,26 +87,31 @@ def check_model_folder(path: Path) -> None:
     """Raise :class:`BadInputError` naming the first missing file, or a wrong architecture."""
     if not path.is_dir():
         raise BadInputError(path, "model folder does not exist (set model_path or NEWSMOTION_MODEL_DIR, or use a preset)")
-    for sub, names in _REQUIRED.items():
+    check_folder_contents(path, path / "model_index.json", required=_REQUIRED, pipelines=(PIPELINE_CLASS,),
+                          transformer=TRANSFORMER_CLASS, model="Wan-Animate", backend="wan-animate")  # fmt: skip
+
+
+def check_folder_contents(path: Path, index: Path, *, required: Mapping[str, tuple[str, ...]], pipelines: tuple[str, ...],
+                          transformer: str, model: str, backend: str) -> None:  # fmt: skip
+    """The checks of a diffusers-format folder both Wan backends run, in order: the ``required``
+    files (sub-folder -> names), a weight file in each weighted component, the pipeline class in
+    ``index`` (one of ``pipelines``), the transformer's class. Raises :class:`BadInputError`
+    naming the file and the problem (``model``: the folder's kind, ``backend``: who refuses it)."""
+    for sub, names in required.items():
         for name in names:
             f = path / sub / name
             if not f.is_file():
-                raise BadInputError(f, "missing from the Wan-Animate model folder (incomplete download?)")
+                raise BadInputError(f, f"missing from the {model} model folder (incomplete download?)")
     for sub in _WEIGHTED:
         if not any(p.suffix in _WEIGHT_SUFFIXES for p in (path / sub).iterdir()):
             raise BadInputError(path / sub, "has no weight file (*.safetensors); the download is incomplete")
-    index = _read_json(path / "model_index.json")
-    if index.get("_class_name") != PIPELINE_CLASS:
-        raise BadInputError(
-            path / "model_index.json",
-            f"is a {index.get('_class_name')!r} model, not {PIPELINE_CLASS} (wrong architecture for wan-animate)",
-        )
-    tcfg = _read_json(path / "transformer" / "config.json")
-    if tcfg.get("_class_name") != TRANSFORMER_CLASS:
-        raise BadInputError(
-            path / "transformer" / "config.json",
-            f"describes {tcfg.get('_class_name')!r}, not {TRANSFORMER_CLASS} (wrong architecture for wan-animate)",
-        )
+    cls = _read_json(index).get("_class_name")
+    if cls not in pipelines:
+        raise BadInputError(index, f"is a {cls!r} model, not {' / '.join(pipelines)} (wrong architecture for {backend})")
+    tconfig = path / "transformer" / "config.json"
+    tcls = _read_json(tconfig).get("_class_name")
+    if tcls != transformer:
+        raise BadInputError(tconfig, f"describes {tcls!r}, not {transformer} (wrong architecture for {backend})")
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -112,12 +124,12 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def model_identity(opts: WanAnimateOptions, device: Any) -> dict[str, Any]:
-    """What caches built with these weights are keyed on (JSON-able, with a ``digest``)."""
+def model_identity(opts: WanAnimateOptions, device: Any, model: str | None = None) -> dict[str, Any]:
+    """What caches built with these weights are keyed on (JSON-able, with a ``digest``); ``model``
+    names the architecture of a preset's random weights where it is not wan-animate's."""
     if opts.model_path:
         root = Path(opts.model_path)
-        configs = {}
-        files = {}
+        configs, files = {}, {}
         for sub in (*_WEIGHTED, "scheduler"):
             for p in sorted((root / sub).iterdir()):
                 if p.suffix == ".json":
@@ -126,12 +138,8 @@ def model_identity(opts: WanAnimateOptions, device: Any) -> dict[str, Any]:
                     files[f"{sub}/{p.name}"] = p.stat().st_size
         ident: dict[str, Any] = {"weights": "folder", "path": str(root.resolve()), "configs": sha256_json(configs), "files": files}
     else:
-        ident = {
-            "weights": RANDOM_WEIGHTS_LABEL,
-            "preset": opts.preset,
-            "seed": RANDOM_SEED,
-            "init_device": getattr(device, "type", str(device)),
-        }
+        ident = {"weights": RANDOM_WEIGHTS_LABEL, **({"model": model} if model else {}), "preset": opts.preset,
+                 "seed": RANDOM_SEED, "init_device": getattr(device, "type", str(device))}  # fmt: skip
     return {**ident, "digest": sha256_json(ident)[:16]}
 
 
@@ -220,42 +228,61 @@ def build_vae(opts: Any, device: Any, dtype: Any):
     return vae.to(dtype).eval().requires_grad_(False)
 
 
+def scheduler_config(opts: WanAnimateOptions) -> dict[str, Any]:
+    if opts.model_path:
+        return _read_json(Path(opts.model_path) / "scheduler" / "scheduler_config.json")
+    return dict(opts.preset_spec.scheduler)
+
+
 def load_render_components(opts: WanAnimateOptions) -> RenderComponents:
     """Transformer + VAE + scheduler config on the configured device (no encoders)."""
+    return assemble_render_components(opts, RenderComponents, check_folder=check_model_folder, identity=model_identity,
+                                      scheduler_config=scheduler_config, build=build_transformer)  # fmt: skip
+
+
+def assemble_render_components(opts: Any, components: type, *, check_folder: Callable[[Path], None],
+                               identity: Callable[[Any, Any], dict[str, Any]], scheduler_config: Callable[[Any], dict[str, Any]],
+                               build: Callable[[Any, Any, Any], Any]) -> Any:  # fmt: skip
+    """``components(transformer, vae, scheduler config, identity, device, dtype, vae dtype)`` on
+    the configured device, the folder checked first (``check_folder``) when there is one; ``build``
+    makes the transformer. Both Wan backends load through this."""
+    import torch
+
     if opts.model_path:
-        check_model_folder(Path(opts.model_path))
+        check_folder(Path(opts.model_path))
     device = resolve_device(opts.device)
     dtype = torch_dtype(opts.dtype)
     # The Wan VAE is numerically touchy in fp16; bf16 on a GPU, fp32 on the CPU (no bf16 conv speed there).
-    import torch
-
     vae_dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
-    identity = model_identity(opts, device)
-    if opts.model_path:
-        sched = _read_json(Path(opts.model_path) / "scheduler" / "scheduler_config.json")
-    else:
-        sched = dict(opts.preset_spec.scheduler)
-    transformer = build_transformer(opts, device, dtype)
+    ident = identity(opts, device)
+    transformer = build(opts, device, dtype)
     vae = build_vae(opts, device, vae_dtype)
-    return RenderComponents(transformer, vae, sched, identity, device, dtype, vae_dtype)
+    return components(transformer, vae, scheduler_config(opts), ident, device, dtype, vae_dtype)
 
 
 def load_image_encoder(opts: WanAnimateOptions, device: Any):
     """``(image_processor, clip_vision_model)``; for cache building only."""
-    import torch
-    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+    from transformers import CLIPImageProcessor, CLIPVisionConfig
 
     if opts.model_path:
-        root = Path(opts.model_path)
-        proc = CLIPImageProcessor.from_pretrained(root / "image_processor")
-        enc = CLIPVisionModel.from_pretrained(root / "image_encoder", torch_dtype=torch.float32)
-        return proc, enc.to(device).eval()
-    cfg = CLIPVisionConfig(**opts.preset_spec.image_encoder)
-    size = cfg.image_size
-    proc = CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+        proc = CLIPImageProcessor.from_pretrained(Path(opts.model_path) / "image_processor")
+    else:
+        size = CLIPVisionConfig(**opts.preset_spec.image_encoder).image_size
+        proc = CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+    return proc, build_image_encoder(opts, device)
+
+
+def build_image_encoder(opts: Any, device: Any):
+    """The CLIP vision model (both backends): from the folder, or the preset with seeded random weights."""
+    import torch
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    if opts.model_path:
+        enc = CLIPVisionModel.from_pretrained(Path(opts.model_path) / "image_encoder", torch_dtype=torch.float32)
+        return enc.to(device).eval()
     with _seeded(RANDOM_SEED + 2, device), device:
-        enc = CLIPVisionModel(cfg)
-    return proc, enc.eval().requires_grad_(False)
+        enc = CLIPVisionModel(CLIPVisionConfig(**opts.preset_spec.image_encoder))
+    return enc.eval().requires_grad_(False)
 
 
 class ByteTokenizer:
@@ -286,20 +313,19 @@ class ByteTokenizer:
         return _Out(input_ids=ids, attention_mask=mask)
 
 
-def load_text_encoder(opts: WanAnimateOptions, device: Any):
-    """``(tokenizer, umt5_encoder)``; for cache building only."""
+def load_text_encoder(opts: Any, device: Any):
+    """``(tokenizer, umt5_encoder)`` (both backends); for cache building only."""
     import torch
     from transformers import UMT5Config, UMT5EncoderModel
 
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     if opts.model_path:
         from transformers import AutoTokenizer
 
         root = Path(opts.model_path)
         tok = AutoTokenizer.from_pretrained(root / "tokenizer")
-        enc = UMT5EncoderModel.from_pretrained(root / "text_encoder", torch_dtype=torch.bfloat16 if device.type == "cuda" else torch.float32)
-        return tok, enc.to(device).eval()
+        return tok, UMT5EncoderModel.from_pretrained(root / "text_encoder", torch_dtype=dtype).to(device).eval()
     cfg = UMT5Config(**opts.preset_spec.text_encoder)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     with _seeded(RANDOM_SEED + 3, device), _default_dtype(dtype), device:
         enc = UMT5EncoderModel(cfg)
     return ByteTokenizer(cfg.vocab_size), enc.eval().requires_grad_(False)

@@ -24,11 +24,14 @@ backend is handed the guidance cache, not the original clip).
 
 Reference K/V (``reference_kv``): see :mod:`.config`; :meth:`reference_kv_source` is the one place
 the three options differ, and ``last_render["kv"]`` reports where each segment's came from and its bytes.
+
+Lifecycle, sub-cache locations and keys, ``prepare_*`` / ``load_*`` and the out-of-memory message
+are :class:`~newsmotion_engine.render.diffusers_backend.DiffusersBackend`'s (shared with
+wan-animate); this module holds what is wan-animate-2's own.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,27 +40,20 @@ from typing import Any
 import numpy as np
 
 from newsmotion_engine import cachedir
-from newsmotion_engine.errors import CacheError, NewsmotionError
-from newsmotion_engine.render.base import BackendCacheError, BackendNeeds, RenderSpec
+from newsmotion_engine.errors import CacheError
+from newsmotion_engine.render.base import BackendNeeds, RenderSpec
+from newsmotion_engine.render.diffusers_backend import DiffusersBackend, DiffusersOOMError
 from newsmotion_engine.render.wan_animate_2 import caches as C
-from newsmotion_engine.render.wan_animate_2.config import NAME, RANDOM_WEIGHTS_LABEL, WanAnimate2Options
+from newsmotion_engine.render.wan_animate_2.config import NAME, WanAnimate2Options
 
 __all__ = ["WanAnimate2Backend", "WanAnimate2OOMError"]
 
-log = logging.getLogger(__name__)
 
-
-class WanAnimate2OOMError(NewsmotionError, RuntimeError):
+class WanAnimate2OOMError(DiffusersOOMError):
     """The GPU ran out of memory; the message names the settings that reduce memory."""
 
 
-def _loop_prompt(guidance: Any, override: str | None) -> str:
-    from newsmotion_engine.render.wan_animate.backend import loop_prompt
-
-    return loop_prompt(guidance, override)
-
-
-class WanAnimate2Backend:
+class WanAnimate2Backend(DiffusersBackend):
     """See the module docstring. ``get_backend("wan-animate-2", preset="tiny", device="cpu")``."""
 
     name = NAME
@@ -65,67 +61,34 @@ class WanAnimate2Backend:
         guidance=frozenset({"keypoints", "driving_condition", "clip_context", "prompt_embeds", "prompt_ref_embeds"}),
         persona=frozenset({"portrait", "person_mask", "ref_latents", "image_tokens"}),
     )
+    options_class = WanAnimate2Options
+    caches = C
+    oom_error = WanAnimate2OOMError
 
     def __init__(self, options: WanAnimate2Options) -> None:
-        self.options = options
-        self.components: Any = None
-        self.applied: Any = None
-        self.accel_report: dict[str, Any] = {}
-        self.last_render: dict[str, Any] = {}
+        super().__init__(options)
         self.kv_lru: Any = None  # kv.KVLru with reference_kv="gpu-lru"
 
-    @classmethod
-    def from_options(cls, **options: Any) -> WanAnimate2Backend:
-        return cls(WanAnimate2Options.from_mapping(options))
-
     # ------------------------------------------------------------------ lifecycle
-    def load(self) -> None:
-        """Load transformer + VAE and apply the configured accelerations (once)."""
-        if self.components is not None:
-            return
-        from newsmotion_engine.accel.fp8 import module_weight_gib
-        from newsmotion_engine.accel.registry import apply_accelerations
+    def _load_components(self) -> Any:
         from newsmotion_engine.render.wan_animate_2.components import load_render_components
+
+        return load_render_components(self.options)
+
+    def _loaded(self) -> None:
         from newsmotion_engine.render.wan_animate_2.kv import KVLru
 
-        t0 = time.perf_counter()
-        comps = load_render_components(self.options)
-        loaded_gib = module_weight_gib(comps.transformer)
-        self.applied = apply_accelerations(comps, self.options.accelerations)
-        self.components = comps
-        self.accel_report = {"weight_gib_loaded": round(loaded_gib, 3), **self.applied.report,
-                             "weight_gib": round(module_weight_gib(comps.transformer), 3),
-                             "load_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
         if self.options.reference_kv == "gpu-lru":
             self.kv_lru = KVLru(int(self.options.kv_lru_gib * 2**30))
-        if comps.identity["weights"] == RANDOM_WEIGHTS_LABEL:
-            log.warning("wan-animate-2: preset %r with RANDOM WEIGHTS: frames are noise, for timing only", self.options.preset)
 
-    def close(self) -> None:
-        """Drop the models and the K/V LRU, free GPU memory. Idempotent."""
-        if self.components is None:
-            return
-        device = self.components.device
-        self.components = self.applied = None
+    def _released(self) -> None:
         if self.kv_lru is not None:
             self.kv_lru.clear()
             self.kv_lru = None
-        import gc
 
-        gc.collect()
-        if getattr(device, "type", "cpu") == "cuda":
-            import torch
-
-            torch.cuda.empty_cache()
-
-    def describe(self) -> dict[str, Any]:
+    def _settings(self) -> dict[str, Any]:
         o = self.options
-        weights = self.components.weights_label if self.components else (f"folder {o.model_path}" if o.model_path else RANDOM_WEIGHTS_LABEL)
-        info: dict[str, Any] = {
-            "weights": weights,
-            "preset": None if o.model_path else o.preset,
-            "device": str(self.components.device) if self.components else o.device,
-            "dtype": o.dtype,
+        return {
             "schedule": o.schedule,
             "steps": o.num_steps,
             "guidance_scale": o.cfg_scale,
@@ -141,25 +104,8 @@ class WanAnimate2Backend:
             "accelerations": o.accel_summary(),
             "driving_video": "loop keypoints drawn DWPose-style (Tier-1 guidance cache)",
         }
-        if self.components is not None:
-            info["model_digest"] = self.components.identity["digest"]
-        if self.accel_report:
-            info["accel_report"] = self.accel_report
-        if self.last_render:
-            info["last_render"] = self.last_render
-        if weights == RANDOM_WEIGHTS_LABEL:
-            info["note"] = "random weights: frames are noise-shaped; use for timing and memory only"
-        return info
 
     # ------------------------------------------------------------------ caches
-    def _check_spec(self, spec: RenderSpec) -> None:
-        from newsmotion_engine.render.wan_animate.backend import check_size
-
-        check_size(NAME, spec)
-
-    def _cache_root(self) -> Path | None:
-        return Path(self.options.cache_root) if self.options.cache_root else None
-
     def plan(self, frames: int) -> C.SegmentPlan:
         return C.plan_segments(frames, self.options.segment_length, self.options.prev_frames)
 
@@ -168,19 +114,8 @@ class WanAnimate2Backend:
 
         return geometry(self.options.segment_length, spec.width, spec.height)
 
-    def guidance_params(self, guidance: Any, spec: RenderSpec, plan: C.SegmentPlan) -> tuple[dict, dict]:
-        o = self.options
-        source = {"kind": "guidance", "sha256": C.source_digest(guidance)}
-        params = {"format": C.FORMAT_VERSION, "size": [spec.width, spec.height], "segments": plan.as_dict(),
-                  "model": self.components.identity["digest"], "prompt": _loop_prompt(guidance, o.prompt),
-                  "negative_prompt": o.negative_prompt, "prompt_ref": o.prompt_ref, "driving": "dwpose"}  # fmt: skip
-        return source, params
-
-    def persona_params(self, persona: Any, spec: RenderSpec) -> tuple[dict, dict]:
-        source = {"kind": "persona", "sha256": C.source_digest(persona)}
-        params = {"format": C.FORMAT_VERSION, "size": [spec.width, spec.height], "background": list(spec.background),
-                  "model": self.components.identity["digest"]}  # fmt: skip
-        return source, params
+    def _guidance_params_extra(self, spec: RenderSpec) -> dict[str, Any]:
+        return {"prompt_ref": self.options.prompt_ref, "driving": "dwpose"}
 
     def kv_params(self, tier1_digest: str) -> tuple[dict, dict]:
         """The FP8 K/V file's key: the Tier-1 cache it was extracted from and what shapes the
@@ -190,57 +125,10 @@ class WanAnimate2Backend:
                 {"format": C.FORMAT_VERSION, "model": self.components.identity["digest"], "dtype": o.dtype,
                  "fp8_linears": o.accel_summary().get("fp8")})  # fmt: skip
 
-    def _guidance_location(self, guidance: Any, spec: RenderSpec, frames: int | None = None):
-        self.load()
-        self._check_spec(spec)
-        plan = self.plan(int(np.asarray(guidance.keypoints).shape[0]) if frames is None else frames)
-        path = C.guidance_artifacts_dir(Path(guidance.path), spec.width, spec.height, self._cache_root())
-        return plan, path, *self.guidance_params(guidance, spec, plan)
-
-    def _persona_location(self, persona: Any, spec: RenderSpec):
-        self.load()
-        self._check_spec(spec)
-        path = C.persona_artifacts_dir(Path(persona.path), spec.width, spec.height, self._cache_root())
-        return path, *self.persona_params(persona, spec)
-
-    def prepare_guidance(self, guidance: Any, spec: RenderSpec) -> bool:
-        """Build (or validate) Tier 1 of ``guidance`` at ``spec``'s size (and, with
-        ``reference_kv="fp8-file"``, the FP8 K/V): ``True`` when something was built. Runs the VAE
-        encoder, CLIP and the text encoder (loaded for the build, then freed)."""
-        plan, path, source, params = self._guidance_location(guidance, spec)
-        read = lambda: C.read_guidance_artifacts(path, source, params, plan, spec.width, spec.height)  # noqa: E731
-        _, built = cachedir.ensure(path, read, lambda: self._build_guidance(path, guidance, spec, plan, source, params))
-        if self.options.reference_kv == "fp8-file":
-            built = self._prepare_kv_file(path, plan, spec) or built
-        return built
-
-    def prepare_persona(self, persona: Any, spec: RenderSpec) -> bool:
-        """Build (or validate) Tier 2 of ``persona`` at ``spec``'s size and background. Runs the
-        VAE encoder and CLIP."""
-        path, source, params = self._persona_location(persona, spec)
-        read = lambda: C.read_persona_artifacts(path, source, params, spec.width, spec.height)  # noqa: E731
-        _, built = cachedir.ensure(path, read, lambda: self._build_persona(path, persona, spec, source, params))
-        return built
-
-    def _not_ready(self, exc: CacheError, tier: str, cache_id: Any, spec: RenderSpec) -> BackendCacheError:
-        return BackendCacheError.from_cache_error(exc, backend=NAME, tier=tier, cache_id=str(cache_id),
-                                                  size=f"{spec.width}x{spec.height}")  # fmt: skip
-
-    def load_guidance(self, guidance: Any, spec: RenderSpec, frames: int | None = None) -> C.GuidanceArtifacts:
-        """Tier 1, memory-mapped. Raises :class:`BackendCacheError` (missing / stale / corrupt, or
-        built at another size); builds nothing."""
-        plan, path, source, params = self._guidance_location(guidance, spec, frames)
-        try:
-            return C.read_guidance_artifacts(path, source, params, plan, spec.width, spec.height)
-        except CacheError as exc:
-            raise self._not_ready(exc, "guidance", getattr(guidance, "loop_id", path.parent.parent.name), spec) from None
-
-    def load_persona(self, persona: Any, spec: RenderSpec) -> C.PersonaArtifacts:
-        path, source, params = self._persona_location(persona, spec)
-        try:
-            return C.read_persona_artifacts(path, source, params, spec.width, spec.height)
-        except CacheError as exc:
-            raise self._not_ready(exc, "persona", getattr(persona, "persona_id", path.parent.parent.name), spec) from None
+    def _prepared_guidance(self, path: Path, plan: C.SegmentPlan, spec: RenderSpec) -> bool:
+        """With ``reference_kv="fp8-file"``, :meth:`prepare_guidance` also runs the extract passes
+        over Tier 1 and writes the FP8 K/V (built when missing or stale)."""
+        return self.options.reference_kv == "fp8-file" and self._prepare_kv_file(path, plan, spec)
 
     def _tier1_digest(self, path: Path) -> str:
         return cachedir.cache_digest(cachedir.read_metadata(path, C.GUIDANCE_SCHEMA))
@@ -289,7 +177,7 @@ class WanAnimate2Backend:
                     torch.cuda.empty_cache()
         artifacts = C.GuidanceArtifacts(torch.stack(conds).numpy(), clip.numpy(), gen.numpy(), texts["prompt"].numpy(),
                                         texts["negative"].numpy(), texts["ref"].numpy())  # fmt: skip
-        C.write_guidance_artifacts(path, artifacts, source=source, params=params, extra={"backend": NAME, "weights": comps.weights_label})
+        C.write_guidance_artifacts(path, artifacts, source=source, params=params, extra=self._cache_extra())
 
     def _build_persona(self, path: Path, persona: Any, spec: RenderSpec, source: dict, params: dict) -> None:
         import torch
@@ -309,7 +197,7 @@ class WanAnimate2Backend:
             finally:
                 del enc
         C.write_persona_artifacts(path, C.PersonaArtifacts(ref.numpy(), tokens.numpy()), source=source, params=params,
-                                  extra={"backend": NAME, "weights": comps.weights_label})  # fmt: skip
+                                  extra=self._cache_extra())  # fmt: skip
 
     def _prepare_kv_file(self, tier1: Path, plan: C.SegmentPlan, spec: RenderSpec) -> bool:
         from newsmotion_engine.render.wan_animate_2 import kv as K
@@ -321,7 +209,7 @@ class WanAnimate2Backend:
         def build() -> None:
             g = C.read_guidance_artifacts(tier1, *self.guidance_params_from_meta(tier1), plan, spec.width, spec.height)
             packed = [K.kv_to_file(self._extract(g, k, spec)) for k in range(plan.segments)]
-            C.write_kv_cache(path, packed, source=source, params=params, extra={"backend": NAME, "weights": self.components.weights_label})
+            C.write_kv_cache(path, packed, source=source, params=params, extra=self._cache_extra())
 
         _, built = cachedir.ensure(path, read, build)
         return built
@@ -352,7 +240,7 @@ class WanAnimate2Backend:
         from newsmotion_engine.render.wan_animate_2 import kv as K
 
         mode = self.options.reference_kv
-        tier1 = C.guidance_artifacts_dir(Path(guidance.path), spec.width, spec.height, self._cache_root())
+        tier1 = self._guidance_dir(guidance, spec)
         self._kv_log: list[dict[str, Any]] = []
         kv_file = None
         if mode == "fp8-file":
@@ -384,41 +272,16 @@ class WanAnimate2Backend:
         return source_fn
 
     # ------------------------------------------------------------------ render
-    def frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
-        """Yield the clip's frames (uint8 RGB ``[H, W, 3]``), one segment decoded at a time.
-
-        Raises:
-            BackendCacheError: a sub-cache is missing, stale, or at another size (raised before
-                any denoising).
-            WanAnimate2OOMError: the GPU ran out of memory (the message names what reduces it).
-        """
-        self.load()
-        self._check_spec(spec)
-        try:
-            yield from self._frames(guidance, persona, keypoints, spec)
-        except Exception as exc:
-            if type(exc).__name__ == "OutOfMemoryError":
-                raise WanAnimate2OOMError(self.oom_message(spec)) from exc
-            raise
-
-    def oom_message(self, spec: RenderSpec) -> str:
+    def _memory_tips(self, spec: RenderSpec) -> list[str]:
         o = self.options
-        tips = []
-        if not o.has("fp8"):
-            tips.append("fp8='auto' (halves transformer weights)")
+        tips = self._unused_memory_accelerations("fp8")
         if not o.kv_fp8 and o.reference_kv != "fp8-file" and not o.kv_offload:
             tips.append("kv_fp8=True (halves the reference K/V)")
         if not o.kv_offload:
             tips.append("kv_offload=True (reference K/V in host memory, one layer on the GPU at a time)")
         if o.reference_kv == "gpu-lru":
             tips.append(f"a smaller kv_lru_gib (now {o.kv_lru_gib}) or reference_kv='extract'")
-        if not o.has("vae_tiling"):
-            tips.append("vae_tiling=True")
-        if not o.has("ffn_chunks"):
-            tips.append("ffn_chunks=8")
-        tips.append(f"a shorter segment_frames (now {o.segment_length})")
-        tips.append(f"a smaller render size (now {spec.width}x{spec.height})")
-        return f"wan-animate-2 ran out of GPU memory at {spec.width}x{spec.height}; reduce memory with: " + ", ".join(tips)
+        return tips + self._unused_memory_accelerations("vae_tiling", "ffn_chunks")
 
     def _frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
         import torch

@@ -34,7 +34,8 @@ the other ``Attention`` kernels and ``SparseAttention`` (the cached pass is flex
 a block mask, not the processors those replace), ``TeaCache`` (its hook reads
 the Wan-Animate transformer's ``condition_embedder``), ``ContextParallel`` (no plan for this model).
 The flat keys are the wan-animate ones (``fp8``, ``compile``, ``cfg_*``, ``vae_tiling``,
-``ffn_chunks``), parsed by the same parser.
+``ffn_chunks``), parsed by the same parser (:mod:`newsmotion_engine.render.diffusers_config`, which
+also holds the parsing and checks the two options classes share).
 
 Presets build the architecture with **random weights** when no model folder is given (labelled
 so everywhere; frames are noise):
@@ -48,13 +49,13 @@ so everywhere; frames are noise):
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, UnknownAccelerationError, ordered
-from newsmotion_engine.render.base import BackendOptionError, BackendOptions
+from newsmotion_engine.accel.registry import AccelConfig
+from newsmotion_engine.render.base import BackendOptionError
+from newsmotion_engine.render.diffusers_config import DTYPES, RANDOM_WEIGHTS_LABEL, DiffusersOptions
 
 __all__ = [
     "NAME",
@@ -69,7 +70,6 @@ __all__ = [
 ]
 
 NAME = "wan-animate-2"
-RANDOM_WEIGHTS_LABEL = "random weights"
 MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR_ANIMATE2"
 REFERENCE_PROMPT = "人物动作的参考视频"  # the stock pipeline's default `prompt_ref` ("reference video of a person's motion")
 ReferenceKV = Literal["extract", "fp8-file", "gpu-lru"]
@@ -137,7 +137,6 @@ PRESETS: dict[str, Preset] = {
     ),  # fmt: skip
 }
 
-_DTYPES = ("bfloat16", "float16", "float32")
 _CONTINUATION = ("latent", "pixel")
 # Technique name -> why it does not apply to this model (checked without importing torch).
 _REFUSED = {
@@ -148,26 +147,8 @@ _REFUSED = {
 _BASE_ONLY = {"cfg": "there is no unconditional pass on the distilled schedule (no CFG); use schedule='base'"}
 
 
-def _parse_flat_accelerations(flat: Mapping[str, Any]) -> tuple[AccelConfig, ...]:
-    from newsmotion_engine.render.wan_animate.config import FLAT_ACCELERATION_KEYS, WanAnimateConfigError, parse_accelerations
-
-    unknown = sorted(set(flat) - set(FLAT_ACCELERATION_KEYS))
-    if unknown:
-        raise WanAnimate2ConfigError(f"unknown {NAME} acceleration option(s) {', '.join(unknown)}")
-    try:
-        return parse_accelerations(flat)
-    except WanAnimateConfigError as exc:
-        raise WanAnimate2ConfigError(str(exc).replace("wan-animate option", f"{NAME} option")) from None
-
-
-def _flat_keys() -> tuple[str, ...]:
-    from newsmotion_engine.render.wan_animate.config import FLAT_ACCELERATION_KEYS
-
-    return FLAT_ACCELERATION_KEYS
-
-
 @dataclass(frozen=True)
-class WanAnimate2Options(BackendOptions):
+class WanAnimate2Options(DiffusersOptions):
     """Every ``wan-animate-2`` option (:meth:`from_mapping` parses the flat keys).
 
     Model:
@@ -191,13 +172,16 @@ class WanAnimate2Options(BackendOptions):
         accelerations: typed configs (see the module docstring for which apply).
     Tests:
         cache_root: where sub-caches go (default: inside the parent caches).
+
+    Parsing, the checks shared with wan-animate and the acceleration queries are
+    :class:`~..diffusers_config.DiffusersOptions`'.
     """
 
     backend: ClassVar[str] = NAME
-    model_path: str | None = None
-    preset: str = "tiny"
-    device: str = "auto"
-    dtype: str = "bfloat16"
+    config_error: ClassVar[type[BackendOptionError]] = WanAnimate2ConfigError
+    model_dir_env: ClassVar[str] = MODEL_DIR_ENV
+    presets: ClassVar[Mapping[str, Preset]] = PRESETS
+    # model_path, preset, device, dtype: DiffusersOptions' fields (first, in this order)
     schedule: str = "distilled"
     steps: int | None = None
     guidance_scale: float | None = None
@@ -215,51 +199,28 @@ class WanAnimate2Options(BackendOptions):
     cache_root: str | None = None
 
     def __post_init__(self) -> None:
-        def bad(name: str, rule: str) -> WanAnimate2ConfigError:
-            return WanAnimate2ConfigError(str(self.option_error(name, rule)))
-
-        if self.preset not in PRESETS:
-            raise bad("preset", f"use one of {', '.join(PRESETS)}")
-        if self.dtype not in _DTYPES:
-            raise bad("dtype", f"use one of {', '.join(_DTYPES)}")
-        if self.schedule not in SCHEDULES:
-            raise bad("schedule", f"use one of {', '.join(SCHEDULES)}")
-        if self.steps is not None and (not isinstance(self.steps, int) or isinstance(self.steps, bool) or not 1 <= self.steps <= 1000):
-            raise bad("steps", "use an integer 1..1000")
+        self._check_choice("preset", PRESETS)
+        self._check_choice("dtype", DTYPES)
+        self._check_choice("schedule", SCHEDULES)
+        if self.steps is not None:
+            self._check_steps()
         if self.guidance_scale is not None:
-            g = self.guidance_scale
-            if not isinstance(g, (int, float)) or isinstance(g, bool) or not 1.0 <= float(g) <= 30.0:
-                raise bad("guidance_scale", "use 1.0 (no CFG) .. 30")
-            if float(g) > 1.0 and self.schedule == "distilled":
-                raise bad("guidance_scale", "the distilled schedule samples without CFG; use schedule='base' for guidance")
-            object.__setattr__(self, "guidance_scale", float(g))
-        if self.segment_frames is not None and (
-            not isinstance(self.segment_frames, int) or self.segment_frames < 5 or (self.segment_frames - 1) % 4
-        ):
-            raise bad("segment_frames", "use 4k+1 frames, at least 5 (e.g. 81)")
+            self._check_guidance_scale()
+            if float(self.guidance_scale) > 1.0 and self.schedule == "distilled":
+                raise self._bad("guidance_scale", "the distilled schedule samples without CFG; use schedule='base' for guidance")
+            object.__setattr__(self, "guidance_scale", float(self.guidance_scale))
+        self._check_segment_frames(example=81)
         if self.prev_frames != 1 or isinstance(self.prev_frames, bool):
-            raise bad("prev_frames", "use 1 (the stock pipeline's prev_segment_conditioning_frames)")
-        if self.continuation not in _CONTINUATION:
-            raise bad("continuation", f"use one of {', '.join(_CONTINUATION)}")
-        if self.reference_kv not in REFERENCE_KV:
-            raise bad("reference_kv", f"use one of {', '.join(REFERENCE_KV)}")
+            raise self._bad("prev_frames", "use 1 (the stock pipeline's prev_segment_conditioning_frames)")
+        self._check_choice("continuation", _CONTINUATION)
+        self._check_choice("reference_kv", REFERENCE_KV)
         for name in ("kv_fp8", "kv_offload"):
             if not isinstance(getattr(self, name), bool):
-                raise bad(name, "use true or false")
+                raise self._bad(name, "use true or false")
         if not isinstance(self.kv_lru_gib, (int, float)) or isinstance(self.kv_lru_gib, bool) or self.kv_lru_gib <= 0:
-            raise bad("kv_lru_gib", "use a positive number of GiB")
-        for name in ("prompt", "model_path", "cache_root"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
-                raise bad(name, "use a string")
-        for name in ("negative_prompt", "prompt_ref"):
-            if not isinstance(getattr(self, name), str):
-                raise bad(name, "use a string")
-        if isinstance(self.accelerations, (str, bytes, Mapping)) or not hasattr(self.accelerations, "__iter__"):
-            raise bad("accelerations", "give a sequence of acceleration configs (newsmotion_engine.accel)")
-        try:
-            configs = ordered(self.accelerations)
-        except (AccelConfigError, UnknownAccelerationError) as exc:
-            raise WanAnimate2ConfigError(f"{NAME} option accelerations: {exc}") from None
+            raise self._bad("kv_lru_gib", "use a positive number of GiB")
+        self._check_strings(optional=("prompt", "model_path", "cache_root"), required=("negative_prompt", "prompt_ref"))
+        configs = self._ordered_accelerations()
         for c in configs:
             if c.technique == "compile" and getattr(c, "fullgraph", False):
                 raise WanAnimate2ConfigError(
@@ -279,38 +240,10 @@ class WanAnimate2Options(BackendOptions):
         object.__setattr__(self, "accelerations", configs)
 
     @classmethod
-    def known_options(cls) -> tuple[str, ...]:
-        return tuple(sorted({f.name for f in dataclasses.fields(cls)} | set(_flat_keys())))
-
-    @classmethod
-    def unknown_options_error(cls, unknown: list[str]) -> BackendOptionError:
-        return WanAnimate2ConfigError(str(super().unknown_options_error(unknown)))
-
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, Any] | None = None, **kw: Any) -> WanAnimate2Options:
-        """Build from a flat mapping (CLI ``-o``, the resource's ``options``): plain fields, the
-        flat acceleration keys, typed configs in ``accelerations``."""
-        merged = {**(dict(options) if options else {}), **kw}
-        unknown = [k for k in merged if k not in cls.known_options()]
-        if unknown:
-            raise cls.unknown_options_error(unknown)
-        flat_keys = set(_flat_keys())
-        flat = {k: merged.pop(k) for k in list(merged) if k in flat_keys}
+    def parse_flat_accelerations(cls, flat: Mapping[str, Any]) -> tuple[AccelConfig, ...]:
         # The flat compile key means regional compile with graph breaks allowed (see __post_init__).
-        parsed = tuple(dataclasses.replace(c, fullgraph=False) if c.technique == "compile" else c
-                       for c in _parse_flat_accelerations(flat))  # fmt: skip
-        given = tuple(merged.pop("accelerations", ()) or ())
-        clash = {type(c) for c in parsed} & {type(c) for c in given}
-        if clash:
-            names = ", ".join(sorted(t.__name__ for t in clash))
-            raise WanAnimate2ConfigError(f"{NAME} options: {names} given both as flat keys and in accelerations; give it once")
-        if merged.get("model_path") is None and os.environ.get(MODEL_DIR_ENV):
-            merged["model_path"] = os.environ[MODEL_DIR_ENV]
-        return cls(**merged, accelerations=(*parsed, *given))
-
-    @property
-    def preset_spec(self) -> Preset:
-        return PRESETS[self.preset]
+        return tuple(dataclasses.replace(c, fullgraph=False) if c.technique == "compile" else c
+                     for c in super().parse_flat_accelerations(flat))  # fmt: skip
 
     @property
     def schedule_spec(self) -> Schedule:
@@ -323,13 +256,3 @@ class WanAnimate2Options(BackendOptions):
     @property
     def cfg_scale(self) -> float:
         return self.guidance_scale if self.guidance_scale is not None else self.schedule_spec.guidance_scale
-
-    @property
-    def segment_length(self) -> int:
-        return self.segment_frames or self.preset_spec.segment_frames
-
-    def has(self, technique: str) -> bool:
-        return any(c.technique == technique for c in self.accelerations)
-
-    def accel_summary(self) -> dict[str, Any]:
-        return {c.technique: c.fields() for c in self.accelerations}

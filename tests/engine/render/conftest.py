@@ -2,12 +2,15 @@
 landmarks are placed by construction, and keypoint loops generated from a parametric pose.
 
 Plain builder functions (``make_pose``, ``make_persona``, ``make_loop``) are importable by other
-test folders (the bench test loads this file by path)."""
+test folders (the bench test loads this file by path). The diffusion backends' tests share
+``pair`` (a loop and a persona as loaded caches, with a folder and source metadata) and
+``encoder_calls`` (counts of the VAE encoder, CLIP and text encoder runs)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -226,3 +229,59 @@ def synth():
     import types
 
     return types.SimpleNamespace(make_pose=make_pose, make_persona=make_persona, make_loop=make_loop, draw_figure=draw_figure)
+
+
+@dataclass(kw_only=True)
+class CachedLoop(FakeGuidance):
+    """A loop as a loaded guidance cache, as the diffusion backends read it: with its folder and
+    source metadata (what their sub-caches live in and are keyed on)."""
+
+    path: Path
+    metadata: dict
+
+
+@dataclass(kw_only=True)
+class CachedPersona(FakePersona):
+    """A persona as a loaded persona cache, with its folder and source metadata."""
+
+    path: Path
+    metadata: dict
+
+
+@pytest.fixture
+def pair(tmp_path) -> tuple[CachedLoop, CachedPersona]:
+    """Loop ``nod`` (13 frames = 2 segments of 9 on the tiny presets, overlap 1, the last one partly
+    used) and persona ``anna``, each in its own folder under ``tmp_path``."""
+    p = make_persona(144, 256)
+    g = make_loop(13)
+    (tmp_path / "loop").mkdir()
+    (tmp_path / "persona").mkdir()
+    loop = CachedLoop("nod", g.keypoints, path=tmp_path / "loop", metadata={"source": {"kind": "authored", "sha256": "a" * 64}})
+    persona = CachedPersona("anna", p.portrait, p.person_mask, p.face_mask, p.landmarks, path=tmp_path / "persona",
+                            metadata={"source": {"kind": "image", "sha256": "b" * 64}})  # fmt: skip
+    return loop, persona
+
+
+class EncoderCounter:
+    """Counts VAE-encoder, CLIP and text-encoder calls (patched on the classes) in ``calls``."""
+
+    def __init__(self, monkeypatch):
+        from diffusers import AutoencoderKLWan
+        from transformers import CLIPVisionModel, UMT5EncoderModel
+
+        self.calls = {"vae.encode": 0, "image_encoder": 0, "text_encoder": 0}
+        for key, cls, attr in (("vae.encode", AutoencoderKLWan, "encode"), ("image_encoder", CLIPVisionModel, "forward"),
+                               ("text_encoder", UMT5EncoderModel, "forward")):  # fmt: skip
+            orig = getattr(cls, attr)
+
+            def wrapped(self_, *a, _orig=orig, _key=key, **k):
+                self.calls[_key] += 1
+                return _orig(self_, *a, **k)
+
+            monkeypatch.setattr(cls, attr, wrapped)
+
+
+@pytest.fixture
+def encoder_calls(monkeypatch) -> EncoderCounter:
+    """An :class:`EncoderCounter` counting from the start of the test (loading a backend runs no encoder)."""
+    return EncoderCounter(monkeypatch)

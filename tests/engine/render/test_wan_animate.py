@@ -1,13 +1,10 @@
 """wan-animate backend on the tiny preset (CPU, random weights): end to end through render_clip,
 the two-tier caches (built by prepare_*, only loaded by frames: no encoder at render time), and
-bad input."""
+bad input. ``pair`` and ``encoder_calls`` come from this folder's conftest."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,75 +27,11 @@ from newsmotion_engine.render.wan_animate.config import WanAnimateConfigError  #
 wan_animate.register()
 
 
-def _fixtures():
-    spec = importlib.util.spec_from_file_location("render_fixtures_wa", Path(__file__).with_name("conftest.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-FX = _fixtures()
-
-
-@dataclass
-class Loop:
-    loop_id: str
-    keypoints: np.ndarray
-    path: Path
-    metadata: dict
-    fps: int = 30
-
-    @property
-    def frames(self) -> int:
-        return int(self.keypoints.shape[0])
-
-
-@dataclass
-class Persona:
-    persona_id: str
-    portrait: np.ndarray
-    person_mask: np.ndarray
-    face_mask: np.ndarray
-    landmarks: np.ndarray
-    path: Path
-    metadata: dict
-
-
-@pytest.fixture
-def pair(tmp_path):
-    p = FX.make_persona(144, 256)
-    g = FX.make_loop(13)
-    (tmp_path / "loop").mkdir()
-    (tmp_path / "persona").mkdir()
-    loop = Loop("nod", g.keypoints, tmp_path / "loop", {"source": {"kind": "authored", "sha256": "a" * 64}})
-    persona = Persona("anna", p.portrait, p.person_mask, p.face_mask, p.landmarks, tmp_path / "persona",
-                      {"source": {"kind": "image", "sha256": "b" * 64}})  # fmt: skip
-    return loop, persona
-
-
 SPEC = RenderSpec(width=64, height=64)
 
 
 def _backend(**kw):
     return get_backend("wan-animate", **{"preset": "tiny", "steps": 2, "device": "cpu", "dtype": "float32", **kw})
-
-
-class _Counter:
-    def __init__(self, monkeypatch):
-        from diffusers import AutoencoderKLWan
-        from transformers import CLIPVisionModel, UMT5EncoderModel
-
-        self.calls = {"vae.encode": 0, "image_encoder": 0, "text_encoder": 0}
-        for key, cls, attr in (("vae.encode", AutoencoderKLWan, "encode"), ("image_encoder", CLIPVisionModel, "forward"),
-                               ("text_encoder", UMT5EncoderModel, "forward")):  # fmt: skip
-            orig = getattr(cls, attr)
-
-            def wrapped(self_, *a, _orig=orig, _key=key, **k):
-                self.calls[_key] += 1
-                return _orig(self_, *a, **k)
-
-            monkeypatch.setattr(cls, attr, wrapped)
 
 
 def _prepare(backend, loop, persona, spec=SPEC):
@@ -120,11 +53,10 @@ def test_tiny_render_end_to_end_through_render_clip(pair, tmp_path):
     backend.close()
 
 
-def test_frames_without_prepare_names_what_to_build_and_builds_nothing(pair, monkeypatch):
+def test_frames_without_prepare_names_what_to_build_and_builds_nothing(pair, encoder_calls):
     loop, persona = pair
     backend = _backend()
     backend.load()
-    counter = _Counter(monkeypatch)
     with pytest.raises(BackendCacheMissingError) as info:
         list(backend.frames(loop, persona, loop.keypoints, SPEC))
     msg = str(info.value)
@@ -132,7 +64,7 @@ def test_frames_without_prepare_names_what_to_build_and_builds_nothing(pair, mon
     assert "materialize backend_guidance_cache[nod]" in msg and "newsmotion render" in msg
     assert isinstance(info.value, CacheMissingError) and isinstance(info.value, CacheNotReadyError)
     assert (info.value.asset, info.value.cache_id, info.value.state) == ("backend_guidance_cache", "nod", "missing")
-    assert counter.calls == {"vae.encode": 0, "image_encoder": 0, "text_encoder": 0}
+    assert encoder_calls.calls == {"vae.encode": 0, "image_encoder": 0, "text_encoder": 0}
     assert not (loop.path / "wan-animate").exists() and not (persona.path / "wan-animate").exists()
     # With the guidance side built, the persona side is the one named.
     backend.prepare_guidance(loop, SPEC)
@@ -141,22 +73,21 @@ def test_frames_without_prepare_names_what_to_build_and_builds_nothing(pair, mon
     assert not (persona.path / "wan-animate").exists()
 
 
-def test_no_encoder_runs_at_render_time(pair, monkeypatch):
+def test_no_encoder_runs_at_render_time(pair, encoder_calls):
     loop, persona = pair
     backend = _backend()
     backend.load()
-    counter = _Counter(monkeypatch)
     assert _prepare(backend, loop, persona) == (True, True)
-    built = dict(counter.calls)
+    built = dict(encoder_calls.calls)
     assert built["vae.encode"] > 0 and built["image_encoder"] == 1 and built["text_encoder"] == 1
-    counter.calls.update({k: 0 for k in counter.calls})
+    encoder_calls.calls.update({k: 0 for k in encoder_calls.calls})
     assert _prepare(backend, loop, persona) == (False, False)  # current: validated, not rebuilt
     frames = list(backend.frames(loop, persona, loop.keypoints, SPEC))
     assert len(frames) == 13 and frames[0].shape == (64, 64, 3) and frames[0].dtype == np.uint8
-    assert counter.calls == {"vae.encode": 0, "image_encoder": 0, "text_encoder": 0}
+    assert encoder_calls.calls == {"vae.encode": 0, "image_encoder": 0, "text_encoder": 0}
     # Another resolution is another cache: built (encoders run), never the 64x64 one reused.
     assert _prepare(backend, loop, persona, RenderSpec(width=96, height=64)) == (True, True)
-    assert counter.calls["vae.encode"] > 0
+    assert encoder_calls.calls["vae.encode"] > 0
 
 
 def test_stale_cache_is_refused_at_render_time_and_rebuilt_by_prepare(pair):

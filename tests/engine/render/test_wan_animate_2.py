@@ -1,13 +1,8 @@
 """wan-animate-2 backend on the tiny preset (CPU, random weights): parity with the stock modular
 pipelines, the two tiers (encoders counted: none at render time), the three reference-K/V
-sources, and bad input."""
+sources, and bad input. ``pair`` and ``encoder_calls`` come from this folder's conftest."""
 
 from __future__ import annotations
-
-import importlib.util
-import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,77 +16,11 @@ from newsmotion_engine.render.base import BackendCacheMissingError, BackendCache
 from newsmotion_engine.render.wan_animate_2.config import WanAnimate2ConfigError  # noqa: E402
 
 
-def _fixtures():
-    spec = importlib.util.spec_from_file_location("render_fixtures_wa2", Path(__file__).with_name("conftest.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-FX = _fixtures()
-
-
-@dataclass
-class Loop:
-    loop_id: str
-    keypoints: np.ndarray
-    path: Path
-    metadata: dict
-    fps: int = 30
-
-    @property
-    def frames(self) -> int:
-        return int(self.keypoints.shape[0])
-
-
-@dataclass
-class Persona:
-    persona_id: str
-    portrait: np.ndarray
-    person_mask: np.ndarray
-    face_mask: np.ndarray
-    landmarks: np.ndarray
-    path: Path
-    metadata: dict
-
-
-@pytest.fixture
-def pair(tmp_path):
-    p = FX.make_persona(144, 256)
-    g = FX.make_loop(13)  # 13 frames = 2 segments of 9 (overlap 1, the last one partly used)
-    (tmp_path / "loop").mkdir()
-    (tmp_path / "persona").mkdir()
-    loop = Loop("nod", g.keypoints, tmp_path / "loop", {"source": {"kind": "authored", "sha256": "a" * 64}})
-    persona = Persona("anna", p.portrait, p.person_mask, p.face_mask, p.landmarks, tmp_path / "persona",
-                      {"source": {"kind": "image", "sha256": "b" * 64}})  # fmt: skip
-    return loop, persona
-
-
 SPEC = RenderSpec(width=64, height=128)
 
 
 def _backend(**kw):
     return get_backend("wan-animate-2", **{"preset": "tiny", "device": "cpu", "dtype": "float32", "steps": 2, **kw})
-
-
-class _Counter:
-    """Counts VAE-encoder, CLIP and text-encoder calls (patched on the classes)."""
-
-    def __init__(self, monkeypatch):
-        from diffusers import AutoencoderKLWan
-        from transformers import CLIPVisionModel, UMT5EncoderModel
-
-        self.calls = {"vae.encode": 0, "image_encoder": 0, "text_encoder": 0}
-        for key, cls, attr in (("vae.encode", AutoencoderKLWan, "encode"), ("image_encoder", CLIPVisionModel, "forward"),
-                               ("text_encoder", UMT5EncoderModel, "forward")):  # fmt: skip
-            orig = getattr(cls, attr)
-
-            def wrapped(self_, *a, _orig=orig, _key=key, **k):
-                self.calls[_key] += 1
-                return _orig(self_, *a, **k)
-
-            monkeypatch.setattr(cls, attr, wrapped)
 
 
 def _render(backend, loop, persona, spec=SPEC):
@@ -142,20 +71,19 @@ def test_parity_with_the_stock_modular_pipeline(pair, schedule):
     assert backend.last_render["uncond_passes"] == (4 if schedule == "base" else 0)  # 2 segments x 2 steps
 
 
-def test_renders_only_load_the_tiers_no_encoder_runs(pair, monkeypatch):
+def test_renders_only_load_the_tiers_no_encoder_runs(pair, encoder_calls):
     """prepare_* run the VAE encoder, CLIP and the text encoder; a render (latent continuation,
     the default) runs none of them, and the Tier-1 arrays are memory-mapped."""
     loop, persona = pair
     backend = _backend()
-    counter = _Counter(monkeypatch)
     assert backend.prepare_guidance(loop, SPEC) and backend.prepare_persona(persona, SPEC)
-    built = dict(counter.calls)
+    built = dict(encoder_calls.calls)
     assert built["vae.encode"] == 2 + 1 + 1  # two driving segments, the zero video, the reference image
     assert built["image_encoder"] == 2 and built["text_encoder"] == 3  # driving frame + reference; prompt, negative, prompt_ref
     g = backend.load_guidance(loop, SPEC)
     assert isinstance(g.driving_condition, np.memmap) and g.driving_condition.shape == (2, 20, 3, 16, 8)
     frames = _render(backend, loop, persona)
-    assert counter.calls == built  # zero encoder calls at render time
+    assert encoder_calls.calls == built  # zero encoder calls at render time
     assert frames.shape == (13, 128, 64, 3) and frames.dtype == np.uint8 and frames.std() > 0
     assert [k["source"] for k in backend.last_render["kv"]] == ["extract", "extract"]
     assert not backend.prepare_guidance(loop, SPEC) and not backend.prepare_persona(persona, SPEC)  # current: reused
