@@ -23,7 +23,10 @@ SPEC = {"width": 360, "height": 640}
 # The child renders the same clip again (force) and says when it is half-way; it slows down there
 # so the signals land while frames are in flight.
 CHILD = """
-import sys, time
+import signal, sys, time
+# A job started in the background by a shell without job control inherits SIGINT ignored (and
+# Python then installs no KeyboardInterrupt handler); a terminal's job has the default. Be that job.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from newsmotion_engine.render import RenderSpec, get_backend
 from newsmotion_engine.render.job import render_persona_loop
 from newsmotion_engine.storage import Storage
