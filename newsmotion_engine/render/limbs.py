@@ -355,11 +355,9 @@ def cut_arms(
         # The background around the person, not a matte's small holes inside the figure (the
         # dark inside of the astronaut's glove rings): a hole must not claim the arm's place.
         rest_bg = (alpha <= 0.5).astype(np.uint8)
-        n_bg, bg_ids, bg_stats, _ = cv2.connectedComponentsWithStats(rest_bg, connectivity=4)
-        small = np.nonzero(bg_stats[:, cv2.CC_STAT_AREA] < 0.01 * H * W)[0]
-        small = small[small > 0]
-        if small.size and n_bg > 1:
-            rest_bg[np.isin(bg_ids, small) & (bg_ids > 0)] = 0
+        _, bg_ids, bg_stats, _ = cv2.connectedComponentsWithStats(rest_bg, connectivity=4)
+        small = np.nonzero(bg_stats[1:, cv2.CC_STAT_AREA] < 0.01 * H * W)[0] + 1  # label 0: not background
+        rest_bg[np.isin(bg_ids, small)] = 0
         d_body = cv2.distanceTransform(1 - rest_body, cv2.DIST_L2, 3)
         d_bg = cv2.distanceTransform(1 - rest_bg, cv2.DIST_L2, 3)
         behind |= (union > 0) & (d_body <= d_bg)
@@ -401,19 +399,12 @@ def cut_arms(
         rgba[..., :3] = np.clip(portrait[y0:y1, x0:x1].astype(np.float32) * crop_a[..., None] + 0.5, 0, 255)
         rgba[..., 3] = np.clip(crop_a * 255 + 0.5, 0, 255)
         shown_box = (max(0, bx0), max(0, by0), min(W, bx1), min(H, by1))
+        cut = _cut_edges(crop_a, (x0, y0), shown_box)
         # Where the arm runs off the frame, the layer continues past the frame's edge (its last
         # line of pixels repeated, ``APRON`` of the frame height): a swing may bring that much of
         # it into view before its cut shows. Only past the frame: at rest nothing invented shows.
         apron = int(round(APRON * H))
-        grow = [0, 0, 0, 0]  # left, top, right, bottom
-        for k, name in enumerate(_EDGE_NAMES):
-            at = shown_box[k]
-            frame_edge = (0, 0, W, H)[k]
-            if at != frame_edge:
-                continue
-            line = {0: crop_a[:, :1], 1: crop_a[:1], 2: crop_a[:, -1:], 3: crop_a[-1:]}[k]
-            if (x0, y0, x1, y1)[k] == at and (line > 0.05).any():
-                grow[k] = apron
+        grow = [apron if k in cut and shown_box[k] == (0, 0, W, H)[k] == (x0, y0, x1, y1)[k] else 0 for k in range(4)]
         if any(grow):
             rgba = cv2.copyMakeBorder(rgba, grow[1], grow[3], grow[0], grow[2], cv2.BORDER_REPLICATE)
             crop_a = cv2.copyMakeBorder(crop_a, grow[1], grow[3], grow[0], grow[2], cv2.BORDER_REPLICATE)
@@ -457,7 +448,8 @@ def cut_arms(
         idx = np.array(sorted(handles), dtype=np.int64)
         hw = np.stack([handles[v] / handles[v].sum() for v in idx]) if idx.size else np.zeros((0, len(bones)))
         mesh = ArapMesh(verts, tris, idx)
-        edge_v, edge_n, edges = _edge_cut(crop_a, (x0, y0), verts, cell, shown_box)
+        edge_v, edge_n = _edge_vertices(verts, cut, shown_box, cell)
+        edges = [_EDGE_NAMES[k] for k in sorted(cut)]
         if edges:
             report.limited[parts[0]] = (
                 f"the visible photo ends across it at its {' and '.join(edges)} edge{'s' if len(edges) > 1 else ''}: "
@@ -473,42 +465,47 @@ def cut_arms(
     return layers, body, report
 
 
-def _edge_cut(crop_a: np.ndarray, origin: tuple[int, int], verts: np.ndarray, cell: int,
-              shown: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray, list[str]]:  # fmt: skip
-    """The mesh vertices on the cut where the visible rectangle ``shown`` (the photo within the
-    frame, ``(x0, y0, x1, y1)`` output pixels) ends across the arm, the inward normals of their
-    edges, and the edges' names."""
+# Per edge of a rectangle (left, top, right, bottom): is it vertical, and its inward normal.
+_EDGE_GEOMETRY = ((True, (1.0, 0.0)), (False, (0.0, 1.0)), (True, (-1.0, 0.0)), (False, (0.0, -1.0)))
+
+
+def _cut_edges(crop_a: np.ndarray, origin: tuple[int, int], shown: tuple[int, int, int, int]) -> dict[int, tuple[int, int]]:
+    """Which edges of the visible rectangle ``shown`` (the photo within the frame, ``(x0, y0, x1,
+    y1)`` output pixels) cut across the arm whose alpha crop ``crop_a`` lies at ``origin``:
+    ``{edge index (as in _EDGE_NAMES): (first, last) output pixel along the edge where the arm
+    touches it}``, from the arm's pixels in the two lines inside that edge."""
     x0, y0 = origin
     h, w = crop_a.shape
-    sx0, sy0, sx1, sy1 = shown
     arm = crop_a > 0.05
-    picked: dict[int, np.ndarray] = {}
-    names = []
-    # (name, edge position, vertical edge?, the arm's crop pixels in the two lines before it, normal)
-    for name, at, vertical, normal in (("left", sx0, True, (1.0, 0.0)), ("top", sy0, False, (0.0, 1.0)),
-                                       ("right", sx1, True, (-1.0, 0.0)), ("bottom", sy1, False, (0.0, -1.0))):  # fmt: skip
-        first = (at - x0 if vertical else at - y0) - (2 if normal[0] + normal[1] < 0 else 0)
-        size = w if vertical else h
-        if first < 0 or first + 2 > size:
+    cut = {}
+    for k, (vertical, normal) in enumerate(_EDGE_GEOMETRY):
+        first = (shown[k] - (x0 if vertical else y0)) - (2 if normal[0] + normal[1] < 0 else 0)
+        if first < 0 or first + 2 > (w if vertical else h):
             continue  # the arm's crop does not reach this edge
         band = arm[:, first : first + 2] if vertical else arm[first : first + 2]
-        on = band.any(axis=1) if vertical else band.any(axis=0)
-        if not on.any():
-            continue
-        span = np.nonzero(on)[0] + (y0 if vertical else x0)
+        on = np.nonzero(band.any(axis=1) if vertical else band.any(axis=0))[0]
+        if on.size:
+            start = y0 if vertical else x0
+            cut[k] = (int(on.min()) + start, int(on.max()) + start)
+    return cut
+
+
+def _edge_vertices(verts: np.ndarray, cut: dict[int, tuple[int, int]], shown: tuple[int, int, int, int],
+                   cell: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The mesh vertices on the cuts (:func:`_cut_edges`) and the inward normal of their edge
+    (averaged at a corner)."""
+    picked: dict[int, np.ndarray] = {}
+    for k, (lo, hi) in cut.items():
+        vertical, normal = _EDGE_GEOMETRY[k]
         coord, other = (verts[:, 0], verts[:, 1]) if vertical else (verts[:, 1], verts[:, 0])
-        near = (np.abs(coord - at) <= cell) & (other >= span.min() - cell) & (other <= span.max() + cell)
-        if not near.any():
-            continue
-        names.append(name)
+        near = (np.abs(coord - shown[k]) <= cell) & (other >= lo - cell) & (other <= hi + cell)
         for v in np.nonzero(near)[0]:
             picked[int(v)] = picked.get(int(v), np.zeros(2)) + np.asarray(normal)
     if not picked:
-        return np.zeros(0, np.int64), np.zeros((0, 2)), []
+        return np.zeros(0, np.int64), np.zeros((0, 2))
     idx = np.array(sorted(picked), dtype=np.int64)
     normals = np.stack([picked[v] for v in idx])
-    normals /= np.linalg.norm(normals, axis=1, keepdims=True)
-    return idx, normals, names
+    return idx, normals / np.linalg.norm(normals, axis=1, keepdims=True)
 
 
 def _joint_name(j: int) -> str:

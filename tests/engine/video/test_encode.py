@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -175,7 +176,7 @@ for _ in range(5):
 print(enc.process.pid, flush=True)
 raise KeyboardInterrupt  # no close, no abort
 """
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    repo = str(Path(__file__).resolve().parents[3])
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": repo})  # fmt: skip
     assert done.returncode != 0 and "KeyboardInterrupt" in done.stderr, done.stderr
