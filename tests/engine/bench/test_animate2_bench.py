@@ -40,6 +40,9 @@ def test_clip_and_multistream_parts_write_the_headline_keys(tmp_path):
     assert r["animate2_clip_s"] > 0 and r["animate2_clip_s_stock"] > 0
     assert r["animate2_clip_speedup_vs_stock"] == pytest.approx(r["animate2_clip_s_stock"] / r["animate2_clip_s"], rel=1e-2)
     assert json.loads((tmp_path / "clip.json").read_text())["animate2_clip_s"] == r["animate2_clip_s"]
+    ours = r["clip"]["ours"]["ours"]  # timed on a K/V LRU hit, then again with the LRU emptied
+    assert {e["source"] for e in ours["last_render"]["kv"]} == {"lru-hit"}
+    assert ours["clip_cold_loop_s"] > 0 and {e["source"] for e in ours["clip_cold_loop_last_render"]["kv"]} == {"extract"}
     ms = bench_animate2("tiny", part="multistream", ms_forwards=1, json_path=tmp_path / "ms.json")["multistream"]
     assert ms["serial"]["wall_s"] > 0 and ms["two_streams"]["throughput_vs_serial"] > 0
     assert ms["two_processes"]["throughput_vs_serial"] > 0 and ms["best"] in ("two_streams", "two_processes")
@@ -59,15 +62,18 @@ def test_attention_part_compares_the_split_with_the_stock_mask(tmp_path):
 
 def test_clip_sides_from_two_calls_combine_and_mismatches_are_refused(tmp_path):
     ours = {"bench": "animate2", "weights": "random weights", "note": "n", "preset": "14b", "versions": {}, "device": "d",
-            "shape": {"width": 720, "height": 1280, "frames": 120}, "created_at": "t1", "ours": {"clip_s": 50.0},
+            "shape": {"width": 720, "height": 1280, "frames": 120}, "created_at": "t1",
+            "ours": {"clip_s": 50.0, "segment_frames": 61, "peak_gib": 26.0, "clip_cold_loop_s": 62.5},
             "animate2_clip_s": 50.0}  # fmt: skip
-    stock = {**ours, "created_at": "t2", "stock": {"clip_s": 125.0}, "animate2_clip_s_stock": 125.0}
+    stock = {**ours, "created_at": "t2", "stock": {"clip_s": 125.0, "peak_gib": 100.0}, "animate2_clip_s_stock": 125.0}
     del stock["animate2_clip_s"], stock["ours"]
     (tmp_path / "o.json").write_text(json.dumps(ours))
     (tmp_path / "s.json").write_text(json.dumps(stock))
     main(["--combine", str(tmp_path / "o.json"), str(tmp_path / "s.json"), "--json", str(tmp_path / "c.json")])
     c = json.loads((tmp_path / "c.json").read_text())
     assert c["animate2_clip_speedup_vs_stock"] == 2.5 and c["runs"] == {"ours": "t1", "stock": "t2"}
+    assert c["animate2_clip_speedup_vs_stock_cold_loop"] == 2.0 and c["animate2_clip_s_cold_loop"] == 62.5
+    assert (c["animate2_clip_peak_gib"], c["animate2_clip_peak_gib_stock"], c["animate2_clip_segment_frames"]) == (26.0, 100.0, 61)
     (tmp_path / "s.json").write_text(json.dumps({**stock, "shape": {"width": 480, "height": 832, "frames": 120}}))
     with pytest.raises(ValueError, match="different clips"):
         combine_clip_results(tmp_path / "o.json", tmp_path / "s.json")
