@@ -728,7 +728,7 @@ def _register_approximation_calibration(name: str, values_help: str, default: st
         persona: Annotated[str, typer.Option("--persona", help="Persona id.")],
         loop: Annotated[str, typer.Option("--loop", help="Loop id.")],
         values: str = typer.Option(default, "--values", help=values_help),  # closure values: no Annotated here
-        option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="wan-animate option KEY=VALUE (e.g. model_path=..., steps=4).")] = None,
+        option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="Backend option KEY=VALUE (wan-animate; wan-animate-2 for fit-segments), e.g. model_path=..., steps=4.")] = None,
         width: Annotated[int, typer.Option(help="Render width (even).")] = 720,
         height: Annotated[int, typer.Option(help="Render height (even).")] = 1280,
         json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the comparison here.")] = None,
@@ -754,12 +754,15 @@ def _register_approximation_calibration(name: str, values_help: str, default: st
             json_path.parent.mkdir(parents=True, exist_ok=True)
             json_path.write_text(json.dumps(result, indent=2) + "\n")
             console.print(f"wrote {json_path}")
-        table = Table("setting", "PSNR dB (min)", "SSIM (min)", "speed-up")
+        pck = lambda run: "-" if run["pose_pck_body"] is None else f"{run['pose_pck_body']:.3f}"  # noqa: E731
+        table = Table("setting", "PSNR dB (min)", "SSIM (min)", "pose pck", "speed-up")
+        table.add_row("exact (default)", "", "", pck(result["runs"]["exact"]), "1.00x")
         for label, run in result["runs"].items():
             if label != "exact":
                 table.add_row(label, f"{run['psnr_db']:.2f} ({run['psnr_db_min']:.2f})", f"{run['ssim']:.4f} ({run['ssim_min']:.4f})",
-                              f"{run['speedup_vs_exact']:.2f}x")  # fmt: skip
+                              pck(run), f"{run['speedup_vs_exact']:.2f}x")  # fmt: skip
         console.print(table)
+        console.print(f"judge by: {result['judge_by']}")
         console.print(f"weights: {result['weights']}")
 
     command.__doc__ = f"Render exactly and with {name} at each of --values; PSNR / SSIM of every frame vs the exact run."
@@ -769,6 +772,7 @@ def _register_approximation_calibration(name: str, values_help: str, default: st
 _register_approximation_calibration("pyramid", "pyramid_low_steps values to try, comma-separated.", "1,2")
 _register_approximation_calibration("sparse-attention", "Attention densities to try, comma-separated.", "0.5,0.3")
 _register_approximation_calibration("keyframes", "Keyframe ratios to try, comma-separated.", "2,3")
+_register_approximation_calibration("fit-segments", "fit_segments values to try (wan-animate-2).", "true")
 
 
 @app.command("backends")

@@ -501,20 +501,18 @@ def _part_clip_ours(preset: str, dev_name: str, width: int, height: int, frames:
                     accel: Mapping[str, Any], result: dict, write: Callable[[], None], log: Log, *,
                     fit_segments: bool = False, kv_offload: bool = False) -> None:  # fmt: skip
     from newsmotion_engine.render.base import RenderSpec
-    from newsmotion_engine.render.wan_animate.caches import fitted_segment_frames
     from newsmotion_engine.render.wan_animate_2.backend import WanAnimate2Backend
 
-    base = _options(preset, dev_name, {}, segment_frames=segment_frames).segment_length
-    if fit_segments:
-        segment_frames = fitted_segment_frames(frames, base, 1)
-    opts = _options(preset, dev_name, accel, segment_frames=segment_frames, reference_kv="gpu-lru", kv_fp8=True, kv_lru_gib=200.0,
-                    kv_offload=kv_offload)  # fmt: skip
-    side: dict[str, Any] = {"options": {k: str(v) for k, v in opts.as_mapping().items()},
-                            "segment_frames": opts.segment_length, "kv_offload": kv_offload,
-                            "fit_segments": f"{frames} frames in segments of {opts.segment_length} (the preset's {base} would render whole "
-                                            f"segments past the clip's end)" if fit_segments else None}  # fmt: skip
-    result["ours"] = side
+    opts = _options(preset, dev_name, accel, segment_frames=segment_frames, fit_segments=fit_segments, reference_kv="gpu-lru",
+                    kv_fp8=True, kv_lru_gib=200.0, kv_offload=kv_offload)  # fmt: skip
     backend = WanAnimate2Backend(opts)
+    length = backend.plan(frames).segment_frames
+    side: dict[str, Any] = {"options": {k: str(v) for k, v in opts.as_mapping().items()},
+                            "segment_frames": length, "kv_offload": kv_offload,
+                            "fit_segments": (f"{frames} frames in segments of {length}" + (
+                                f" (the preset's {opts.segment_length} would render whole segments past the clip's end)"
+                                if length < opts.segment_length else ", as the preset's")) if fit_segments else None}  # fmt: skip
+    result["ours"] = side
     spec = RenderSpec(width=width, height=height)
     with tempfile.TemporaryDirectory(prefix="newsmotion-clip-") as tmp:
         loop, persona = _clip_inputs(width, height, frames, Path(tmp))
@@ -543,7 +541,7 @@ def _part_clip_ours(preset: str, dev_name: str, width: int, height: int, frames:
         side["kv_bytes_per_segment"] = [e["bytes"] for e in backend._kv_log]
         log(f"  ours: K/V of {plan.segments} segments extracted into the LRU in {side['kv_extract_all_segments_s']} s (incl. compile)")
         if dev.type == "cuda":  # the cached graph (FP8 K/V) compiled before the timed clip
-            side["compile_warmup_s"] = _compile_warmup(backend.components, backend.geometry(spec), fp8_kv=True, kv=source(0)[0])
+            side["compile_warmup_s"] = _compile_warmup(backend.components, backend.geometry(spec, plan), fp8_kv=True, kv=source(0)[0])
         _peak_reset(dev)
         t0 = time.perf_counter()
         n = sum(1 for _ in backend.frames(loop, persona, loop.keypoints, spec))

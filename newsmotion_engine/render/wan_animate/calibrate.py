@@ -1,9 +1,10 @@
 """Calibration against real weights: TeaCache's rescale polynomial, and the quality of the
-approximations that ship off by default (pyramid cascade, block-sparse attention, sparse keyframes).
+approximations that ship off by default (pyramid cascade, block-sparse attention, sparse keyframes;
+wan-animate-2's fitted segments).
 
 :func:`calibrate_approximation` renders a user's persona x loop exactly and with each setting of
 one approximation and reports PSNR / SSIM per frame against the exact run (``newsmotion calibrate
-pyramid | sparse-attention | keyframes``): the number a user with real weights needs before
+pyramid | sparse-attention | keyframes | fit-segments``): the number a user with real weights needs before
 turning one on. :func:`calibrate_teacache` fits TeaCache's polynomial from a recorded full run:
 
 TeaCache decides to skip a transformer call from the relative change of the modulated timestep
@@ -95,12 +96,20 @@ def calibrate_teacache(
 
 
 # Approximations whose picture quality needs real weights to judge: each is rendered beside the
-# exact run and compared frame by frame. Flat option keys (CLI -o) per approximation.
-APPROXIMATIONS: dict[str, str] = {
-    "pyramid": "pyramid_low_steps",
-    "sparse-attention": "sparse_attention",
-    "keyframes": "keyframes",  # a render-level setting (RenderSpec.keyframes), not a backend option
+# exact run and compared frame by frame. Per approximation: the backend and its flat option key (CLI -o).
+APPROXIMATIONS: dict[str, tuple[str, str]] = {
+    "pyramid": ("wan-animate", "pyramid_low_steps"),
+    "sparse-attention": ("wan-animate", "sparse_attention"),
+    "keyframes": ("wan-animate", "keyframes"),  # a render-level setting (RenderSpec.keyframes), not a backend option
+    # Shorter segments are another generation (noise of another shape), not a reconstruction of
+    # the 81-frame one: PSNR against it says little; pose fidelity and a look at both clips do.
+    "fit-segments": ("wan-animate-2", "fit_segments"),
 }
+# Why PSNR / SSIM against the default run is not the judge, where it is not.
+_DIFFERENT_SAMPLE = {
+    "fit-segments": "each setting is a different sample (its noise has another shape): judge by pose fidelity and by eye, "
+                    "not by PSNR against the default run",
+}  # fmt: skip
 
 
 def calibrate_approximation(
@@ -120,18 +129,19 @@ def calibrate_approximation(
     and the wall-time speed-up, per value.
 
     ``approximation``: ``"pyramid"`` (values: ``pyramid_low_steps``), ``"sparse-attention"``
-    (values: densities) or ``"keyframes"`` (values: keyframe ratios). ``options`` is the flat
-    wan-animate mapping (CLI ``-o``: ``model_path=...``, ``steps``...); the approximation's own keys
-    must not be in it. With random weights the numbers measure numerical drift only: every result
-    carries the weights label.
+    (values: densities), ``"keyframes"`` (values: keyframe ratios) — wan-animate — or
+    ``"fit-segments"`` (values: ``[True]``; wan-animate-2). ``options`` is the flat mapping of that
+    backend (CLI ``-o``: ``model_path=...``, ``steps``...); the approximation's own keys must not be
+    in it. Every run also reports its pose fidelity (re-extracted from the clip; ``None`` with the
+    reason where mediapipe is missing). With random weights the numbers measure numerical drift
+    only: every result carries the weights label.
     """
-    from newsmotion_engine.render import wan_animate
+    from newsmotion_engine.render import get_backend
     from newsmotion_engine.render.job import ensure_render_inputs, render_persona_loop
-    from newsmotion_engine.render.wan_animate.config import WanAnimateOptions
 
     if approximation not in APPROXIMATIONS:
         raise NewsmotionError(f"unknown approximation {approximation!r}: use one of {', '.join(APPROXIMATIONS)}")
-    key = APPROXIMATIONS[approximation]
+    backend_name, key = APPROXIMATIONS[approximation]
     if key in options:
         raise NewsmotionError(f"calibration compares against the exact run: leave {key} out of the options")
     if not values:
@@ -147,7 +157,7 @@ def calibrate_approximation(
     with tempfile.TemporaryDirectory(prefix="newsmotion-calibrate-") as tmp:
         paths = {}
         for name, opts, run_spec in runs:
-            backend = wan_animate.create(WanAnimateOptions.from_mapping(opts))
+            backend = get_backend(backend_name, **opts)
             backend.load()
             try:
                 inputs = ensure_render_inputs(storage, persona_id, loop_id, backend, run_spec, on_step=on_step)
@@ -158,14 +168,19 @@ def calibrate_approximation(
             finally:
                 backend.close()
             paths[name] = out
-            results[name] = {"wall_s": tele.wall_s}
+            fid = tele.pose_fidelity
+            results[name] = {"wall_s": tele.wall_s, "pose_pck_body": fid.pck_body if fid else None,
+                             "motion_energy_ratio": fid.motion_energy_ratio if fid else None,
+                             "pose_fidelity_reason": None if fid else tele.pose_fidelity_reason}  # fmt: skip
         exact_s = results["exact"]["wall_s"]
         for name, _, _ in runs[1:]:
             results[name].update(_compare_clips(paths["exact"], paths[name]))
             results[name]["speedup_vs_exact"] = round(exact_s / results[name]["wall_s"], 3) if results[name]["wall_s"] else None
     return {
         "calibration": approximation,
+        "backend": backend_name,
         "option": key,
+        "judge_by": _DIFFERENT_SAMPLE.get(approximation, "PSNR / SSIM of every frame against the exact run"),
         "values": values,
         "runs": results,
         "weights": weights,

@@ -93,6 +93,7 @@ class WanAnimate2Backend(DiffusersBackend):
             "steps": o.num_steps,
             "guidance_scale": o.cfg_scale,
             "segment_frames": o.segment_length,
+            "fit_segments": o.fit_segments,
             "prev_frames": o.prev_frames,
             "continuation": o.continuation,
             "prompt": o.prompt,
@@ -107,12 +108,14 @@ class WanAnimate2Backend(DiffusersBackend):
 
     # ------------------------------------------------------------------ caches
     def plan(self, frames: int) -> C.SegmentPlan:
-        return C.plan_segments(frames, self.options.segment_length, self.options.prev_frames)
+        o = self.options
+        length = C.fitted_segment_frames(frames, o.segment_length, o.prev_frames) if o.fit_segments else o.segment_length
+        return C.plan_segments(frames, length, o.prev_frames)
 
-    def geometry(self, spec: RenderSpec):
+    def geometry(self, spec: RenderSpec, plan: C.SegmentPlan):
         from newsmotion_engine.render.wan_animate_2.denoise import geometry
 
-        return geometry(self.options.segment_length, spec.width, spec.height)
+        return geometry(plan.segment_frames, spec.width, spec.height)
 
     def _guidance_params_extra(self, spec: RenderSpec) -> dict[str, Any]:
         return {"prompt_ref": self.options.prompt_ref, "driving": "dwpose"}
@@ -149,7 +152,7 @@ class WanAnimate2Backend(DiffusersBackend):
         from newsmotion_engine.render.wan_animate_2.components import load_image_encoder, load_text_encoder
 
         comps, dev = self.components, self.components.device
-        geom = self.geometry(spec)
+        geom = self.geometry(spec, plan)
         conds, first = [], None
         with torch.no_grad():
             for k in range(plan.segments):
@@ -208,7 +211,7 @@ class WanAnimate2Backend(DiffusersBackend):
 
         def build() -> None:
             g = C.read_guidance_artifacts(tier1, *self.guidance_params_from_meta(tier1), plan, spec.width, spec.height)
-            packed = [K.kv_to_file(self._extract(g, k, spec)) for k in range(plan.segments)]
+            packed = [K.kv_to_file(self._extract(g, k, spec, plan)) for k in range(plan.segments)]
             C.write_kv_cache(path, packed, source=source, params=params, extra=self._cache_extra())
 
         _, built = cachedir.ensure(path, read, build)
@@ -219,7 +222,7 @@ class WanAnimate2Backend(DiffusersBackend):
         return meta["source"], meta["params"]
 
     # ------------------------------------------------------------------ reference K/V
-    def _extract(self, g: C.GuidanceArtifacts, segment: int, spec: RenderSpec):
+    def _extract(self, g: C.GuidanceArtifacts, segment: int, spec: RenderSpec, plan: C.SegmentPlan):
         import torch
 
         from newsmotion_engine.render.wan_animate_2 import denoise as D
@@ -232,7 +235,7 @@ class WanAnimate2Backend(DiffusersBackend):
         target = fp8_cache(comps.transformer.config.num_layers, offload=o.kv_offload) if (o.kv_fp8 or o.kv_offload) else None
         with torch.no_grad():
             return D.extract_reference_kv(comps.transformer, t(g.driving_condition[segment]), t(g.prompt_ref_embeds),
-                                          t(g.clip_context), self.geometry(spec), cache=target)  # fmt: skip
+                                          t(g.clip_context), self.geometry(spec, plan), cache=target)  # fmt: skip
 
     def reference_kv_source(self, guidance: Any, g: C.GuidanceArtifacts, spec: RenderSpec, plan: C.SegmentPlan):
         """``segment -> (filled K/V cache, how)`` for the configured ``reference_kv``; records each
@@ -261,11 +264,11 @@ class WanAnimate2Backend(DiffusersBackend):
                 cache = self.kv_lru.get(key)
                 how = "lru-hit"
                 if cache is None:
-                    cache, how = self._extract(g, segment, spec), "extract"
+                    cache, how = self._extract(g, segment, spec, plan), "extract"
                     if not self.kv_lru.put(key, cache):
                         how = "extract (larger than kv_lru_gib; not kept)"
             else:
-                cache, how = self._extract(g, segment, spec), "extract"
+                cache, how = self._extract(g, segment, spec, plan), "extract"
             self._kv_log.append({"segment": segment, "source": how, "bytes": K.kv_bytes(cache), "device_bytes": K.device_bytes(cache)})
             return cache, how
 
@@ -291,7 +294,7 @@ class WanAnimate2Backend(DiffusersBackend):
         o, comps = self.options, self.components
         T = int(np.asarray(keypoints).shape[0])
         plan = self.plan(T)
-        geom = self.geometry(spec)
+        geom = self.geometry(spec, plan)
         t0 = time.perf_counter()
         g = self.load_guidance(guidance, spec, T)
         p = self.load_persona(persona, spec)

@@ -41,7 +41,7 @@ import numpy as np
 from newsmotion_engine import cachedir
 from newsmotion_engine.cachedir import ArraySpec
 from newsmotion_engine.errors import CacheCorruptError
-from newsmotion_engine.render.wan_animate.caches import SegmentPlan, plan_segments, reference_frame, source_digest
+from newsmotion_engine.render.wan_animate.caches import SegmentPlan, fitted_segment_frames, plan_segments, reference_frame, source_digest
 
 __all__ = [
     "GUIDANCE_SCHEMA",
@@ -50,6 +50,7 @@ __all__ = [
     "as_tensor",
     "PersonaArtifacts",
     "SegmentPlan",
+    "fitted_segment_frames",
     "guidance_artifacts_dir",
     "kv_cache_dir",
     "kv_schema",

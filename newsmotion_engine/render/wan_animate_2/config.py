@@ -159,6 +159,11 @@ class WanAnimate2Options(DiffusersOptions):
         schedule: ``"distilled"`` (10 steps, no CFG) or ``"base"`` (40 steps, CFG 3.0).
         steps / guidance_scale: override the schedule's (guidance > 1 only on ``base``).
         segment_frames: frames per segment (4k+1; default the preset's, 81 for the real sizes);
+        fit_segments: OFF by default (a shorter generation length whose picture quality needs real
+            weights to judge; ``newsmotion calibrate fit-segments``): each clip's segments shortened
+            to the least ``4k+1`` that covers it in as many segments as ``segment_frames`` would
+            (120 frames: 2 x 61 instead of 2 x 81, 41 frames that the stock pipeline denoises and
+            throws away are never rendered).
         prev_frames: frames carried into the next segment (the stock default 1).
         continuation: ``"latent"`` (default: the next segment's conditioning is built from the
             previous segment's last latent frame, no VAE encoder at render time) or ``"pixel"``
@@ -186,6 +191,7 @@ class WanAnimate2Options(DiffusersOptions):
     steps: int | None = None
     guidance_scale: float | None = None
     segment_frames: int | None = None
+    fit_segments: bool = False
     prev_frames: int = 1
     continuation: str = "latent"
     prompt: str | None = None
@@ -214,7 +220,7 @@ class WanAnimate2Options(DiffusersOptions):
             raise self._bad("prev_frames", "use 1 (the stock pipeline's prev_segment_conditioning_frames)")
         self._check_choice("continuation", _CONTINUATION)
         self._check_choice("reference_kv", REFERENCE_KV)
-        for name in ("kv_fp8", "kv_offload"):
+        for name in ("kv_fp8", "kv_offload", "fit_segments"):
             if not isinstance(getattr(self, name), bool):
                 raise self._bad(name, "use true or false")
         if not isinstance(self.kv_lru_gib, (int, float)) or isinstance(self.kv_lru_gib, bool) or self.kv_lru_gib <= 0:

@@ -49,7 +49,7 @@ def _stock_frames(backend, loop, persona, spec, *, schedule, steps, seed):
     prompt = backend.guidance_params(loop, spec, plan)[1]["prompt"]
     out = pipe(prompt=prompt, negative_prompt=o.negative_prompt, image=PIL.Image.fromarray(ref),
                driving_video=[PIL.Image.fromarray(f) for f in driving], height=spec.height, width=spec.width,
-               segment_frame_length=o.segment_length, num_inference_steps=steps,
+               segment_frame_length=plan.segment_frames, num_inference_steps=steps,
                generator=torch.Generator().manual_seed(seed), output_type="np")  # fmt: skip
     return np.asarray(out.get("videos")[0])[: loop.frames]
 
@@ -69,6 +69,27 @@ def test_parity_with_the_stock_modular_pipeline(pair, schedule):
     assert ours.shape == stock.shape == (loop.frames, SPEC.height, SPEC.width, 3)
     assert float(np.abs(ours - stock).max()) <= 0.6 / 255
     assert backend.last_render["uncond_passes"] == (4 if schedule == "base" else 0)  # 2 segments x 2 steps
+
+
+def test_fit_segments_render_the_stock_pipeline_at_the_fitted_length(pair):
+    """fit_segments (off by default) shortens each segment to the least 4k+1 covering the clip in
+    as many segments: the 13-frame loop at segment_frames=17 denoises one 13-frame segment, not
+    17 frames with 4 thrown away. The result is the stock pipeline at segment_frame_length=13 (the
+    same tolerance as the parity test): a setting the stock pipeline has, not a new approximation."""
+    loop, persona = pair
+    assert _backend(segment_frames=17).plan(loop.frames).as_dict() == {"frames": 13, "segment_frames": 17, "prev_frames": 1, "segments": 1}
+    backend = _backend(segment_frames=17, fit_segments=True, continuation="pixel")
+    assert backend.plan(loop.frames).as_dict() == {"frames": 13, "segment_frames": 13, "prev_frames": 1, "segments": 1}
+    assert _backend(segment_frames=81, fit_segments=True).plan(120).as_dict() == {"frames": 120, "segment_frames": 61, "prev_frames": 1, "segments": 2}
+    backend.prepare_guidance(loop, SPEC)
+    backend.prepare_persona(persona, SPEC)
+    ours = _render(backend, loop, persona).astype(np.float32) / 255.0
+    stock = _stock_frames(backend, loop, persona, SPEC, schedule="distilled", steps=2, seed=SPEC.seed)
+    assert ours.shape == stock.shape == (loop.frames, SPEC.height, SPEC.width, 3)
+    assert float(np.abs(ours - stock).max()) <= 0.6 / 255
+    assert backend.describe()["fit_segments"] is True
+    with pytest.raises(WanAnimate2ConfigError, match="fit_segments"):
+        _backend(fit_segments="yes")
 
 
 def test_renders_only_load_the_tiers_no_encoder_runs(pair, encoder_calls):
