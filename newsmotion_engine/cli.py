@@ -692,13 +692,14 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
 def calibrate_teacache_cmd(
     persona: Annotated[str, typer.Option("--persona", help="Persona id.")],
     loop: Annotated[str, typer.Option("--loop", help="Loop id.")],
-    option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="wan-animate option KEY=VALUE (e.g. model_path=..., steps=20).")] = None,
+    option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="Backend option KEY=VALUE (e.g. model_path=..., steps=20).")] = None,
     width: Annotated[int, typer.Option(help="Render width (even).")] = 720,
     height: Annotated[int, typer.Option(help="Render height (even).")] = 1280,
     degree: Annotated[int, typer.Option(help="Polynomial degree.")] = 4,
+    backend: Annotated[str, typer.Option("--backend", help="wan-animate, or wan-animate-2 (with -o schedule=base).")] = "wan-animate",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the fit here.")] = None,
 ) -> None:
-    """Record a full wan-animate render (no skipping) and fit TeaCache's rescale polynomial."""
+    """Record a full wan-animate (or wan-animate-2 base-schedule) render, no skipping, and fit TeaCache's rescale polynomial."""
     from newsmotion_engine.render import RenderSpec
     from newsmotion_engine.render.job import check_render_request
     from newsmotion_engine.render.wan_animate.calibrate import calibrate_teacache
@@ -710,7 +711,7 @@ def calibrate_teacache_cmd(
     with progress_bar() as bar:
         task = bar.add_task(f"recording {persona} x {loop}", total=None)
         result = calibrate_teacache(
-            store, persona, loop, options, spec, degree=degree, on_step=step_tasks(bar),
+            store, persona, loop, options, spec, degree=degree, backend_name=backend, on_step=step_tasks(bar),
             progress=lambda d, t: bar.update(task, completed=d, total=t),
         )
     if json_path is not None:

@@ -1,4 +1,4 @@
-"""TeaCache for the Wan-Animate transformer, as a removable diffusers ``ModelHook``.
+"""TeaCache for the Wan-Animate and Wan-Animate-2 transformers, as a removable diffusers ``ModelHook``.
 
 TeaCache (Liu et al., "Timestep Embedding Tells: It's Time to Cache for Video Diffusion Model",
 https://arxiv.org/abs/2411.19108) skips a denoiser call when the model input has barely changed,
@@ -9,12 +9,16 @@ skipped and the previous output is reused; once it reaches the threshold the mod
 accumulator resets. The first ``warmup_steps`` calls always run.
 
 Here the embedding is the Animate transformer's ``timestep_proj`` (time embedder -> SiLU ->
-``time_proj``, the 6-way modulation of every block), a few small matmuls. A skipped call reuses
+``time_proj``, the 6-way modulation of every block), a few small matmuls; Wan-Animate-2's is the
+same product of its ``time_embedding`` / ``time_projection``. Wan-Animate-2's reference pass
+(``kv_cache_mode="extract"``) always runs and touches no state: it fills the K/V cache the
+denoising calls read, and is not a denoising call. A skipped call reuses
 the previous *output* (the flow velocity) of the same context; diffusers has no TeaCache and its
 FirstBlock/Mag caches reject this transformer (its face adapter runs between blocks).
 
-State is per cache context (``transformer.cache_context("cond")`` / ``"uncond"``), so CFG's two
-passes never share an accumulator, and :func:`reset_teacache` (or the registry's
+State is per cache context (``transformer.cache_context("cond")`` / ``"uncond"``; Wan-Animate-2's
+transformer has no ``cache_context``: :func:`teacache_context` does the same for this hook), so
+CFG's two passes never share an accumulator, and :func:`reset_teacache` (or the registry's
 ``reset_stateful_hooks``) clears it between renders. Calibration: run with ``record=True`` and a
 threshold of 0 (every call computed), then :func:`fit_rescale` fits the polynomial from the
 recorded (embedding change, output change) pairs.
@@ -30,14 +34,15 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from diffusers.hooks import HookRegistry
-from diffusers.hooks.hooks import BaseState, ModelHook, StateManager
+from diffusers.hooks.hooks import BaseState, CacheContext, ModelHook, StateManager
 
 from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, AccelHandle, register_acceleration
 
@@ -50,6 +55,7 @@ __all__ = [
     "recorded_pairs",
     "remove_teacache",
     "reset_teacache",
+    "teacache_context",
     "teacache_stats",
 ]
 
@@ -157,6 +163,8 @@ class TeaCacheHook(ModelHook):
         return True
 
     def new_forward(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("kv_cache_mode") == "extract":  # Wan-Animate-2's reference pass (module docstring)
+            return self.fn_ref.original_forward(*args, **kwargs)
         state = self.state_manager.get_state()
         embedding = _modulated_timestep_embedding(module, args, kwargs)
         compute = self._decide(state, embedding)
@@ -166,6 +174,8 @@ class TeaCacheHook(ModelHook):
             return state.prev_output
         output = self.fn_ref.original_forward(*args, **kwargs)
         sample = output[0] if isinstance(output, tuple) else output.sample
+        if isinstance(sample, list):  # Wan-Animate-2 returns one tensor per batch entry
+            sample = torch.stack(sample)
         if self.config.record:
             if state.pending_change is not None and state.prev_computed_output is not None:
                 prev = state.prev_computed_output
@@ -178,10 +188,14 @@ class TeaCacheHook(ModelHook):
 
 
 def _modulated_timestep_embedding(module: Any, args: tuple, kwargs: dict):
-    """``timestep_proj`` of the Animate transformer for this call's timestep (float32)."""
+    """``timestep_proj`` of the Animate (or Animate-2) transformer for this call's timestep (float32)."""
     timestep = kwargs.get("timestep", args[1] if len(args) > 1 else None)
     if timestep is None:
         raise TypeError("TeaCache: the transformer was called without a timestep")
+    if not hasattr(module, "condition_embedder"):  # Wan-Animate-2: as its forward computes it
+        with torch.no_grad():
+            t = module.timesteps_proj(timestep).to(next(module.time_embedding.parameters()).dtype)
+            return module.time_projection(module.time_embedding(t)).float()
     emb = module.condition_embedder
     with torch.no_grad():
         t = emb.timesteps_proj(timestep)
@@ -191,10 +205,18 @@ def _modulated_timestep_embedding(module: Any, args: tuple, kwargs: dict):
     return proj.float()
 
 
+def _has_timestep_embedding(transformer: Any) -> bool:
+    if hasattr(transformer, "condition_embedder"):
+        return hasattr(transformer.condition_embedder, "time_proj")
+    return all(hasattr(transformer, name) for name in ("timesteps_proj", "time_embedding", "time_projection"))
+
+
 def apply_teacache(transformer: Any, config: TeaCache) -> Any:
-    """Register the TeaCache hook on ``transformer`` (a ``WanAnimateTransformer3DModel``)."""
-    if not hasattr(transformer, "condition_embedder") or not hasattr(transformer.condition_embedder, "time_proj"):
-        raise TypeError(f"TeaCache needs a Wan(-Animate) transformer with a condition_embedder, got {type(transformer).__name__}")
+    """Register the TeaCache hook on ``transformer`` (a ``WanAnimateTransformer3DModel`` or a
+    ``WanAnimate2Transformer3DModel``)."""
+    if not _has_timestep_embedding(transformer):
+        raise TypeError("TeaCache needs a Wan-Animate transformer (condition_embedder) or a Wan-Animate-2 one "
+                        f"(time_embedding / time_projection), got {type(transformer).__name__}")  # fmt: skip
     hook = TeaCacheHook(config)
     HookRegistry.check_if_exists_or_initialize(transformer).register_hook(hook, HOOK_NAME)
     return hook
@@ -210,6 +232,21 @@ def remove_teacache(transformer: Any) -> None:
     registry = getattr(transformer, "_diffusers_hook", None)
     if registry is not None and registry.get_hook(HOOK_NAME) is not None:
         registry.remove_hook(HOOK_NAME, recurse=False)
+
+
+@contextmanager
+def teacache_context(transformer: Any, name: str) -> Iterator[None]:
+    """``transformer.cache_context(name)`` for the TeaCache hook alone, for a transformer without
+    diffusers' ``CacheMixin`` (Wan-Animate-2); a no-op when the hook is not applied."""
+    hook = _get_hook(transformer)
+    if hook is None:
+        yield
+        return
+    hook.state_manager.set_context(CacheContext(name))
+    try:
+        yield
+    finally:
+        hook.state_manager.set_context(None)
 
 
 def reset_teacache(transformer: Any) -> None:

@@ -29,6 +29,9 @@ from newsmotion_engine.render.base import RenderSpec
 from newsmotion_engine.storage import Storage
 
 
+TEACACHE_BACKENDS = ("wan-animate", "wan-animate-2")
+
+
 def calibrate_teacache(
     storage: Storage,
     persona_id: str,
@@ -37,30 +40,35 @@ def calibrate_teacache(
     spec: RenderSpec,
     *,
     degree: int = 4,
+    backend_name: str = "wan-animate",
     on_step: Callable[[str], Callable[[int, int], None]] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Render ``loop_id`` on ``persona_id`` with every step computed while recording, then fit.
+    ``backend_name``: ``"wan-animate"`` or ``"wan-animate-2"`` (its base schedule: TeaCache
+    applies there only).
 
     Like ``newsmotion render``, caches that are missing or stale are built first (as visible steps
     through ``on_step``, see :func:`~newsmotion_engine.render.job.ensure_render_inputs`), the
     backend's sub-caches included.
 
-    ``options`` is the flat wan-animate options mapping (CLI ``-o``); the run uses them with
+    ``options`` is the backend's flat options mapping (CLI ``-o``); the run uses them with
     ``TeaCache(threshold=0, record=True)`` in place of any TeaCache setting. Returns
     ``{"coefficients", "degree", "pairs", "fit_rel_rmse", "weights", "options", ...}``; use the
     coefficients as the backend option ``teacache_coefficients`` with ``teacache > 0``.
     """
     from newsmotion_engine.accel.teacache import TeaCache, fit_rescale, recorded_pairs
-    from newsmotion_engine.render import wan_animate
+    from newsmotion_engine.render import get_backend
+    from newsmotion_engine.render.base import validate_options
     from newsmotion_engine.render.job import ensure_render_inputs, render_persona_loop
-    from newsmotion_engine.render.wan_animate.config import WanAnimateOptions
 
-    opts = WanAnimateOptions.from_mapping(options)
+    if backend_name not in TEACACHE_BACKENDS:
+        raise NewsmotionError(f"TeaCache calibration: backend {backend_name!r} has no TeaCache; use one of {', '.join(TEACACHE_BACKENDS)}")
+    opts = validate_options(backend_name, options)
     given = opts.accel(TeaCache)
     if given is not None and given.threshold > 0:
         raise NewsmotionError("calibration records a full run: leave the teacache option out (or 0)")
-    backend = wan_animate.create(opts.with_accelerations(TeaCache(threshold=0.0, record=True)))
+    backend = get_backend(backend_name, **{**options, "teacache": 0.0, "teacache_record": True})
     backend.load()
     try:
         inputs = ensure_render_inputs(storage, persona_id, loop_id, backend, spec, on_step=on_step)
@@ -81,6 +89,7 @@ def calibrate_teacache(
     residual = np.polyval(coefficients, x) - y
     return {
         "calibration": "teacache",
+        "backend": backend_name,
         "coefficients": list(coefficients),
         "degree": degree,
         "pairs": len(pairs),

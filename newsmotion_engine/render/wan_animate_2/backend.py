@@ -302,14 +302,14 @@ class WanAnimate2Backend(DiffusersBackend):
         prep_s = time.perf_counter() - t0
         gen = torch.Generator("cpu").manual_seed(spec.seed)
         stats: dict[str, Any] = {"segments": plan.segments, "kv_s": 0.0, "denoise_s": 0.0, "decode_s": 0.0,
-                                 "cond_passes": 0, "uncond_passes": 0}  # fmt: skip
+                                 "cond_passes": 0, "uncond_passes": 0, "teacache_computed": 0, "teacache_skipped": 0}  # fmt: skip
         emitted, previous = 0, None
         for k in range(plan.segments):
             noise = torch.randn(geom.noise_shape, generator=gen, dtype=torch.float32)
             result = render_segment(comps, g, p, geom=geom, segment=k, noise=noise, steps=o.num_steps,
                                     guidance_scale=o.cfg_scale, kv_source=kv_source, previous=previous,
                                     continuation=o.continuation, prev_frames=o.prev_frames, generator=gen)  # fmt: skip
-            for key in ("kv_s", "denoise_s", "decode_s", "cond_passes", "uncond_passes"):
+            for key in ("kv_s", "denoise_s", "decode_s", "cond_passes", "uncond_passes", "teacache_computed", "teacache_skipped"):
                 stats[key] += result.stats[key]
             previous = result
             for frame in result.frames[0 if k == 0 else o.prev_frames :]:

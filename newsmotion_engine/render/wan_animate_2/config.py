@@ -141,10 +141,12 @@ _CONTINUATION = ("latent", "pixel")
 # Technique name -> why it does not apply to this model (checked without importing torch).
 _REFUSED = {
     "sparse_attention": "the block-sparse layout is written for Wan-Animate's dense self-attention, not the flex block mask",
-    "teacache": "the TeaCache hook reads the Wan-Animate transformer's condition_embedder, which wan-animate-2 does not have",
     "context_parallel": "there is no context-parallel plan for WanAnimate2Transformer3DModel",
 }
-_BASE_ONLY = {"cfg": "there is no unconditional pass on the distilled schedule (no CFG); use schedule='base'"}
+_BASE_ONLY = {
+    "cfg": "there is no unconditional pass on the distilled schedule (no CFG); use schedule='base'",
+    "teacache": "it skips calls of the base schedule's 40 steps; the distilled schedule is already 10; use schedule='base'",
+}
 
 
 @dataclass(frozen=True)

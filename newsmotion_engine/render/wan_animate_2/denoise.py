@@ -105,14 +105,18 @@ def denoise_segment(transformer: Any, scheduler: Any, latents: torch.Tensor, ref
     """``steps`` denoising steps of float32 ``latents`` ``[16, 1 + T_lat, h, w]`` against the
     filled ``kv_cache``; ``reference_latents`` ``[20, 1 + T_lat, h, w]`` (reference image slot +
     segment conditioning) in ``dtype``."""
+    from newsmotion_engine.accel.teacache import teacache_context  # no-op contexts without TeaCache
+
     scheduler.set_timesteps(steps, device=latents.device)
     for i, t in enumerate(scheduler.timesteps):
-        cond = _forward(transformer, latents, t, prompt, reference_latents, kv_cache, image_tokens, geom, False, dtype)
+        with teacache_context(transformer, "cond"):
+            cond = _forward(transformer, latents, t, prompt, reference_latents, kv_cache, image_tokens, geom, False, dtype)
         uncond = None
         if cfg.needs_uncond(i):
             if negative is None:
                 raise ValueError("CFG needs the negative prompt embeddings of the guidance cache")
-            uncond = _forward(transformer, latents, t, negative, reference_latents, kv_cache, image_tokens, geom, True, dtype)
+            with teacache_context(transformer, "uncond"):
+                uncond = _forward(transformer, latents, t, negative, reference_latents, kv_cache, image_tokens, geom, True, dtype)
         pred = cfg.combine(i, cond, uncond)
         latents = scheduler.step(pred.unsqueeze(0), t, latents.unsqueeze(0), return_dict=False, generator=generator)[0].squeeze(0)
     return latents

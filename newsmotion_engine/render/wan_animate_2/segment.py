@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from newsmotion_engine.accel.cfg import CFGStrategy
+from newsmotion_engine.accel.teacache import reset_teacache, teacache_stats
 from newsmotion_engine.render.wan_animate_2 import denoise as D
 from newsmotion_engine.render.wan_animate_2.caches import GuidanceArtifacts, PersonaArtifacts, as_tensor
 
@@ -74,6 +75,7 @@ def render_segment(
     reference = torch.cat([as_tensor(persona.ref_latents).to(dev), gen.to(dev, torch.float32)], dim=1).to(dtype)
     use_cfg = guidance_scale > 1.0
     strategy = CFGStrategy(guidance_scale, steps, getattr(components, "cfg_schedule", None))
+    reset_teacache(components.transformer)  # a new trajectory: nothing carries over (no-op without TeaCache)
     with torch.no_grad():
         latents = D.denoise_segment(
             components.transformer, components.new_scheduler(), noise.to(dev), reference, kv,
@@ -87,5 +89,7 @@ def render_segment(
         video = D.decode_segment(components.vae, latents)
         frames = D.to_uint8_frames(video)
     t3 = time.perf_counter()
-    stats = {"kv_s": t1 - t0, "kv_source": how, "denoise_s": t2 - t1, "decode_s": t3 - t2, **strategy.stats()}
+    tc = teacache_stats(components.transformer)
+    stats = {"kv_s": t1 - t0, "kv_source": how, "denoise_s": t2 - t1, "decode_s": t3 - t2, **strategy.stats(),
+             "teacache_computed": tc["computed"], "teacache_skipped": tc["skipped"]}  # fmt: skip
     return SegmentResult(latents=latents, video=video, frames=frames, stats=stats)

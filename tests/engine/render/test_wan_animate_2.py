@@ -179,6 +179,25 @@ def test_render_clip_end_to_end_and_describe_says_random_weights(pair, tmp_path)
     assert backend.describe()["weights"] == "random weights" and "random weights" in backend.describe()["note"]
 
 
+def test_teacache_on_the_base_schedule_skips_denoising_calls_never_the_reference_pass(pair):
+    """threshold 0 (a recording run) computes every call (frames equal to no TeaCache, bit for bit); a threshold past
+    every change skips every call after the warm-up, per context (cond and uncond apart) and per
+    segment (state reset), while each segment's extract pass still runs and fills the K/V."""
+    loop, persona = pair
+    runs = {}
+    for name, extra in (("off", {}), ("zero", {"teacache_record": True}), ("all", {"teacache": 10.0, "teacache_warmup": 1})):
+        backend = _backend(schedule="base", steps=4, **extra)
+        backend.prepare_guidance(loop, SPEC)
+        backend.prepare_persona(persona, SPEC)
+        runs[name] = (_render(backend, loop, persona), backend.last_render)
+    (off, _), (zero, zero_stats), (skip, skip_stats) = runs["off"], runs["zero"], runs["all"]
+    assert np.array_equal(off, zero) and (zero_stats["teacache_computed"], zero_stats["teacache_skipped"]) == (16, 0)
+    # 2 segments x 2 contexts: the first call of each computes, the other 3 steps are skipped.
+    assert (skip_stats["teacache_computed"], skip_stats["teacache_skipped"]) == (4, 12)
+    assert [e["source"] for e in skip_stats["kv"]] == ["extract", "extract"] and skip.shape == off.shape
+    assert not np.array_equal(skip, off)
+
+
 def test_options_refuse_what_does_not_apply():
     from newsmotion_engine.accel.teacache import TeaCache
 
@@ -187,8 +206,9 @@ def test_options_refuse_what_does_not_apply():
     with pytest.raises(WanAnimate2ConfigError, match="needs the base schedule"):
         _backend(cfg_every=2)
     _backend(schedule="base", cfg_every=2)  # applies on the base schedule
-    with pytest.raises(WanAnimate2ConfigError, match="condition_embedder"):
+    with pytest.raises(WanAnimate2ConfigError, match="TeaCache needs the base schedule"):
         _backend(accelerations=(TeaCache(threshold=0.1),))
+    _backend(schedule="base", teacache=0.1)  # applies on the base schedule
     with pytest.raises(WanAnimate2ConfigError, match="flex attention"):
         _backend(attention="cudnn")
     with pytest.raises(WanAnimate2ConfigError, match="reference_kv"):

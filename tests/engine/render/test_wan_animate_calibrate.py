@@ -80,3 +80,20 @@ def test_fit_segments_calibration_renders_both_lengths_and_says_how_to_judge(ast
     assert fitted["frames"] == 120 and 0 < fitted["ssim"] <= 1 and fitted["speedup_vs_exact"] > 0
     assert all({"pose_pck_body", "motion_energy_ratio", "pose_fidelity_reason"} <= run.keys() for run in (exact, fitted))
     assert "not by PSNR" in result["judge_by"] and "judge by" in capsys.readouterr().out
+
+
+def test_teacache_calibration_of_wan_animate_2_records_its_base_schedule(astronaut_png, tmp_path, storage):
+    """The same recording and fit on wan-animate-2's base schedule (CFG: cond and uncond pairs
+    recorded apart); its distilled schedule is refused with the reason."""
+    pytest.importorskip("diffusers")
+    install_source(storage, astronaut_png, "anchor")
+    opts = {"preset": "tiny", "steps": 4, "device": "cpu", "dtype": "float32", "schedule": "base", "segment_frames": 81}
+    result = calibrate_teacache(storage, "anchor", "nod", opts, RenderSpec(width=64, height=128), degree=2, backend_name="wan-animate-2")
+    # 2 segments x 2 contexts x 3 steps after each context's first call.
+    assert result["backend"] == "wan-animate-2" and result["pairs"] == 12 and len(result["coefficients"]) == 3
+    assert all(np.isfinite(result["coefficients"])) and "random weights" in result["weights"]
+    with pytest.raises(NewsmotionError, match="needs the base schedule"):
+        calibrate_teacache(storage, "anchor", "nod", {**opts, "schedule": "distilled"}, RenderSpec(width=64, height=128),
+                           backend_name="wan-animate-2")  # fmt: skip
+    with pytest.raises(NewsmotionError, match="has no TeaCache"):
+        calibrate_teacache(storage, "anchor", "nod", {}, RenderSpec(width=64, height=128), backend_name="warp")
