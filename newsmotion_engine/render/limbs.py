@@ -105,6 +105,10 @@ class ArmLayer:
     edge_normals: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
     edge_tolerance: float = 0.0
     distal: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # the arm's keypoints past the shoulder
+    # Vertices that move (partly) with the body, not the arm: the upper arm's cut near the shoulder
+    # (toward the neck and the chest), and how much (0..1). See :func:`_body_attachment`.
+    attached: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    attachment: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def orientation(self) -> float:
@@ -379,6 +383,11 @@ def cut_arms(
         # what makes "arm over body" equal the portrait: 1 - (1 - alpha) / (1 - alpha * u).
         rim = 1.0 - (1.0 - alpha) / np.maximum(1.0 - alpha * union, 1e-6)
         body_alpha = np.where(opaque, torso_f * (alpha >= 0.98), np.clip(rim, 0.0, 1.0)).astype(np.float32)
+        # Where the layer's cut moves with the body (``_body_attachment``), a sub-pixel shift of
+        # its edge would show a hairline of fill: a thin band inside that cut keeps the portrait.
+        keep = _attached_rim(cuts, mid_x, (H, W))
+        body_rgb[keep] = portrait[keep]
+        body_alpha[keep] = alpha[keep] >= 0.98  # the soft outline stays the rim's (arm over body = portrait)
     bg = np.asarray(background, np.float32)
     body = np.clip(body_rgb * body_alpha[..., None] + bg * (1.0 - body_alpha[..., None]) + 0.5, 0, 255).astype(np.uint8)
 
@@ -448,6 +457,8 @@ def cut_arms(
         idx = np.array(sorted(handles), dtype=np.int64)
         hw = np.stack([handles[v] / handles[v].sum() for v in idx]) if idx.size else np.zeros((0, len(bones)))
         mesh = ArapMesh(verts, tris, idx)
+        attach = _body_attachment(verts, bones[0], r, 1.0 if bones[0, 0, 0] >= mid_x else -1.0)
+        attached = np.nonzero(attach > 0)[0]
         edge_v, edge_n = _edge_vertices(verts, cut, shown_box, cell)
         edges = [_EDGE_NAMES[k] for k in sorted(cut)]
         if edges:
@@ -460,7 +471,7 @@ def cut_arms(
         layers.append(ArmLayer(side, tuple(parts), bones, tuple(joints), hand_pts, mesh, hw, skin, draw_order,
                                rgba, (int(x0), int(y0)), iterations, edge_v, edge_n,
                                (apron if any(grow) else 0) + EDGE_TOLERANCE * H,
-                               np.asarray(distal, np.int64)))  # fmt: skip
+                               np.asarray(distal, np.int64), attached, attach[attached]))  # fmt: skip
     report.limited = {p: report.limited[p] for p in PART_NAMES if p in report.limited}
     return layers, body, report
 
@@ -508,6 +519,44 @@ def _edge_vertices(verts: np.ndarray, cut: dict[int, tuple[int, int]], shown: tu
     return idx, normals / np.linalg.norm(normals, axis=1, keepdims=True)
 
 
+def _attached_rim(cuts: list, mid_x: float, shape: tuple[int, int], width: int = 2) -> np.ndarray:
+    """bool ``[H, W]``: the ``width`` px inside each arm region's cut where that cut moves at
+    least half with the body."""
+    keep = np.zeros(shape, bool)
+    for cut in cuts:
+        bones, region, r = cut[4], cut[7], cut[8]
+        inside = region.astype(np.uint8)
+        ys, xs = np.nonzero(inside & (cv2.erode(inside, _K3, iterations=width) == 0))
+        w = _body_attachment(np.stack([xs, ys], axis=1).astype(np.float64), bones[0], r, 1.0 if bones[0, 0, 0] >= mid_x else -1.0)
+        keep[ys[w >= 0.5], xs[w >= 0.5]] = True
+    return keep
+
+
+def _body_attachment(verts: np.ndarray, bone: np.ndarray, r: float, away: float) -> np.ndarray:
+    """How much each vertex moves with the body instead of the arm, 0..1.
+
+    The layer's cut near the shoulder runs through what belongs to the body — the chest beside
+    the arm, a collar, the astronaut's helmet ring — and a rigidly moving arm shows that cut as a
+    seam. Skin does not: near the shoulder, the inner side of the upper arm (from a quarter radius
+    in from the bone to the cut, over the upper half of the bone) and the cap above the joint
+    stay with the body at the cut and blend into the arm's motion away from it."""
+    a, b = bone
+    length = max(float(np.linalg.norm(b - a)), 1e-9)
+    u = (b - a) / length
+    n = np.array([-u[1], u[0]])
+    n = n if n[0] * away >= 0 else -n
+    d = verts - a
+    along, lateral = d @ u, d @ n  # px along the bone from the joint; px outward from it
+
+    def ramp(x: np.ndarray) -> np.ndarray:
+        x = np.clip(x, 0.0, 1.0)
+        return x * x * (3.0 - 2.0 * x)
+
+    inner = ramp((-lateral - 0.25 * r) / (0.75 * r)) * np.clip(1.0 - along / (0.5 * length), 0.0, 1.0)
+    cap = ramp(-along / (SHOULDER_CAP * r))
+    return np.maximum(inner, cap)
+
+
 def _joint_name(j: int) -> str:
     from newsmotion_engine.skeleton import KEYPOINT_NAMES
 
@@ -551,10 +600,13 @@ def _fill_behind(portrait: np.ndarray, alpha: np.ndarray, hole: np.ndarray, tors
     return out
 
 
-def pose_arm(layer: ArmLayer, rest_px: np.ndarray, dst_px: np.ndarray) -> tuple[np.ndarray, float]:
+def pose_arm(layer: ArmLayer, rest_px: np.ndarray, dst_px: np.ndarray,
+             body_px: np.ndarray | None = None) -> tuple[np.ndarray, float]:  # fmt: skip
     """Deformed mesh vertices ``[V, 2]`` for one frame, and the fraction of the arm's own motion
     kept. ``dst_px`` ``[133, 2]`` are the frame's keypoints in output pixels (rest positions where
-    the loop lacks a joint).
+    the loop lacks a joint). ``body_px`` ``[len(layer.attached), 2]``: where the body's warp puts
+    the attached vertices this frame (they blend toward it by ``layer.attachment``); ``None``:
+    the arm alone.
 
     Where the photo ends across the arm (the astronaut's forearms are below it), swinging the arm
     would bring that cut into view: a limb ending in mid-air, the fill and the background behind
@@ -576,10 +628,14 @@ def pose_arm(layer: ArmLayer, rest_px: np.ndarray, dst_px: np.ndarray) -> tuple[
                     hi = mid
             kept = lo
             guess, moved = _skinned(layer, _toward_rest(layer, rest_px, dst_px, shift, kept))
-    if layer.mesh.handles.size == 0:
-        return guess, kept
-    targets = np.einsum("kp,kpi->ki", layer.handle_weights, moved[layer.mesh.handles])
-    return layer.mesh.solve(targets, guess, layer.iterations), kept
+    if layer.mesh.handles.size:
+        targets = np.einsum("kp,kpi->ki", layer.handle_weights, moved[layer.mesh.handles])
+        guess = layer.mesh.solve(targets, guess, layer.iterations)
+    if body_px is not None and layer.attached.size:
+        v = layer.attached
+        guess = guess.copy()
+        guess[v] += layer.attachment[:, None] * (body_px - guess[v])
+    return guess, kept
 
 
 def _skinned(layer: ArmLayer, dst_px: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -656,7 +656,7 @@ class WarpBackend:
             if prep.arms:
                 dst_t = np.where(kp_ok[t][:, None], kp_px[t], prep.rest_px)
                 for arm in prep.arms:
-                    verts, kept = pose_arm(arm, prep.rest_px, dst_t)
+                    verts, kept = pose_arm(arm, prep.rest_px, dst_t, _forward_body(fine, arm, rx0, ry0))
                     draw_arm(frame, arm, verts)
                     motion = self.last_arm_motion.setdefault(arm.side, {"frames": 0, "kept_sum": 0.0, "min_kept": 1.0})
                     motion["frames"] += 1
@@ -669,6 +669,19 @@ class WarpBackend:
             stats["composite_ms"] += (t2 - t1) * 1e3
             stats["remap_ms"] += (t3 - t2) * 1e3
             yield frame
+
+
+def _forward_body(backward: np.ndarray, arm: ArmLayer, rx0: int, ry0: int) -> np.ndarray:
+    """Where the body's warp carries the arm's attached vertices this frame. ``backward`` is the
+    frame's map (output pixel -> source pixel) over the region at ``(rx0, ry0)``; to first order
+    its inverse moves a source point ``v`` to ``2 v - backward(v)`` (the field is smooth)."""
+    rest = arm.mesh.rest[arm.attached]
+    if rest.size == 0:
+        return rest
+    mx = (rest[:, 0] - rx0).astype(np.float32)[None, :]
+    my = (rest[:, 1] - ry0).astype(np.float32)[None, :]
+    src = cv2.remap(backward, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)[0].astype(np.float64)
+    return 2.0 * rest - src
 
 
 def _sqdist(a: np.ndarray, aa: np.ndarray, b: np.ndarray) -> np.ndarray:

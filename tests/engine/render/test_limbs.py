@@ -261,3 +261,42 @@ def test_an_arm_the_frame_cuts_is_held_back_before_its_cut_comes_into_view(synth
     free = dataclasses.replace(arm, edge_vertices=np.zeros(0, np.int64), edge_normals=np.zeros((0, 2)))
     unlimited, kept_free = pose_arm(free, prep.rest_px, dst)
     assert kept_free == 1.0 and exposure(unlimited) > 1.5 * arm.edge_tolerance  # the full swing would show it
+
+
+def test_the_upper_arms_cut_by_the_shoulder_moves_with_the_body(persona):
+    """Near the shoulder the arm layer's cut runs through the body (chest, collar): its vertices
+    there are attached to the body (1 at the inner cut and the cap, 0 on the bone and down at the
+    elbow), and an arm swing leaves them where the body's warp puts them, so no seam opens."""
+    from newsmotion_engine.render.limbs import _body_attachment, pose_arm
+
+    bone = np.array([[100.0, 100.0], [100.0, 200.0]])  # shoulder -> elbow, straight down; the body lies at -x
+    pts = np.array([[75.0, 100.0], [100.0, 130.0], [125.0, 110.0], [75.0, 195.0], [100.0, 93.0]])
+    w = _body_attachment(pts, bone, 25.0, away=1.0)
+    assert w[0] == 1.0 and w[1] == 0.0 and w[2] == 0.0 and w[3] == 0.0 and w[4] == 1.0
+    backend = get_backend("warp", threads=1)
+    prep = backend.prepare(persona, RenderSpec(W, H))
+    arm = next(a for a in prep.arms if a.side == "right")
+    assert arm.attached.size and (arm.attachment > 0).all() and (arm.attachment == 1.0).any()
+    kp, _ = rotate(persona.landmarks, RIGHT_ARM, BODY["right_shoulder"], 35.0)
+    dst = kp[:, :2] * (W, H)
+    still = arm.mesh.rest[arm.attached]  # a body that does not move
+    alone, _ = pose_arm(arm, prep.rest_px, dst)
+    joined, _ = pose_arm(arm, prep.rest_px, dst, still)
+    full = arm.attachment == 1.0
+    assert np.allclose(joined[arm.attached[full]], still[full])
+    free = np.setdiff1d(np.arange(len(arm.mesh.rest)), arm.attached)
+    assert np.array_equal(joined[free], alone[free]) and np.abs(alone[arm.attached[full]] - still[full]).max() > 2.0
+
+
+def test_the_body_warp_is_inverted_for_the_attached_vertices(persona):
+    """``_forward_body`` reads the frame's backward map at the attached vertices: a map that
+    samples 3 px to the left (the body moved 3 px right) moves them 3 px right."""
+    from newsmotion_engine.render.warp import _forward_body
+
+    prep = get_backend("warp", threads=1).prepare(persona, RenderSpec(W, H))
+    arm = prep.arms[0]
+    yy, xx = np.mgrid[0:H, 0:W].astype(np.float32)
+    backward = np.dstack([xx - 3.0, yy])
+    rest = arm.mesh.rest[arm.attached]
+    inside = (rest[:, 0] >= 3) & (rest[:, 0] <= W - 1) & (rest[:, 1] >= 0) & (rest[:, 1] <= H - 1)
+    assert np.allclose(_forward_body(backward, arm, 0, 0)[inside], rest[inside] + (3.0, 0.0), atol=1e-3)

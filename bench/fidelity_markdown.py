@@ -1,0 +1,70 @@
+"""The pose-fidelity table and aggregate of BENCHMARKS.md, printed from a fidelity result file.
+
+    python bench/fidelity_markdown.py bench/results/fidelity.json
+
+Prints Markdown: one row per render (warp on every portrait and loop, then the wan-animate tiny
+baseline) and the aggregate paragraph. Nothing here measures: it only formats the committed JSON,
+so the document's figures are the file's.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+PARTS = ("head", "torso", "arms")
+
+
+def _f(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _row(render: dict, label: str) -> str:
+    fid = render.get("pose_fidelity") or {}
+    per = fid.get("per_part") or {}
+    parts = " / ".join(_f((per.get(p) or {}).get("pck")) for p in PARTS)
+    follow = render.get("pixel_follow") or {}
+    fp = follow.get("per_part_pck") or {}
+    flow = f"{_f(follow.get('pck_body'))} ({' / '.join(_f(fp.get(p)) for p in PARTS)})" if follow else "-"
+    return (f"| {render['portrait']} | {label} | {_f(fid.get('pck_body'))} | {parts} | {_f(fid.get('pck'))} | "
+            f"{_f(fid.get('motion_energy_ratio'))} | {_f(fid.get('mean_px'), 1)} | {flow} |")  # fmt: skip
+
+
+def markdown(result: dict) -> str:
+    warp = result["warp"]
+    lines = ["| portrait | loop | pck head+torso+arms | head / torso / arms | pck all parts | motion energy | mean px | pixels follow (flow) |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [_row(r, r["loop"]) for r in warp["renders"]]
+    tiny = (result.get("wan_animate_tiny") or {}).get("render")
+    if tiny:
+        lines.append(_row({**tiny, "pixel_follow": None}, f"{tiny['loop']}, **wan-animate tiny** (random weights, {tiny['size']})"))
+    agg, by = warp["aggregate"], warp["by_portrait"]
+    pck, energy = agg["pck_body"], agg["motion_energy_ratio"]
+    n = agg["measured"]
+    per = ", ".join(f"{name} {_f(p['pck_body']['mean'])} / {_f(p['motion_energy_ratio']['mean'])}" for name, p in by.items())
+    follows = [r["pixel_follow"]["pck_body"] for r in warp["renders"] if r.get("pixel_follow")]
+    lines += ["", (f"Aggregate over the {n} warp renders: pck (head, torso, arms) mean {_f(pck['mean'])} (min {_f(pck['min'])}, "
+                   f"max {_f(pck['max'])}), {agg['meets_pck']} of {n} reach 0.9; motion energy mean {_f(energy['mean'])} "
+                   f"(min {_f(energy['min'])}, max {_f(energy['max'])}), {agg['meets_motion_energy']} of {n} reach 0.8; "
+                   f"**{agg['meets_both']} of {n} meet both targets**. Per portrait (pck / motion energy, means): {per}. "
+                   f"Pixels follow (flow check) mean {_f(sum(follows) / len(follows)) if follows else '-'}; "
+                   f"{sum(f >= 0.9 for f in follows)} of {len(follows)} ≥ 0.9.")]  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python bench/fidelity_markdown.py FIDELITY_JSON", file=sys.stderr)
+        return 2
+    try:
+        result = json.loads(Path(argv[0]).read_text())
+        print(markdown(result))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: {argv[0]}: not a fidelity result ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
