@@ -542,13 +542,16 @@ def _part_clip_ours(preset: str, dev_name: str, width: int, height: int, frames:
         log(f"  ours: K/V of {plan.segments} segments extracted into the LRU in {side['kv_extract_all_segments_s']} s (incl. compile)")
         if dev.type == "cuda":  # the cached graph (FP8 K/V) compiled before the timed clip
             side["compile_warmup_s"] = _compile_warmup(backend.components, backend.geometry(spec, plan), fp8_kv=True, kv=source(0)[0])
-        _peak_reset(dev)
-        t0 = time.perf_counter()
-        n = sum(1 for _ in backend.frames(loop, persona, loop.keypoints, spec))
-        _sync(dev)
-        side["clip_s"] = round(time.perf_counter() - t0, 2)
+
+        def timed_clip() -> tuple[float, int, float | None]:
+            _peak_reset(dev)
+            t0 = time.perf_counter()
+            n = sum(1 for _ in backend.frames(loop, persona, loop.keypoints, spec))
+            _sync(dev)
+            return round(time.perf_counter() - t0, 2), n, _peak(dev)
+
+        side["clip_s"], n, side["peak_gib"] = timed_clip()
         side["frames"] = n
-        side["peak_gib"] = _peak(dev)
         side["last_render"] = backend.last_render
         result["animate2_clip_s"] = side["clip_s"]
         log(f"  ours: {n} frames in {side['clip_s']} s, peak {side['peak_gib']} GiB")
@@ -557,12 +560,7 @@ def _part_clip_ours(preset: str, dev_name: str, width: int, height: int, frames:
             # The same clip for a loop the renderer has not seen: the LRU emptied, so each segment's
             # extract pass runs inside the timed clip (graphs already compiled, as in a warm renderer).
             backend.kv_lru.clear()
-            _peak_reset(dev)
-            t0 = time.perf_counter()
-            n = sum(1 for _ in backend.frames(loop, persona, loop.keypoints, spec))
-            _sync(dev)
-            side["clip_cold_loop_s"] = round(time.perf_counter() - t0, 2)
-            side["clip_cold_loop_peak_gib"] = _peak(dev)
+            side["clip_cold_loop_s"], n, side["clip_cold_loop_peak_gib"] = timed_clip()
             side["clip_cold_loop_last_render"] = backend.last_render
             log(f"  ours, K/V not cached (extract inside the clip): {n} frames in {side['clip_cold_loop_s']} s, "
                 f"peak {side['clip_cold_loop_peak_gib']} GiB")
@@ -891,16 +889,16 @@ def combine_clip_results(ours_path: str | Path, stock_path: str | Path) -> dict[
     clip = lambda r: (r.get("preset"), *(r["shape"].get(k) for k in ("width", "height", "frames")))  # noqa: E731
     if clip(ours) != clip(stock):
         raise ValueError(f"{ours_path} and {stock_path} measured different clips (preset, size or frames differ)")
+    our_side = ours.get("ours") or {}
     out = {k: ours[k] for k in ("bench", "weights", "note", "preset", "shape", "device", "versions")}
     out.update(part="clip", layout="one GPU; the two sides in two device calls on the same machine kind (one command is limited to 10 minutes)",
                runs={"ours": ours["created_at"], "stock": stock["created_at"]},
                clip={"ours": ours.get("ours"), "stock": stock.get("stock")},
                animate2_clip_s=ours["animate2_clip_s"], animate2_clip_s_stock=stock["animate2_clip_s_stock"],
                animate2_clip_speedup_vs_stock=round(stock["animate2_clip_s_stock"] / ours["animate2_clip_s"], 3),
-               animate2_clip_segment_frames=(ours.get("ours") or {}).get("segment_frames"),
-               animate2_clip_peak_gib=(ours.get("ours") or {}).get("peak_gib"),
+               animate2_clip_segment_frames=our_side.get("segment_frames"), animate2_clip_peak_gib=our_side.get("peak_gib"),
                animate2_clip_peak_gib_stock=(stock.get("stock") or {}).get("peak_gib"))  # fmt: skip
-    cold = (ours.get("ours") or {}).get("clip_cold_loop_s")
+    cold = our_side.get("clip_cold_loop_s")
     if cold:  # the same clip with each segment's extract pass inside it (a loop not yet in the LRU)
         out.update(animate2_clip_s_cold_loop=cold,
                    animate2_clip_speedup_vs_stock_cold_loop=round(stock["animate2_clip_s_stock"] / cold, 3))  # fmt: skip

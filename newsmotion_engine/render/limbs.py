@@ -292,7 +292,7 @@ def cut_arms(
             return rest_px[hand_pts].mean(axis=0) if j == _HAND_CENTRE else rest_px[j]
 
         bones = np.array([[pos(a), pos(b)] for a, b in joints])
-        away = 1.0 if bones[0, 0, 0] >= mid_x else -1.0
+        away = _away(bones, mid_x)
         # Capsule segments (the animated bones, then a carried forearm) and the bone moving each.
         segs = [tuple(seg) for seg in bones]
         seg_bone = list(range(len(bones)))
@@ -457,7 +457,7 @@ def cut_arms(
         idx = np.array(sorted(handles), dtype=np.int64)
         hw = np.stack([handles[v] / handles[v].sum() for v in idx]) if idx.size else np.zeros((0, len(bones)))
         mesh = ArapMesh(verts, tris, idx)
-        attach = _body_attachment(verts, bones[0], r, 1.0 if bones[0, 0, 0] >= mid_x else -1.0)
+        attach = _body_attachment(verts, bones[0], r, _away(bones, mid_x))
         attached = np.nonzero(attach > 0)[0]
         edge_v, edge_n = _edge_vertices(verts, cut, shown_box, cell)
         edges = [_EDGE_NAMES[k] for k in sorted(cut)]
@@ -519,6 +519,11 @@ def _edge_vertices(verts: np.ndarray, cut: dict[int, tuple[int, int]], shown: tu
     return idx, normals / np.linalg.norm(normals, axis=1, keepdims=True)
 
 
+def _away(bones: np.ndarray, mid_x: float) -> float:
+    """+1 for an arm right of the body's midline (its outside is +x), -1 for one left of it."""
+    return 1.0 if bones[0, 0, 0] >= mid_x else -1.0
+
+
 def _attached_rim(cuts: list, mid_x: float, shape: tuple[int, int], width: int = 2) -> np.ndarray:
     """bool ``[H, W]``: the ``width`` px inside each arm region's cut where that cut moves at
     least half with the body."""
@@ -527,7 +532,7 @@ def _attached_rim(cuts: list, mid_x: float, shape: tuple[int, int], width: int =
         bones, region, r = cut[4], cut[7], cut[8]
         inside = region.astype(np.uint8)
         ys, xs = np.nonzero(inside & (cv2.erode(inside, _K3, iterations=width) == 0))
-        w = _body_attachment(np.stack([xs, ys], axis=1).astype(np.float64), bones[0], r, 1.0 if bones[0, 0, 0] >= mid_x else -1.0)
+        w = _body_attachment(np.stack([xs, ys], axis=1).astype(np.float64), bones[0], r, _away(bones, mid_x))
         keep[ys[w >= 0.5], xs[w >= 0.5]] = True
     return keep
 
@@ -632,8 +637,7 @@ def pose_arm(layer: ArmLayer, rest_px: np.ndarray, dst_px: np.ndarray,
         targets = np.einsum("kp,kpi->ki", layer.handle_weights, moved[layer.mesh.handles])
         guess = layer.mesh.solve(targets, guess, layer.iterations)
     if body_px is not None and layer.attached.size:
-        v = layer.attached
-        guess = guess.copy()
+        v = layer.attached  # guess is this call's own array (skinned or solved)
         guess[v] += layer.attachment[:, None] * (body_px - guess[v])
     return guess, kept
 
