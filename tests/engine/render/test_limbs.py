@@ -300,3 +300,20 @@ def test_the_body_warp_is_inverted_for_the_attached_vertices(persona):
     rest = arm.mesh.rest[arm.attached]
     inside = (rest[:, 0] >= 3) & (rest[:, 0] <= W - 1) & (rest[:, 1] >= 0) & (rest[:, 1] <= H - 1)
     assert np.allclose(_forward_body(backward, arm, 0, 0)[inside], rest[inside] + (3.0, 0.0), atol=1e-3)
+
+
+def test_the_shoulder_attachment_changes_only_pixels_about_the_arm(persona, monkeypatch):
+    """The attachment moves arm-layer vertices and the body under the arm's cut, nothing else:
+    with it on or off, the frames differ around the swung arm and are identical above the
+    shoulders (the head), so a change of the head's measured pose there is the extractor's."""
+    import newsmotion_engine.render.limbs as limbs
+
+    kp, _ = rotate(persona.landmarks, RIGHT_ARM, BODY["right_shoulder"], 35.0)
+    seq = np.stack([persona.landmarks, kp])
+    on = np.stack(render(persona, seq)[0]).astype(int)
+    monkeypatch.setattr(limbs, "_body_attachment", lambda points, *a, **k: np.zeros(len(points)))
+    off = np.stack(render(persona, seq)[0]).astype(int)
+    ls, rs = persona.landmarks[BODY["left_shoulder"], :2] * (W, H), persona.landmarks[BODY["right_shoulder"], :2] * (W, H)
+    above = int(min(ls[1], rs[1]) - 0.3 * np.linalg.norm(ls - rs))
+    assert above > 20 and np.array_equal(on[:, :above], off[:, :above])
+    assert np.abs(on[1] - off[1]).max() > 10
