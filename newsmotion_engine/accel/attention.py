@@ -300,22 +300,43 @@ def _pad16(n: int) -> int:
     return -(-n // 16) * 16  # TMA wants 16-byte row strides
 
 
-def quantize_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str | None = None) -> QuantizedQKV:
-    """BSHD ``q, k, v`` -> :class:`QuantizedQKV` for ``variant`` (see the module docstring)."""
+def quantize_keys(k: torch.Tensor, variant: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """BSHD keys -> ``(k8, channel scales [B, 1, H, D], channel means [B, 1, H, D])``: smoothed
+    (minus the per-channel mean over tokens), over one scale per (head, channel); BSHD ``k8``."""
     _, var = _variant(variant)
-    S, D = q.shape[1], q.shape[-1]
-    qf, kf, vf = q.float(), k.float(), v.float()
-    kf = kf - kf.mean(dim=1, keepdim=True)  # smoothing: softmax(q.(k - m)) == softmax(q.k)
+    kf = k.float()
+    mean = kf.mean(dim=1, keepdim=True)
+    kf = kf - mean  # smoothing: softmax(q.(k - m)) == softmax(q.k)
     qmax = INT8_MAX if var.qk_int8 else E4M3_MAX
     kc = kf.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / qmax  # per (head, channel) [B, 1, H, D]
-    qf = qf * kc  # K's channel scales move into Q
+    if var.qk_int8:
+        k8 = (kf / kc).round().clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
+    else:
+        k8 = (kf / kc).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return k8, kc, mean
+
+
+def quantize_queries(q: torch.Tensor, k_scale: torch.Tensor, variant: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """BSHD queries with the keys' channel scales folded in -> ``(q8 [B, H, S, D], per-row factor
+    [B, H, S])``: the factor is Q's token scale * softmax scale * log2(e)."""
+    _, var = _variant(variant)
+    qmax = INT8_MAX if var.qk_int8 else E4M3_MAX
+    qf = q.float() * k_scale  # K's channel scales move into Q
     qs = qf.abs().amax(dim=-1, keepdim=True).clamp_min(1e-30) / qmax  # per token [B, S, H, 1]
     if var.qk_int8:
         q8 = (qf / qs).round().clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
-        k8 = (kf / kc).round().clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
     else:
         q8 = (qf / qs).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
-        k8 = (kf / kc).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    sm = LOG2E / math.sqrt(q.shape[-1])
+    return q8.permute(0, 2, 1, 3).contiguous(), (qs * sm).squeeze(-1).transpose(1, 2).contiguous()
+
+
+def quantize_values(v: torch.Tensor, variant: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """BSHD values -> ``(vt [B, H, D, S16], channel scales [B, H, D])``: V transposed for ``P V``,
+    e4m3 over one scale per (head, channel) (or bf16 with unit scales), S padded to 16."""
+    _, var = _variant(variant)
+    S = v.shape[1]
+    vf = v.float()
     if var.pv_fp8:
         vs = vf.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / E4M3_MAX  # per (head, channel)
         v8 = (vf / vs).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
@@ -325,14 +346,15 @@ def quantize_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     vt = v8.permute(0, 2, 3, 1)
     if _pad16(S) != S:
         vt = torch.nn.functional.pad(vt.to(torch.float32) if vt.dtype == torch.float8_e4m3fn else vt, (0, _pad16(S) - S)).to(v8.dtype)
-    sm = LOG2E / math.sqrt(D)
-    return QuantizedQKV(
-        q=q8.permute(0, 2, 1, 3).contiguous(),
-        k=k8.permute(0, 2, 1, 3).contiguous(),
-        vt=vt.contiguous(),
-        q_scale=(qs * sm).squeeze(-1).transpose(1, 2).contiguous(),
-        v_scale=vs.squeeze(1).contiguous(),
-    )
+    return vt.contiguous(), vs.squeeze(1).contiguous()
+
+
+def quantize_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str | None = None) -> QuantizedQKV:
+    """BSHD ``q, k, v`` -> :class:`QuantizedQKV` for ``variant`` (see the module docstring)."""
+    k8, kc, _ = quantize_keys(k, variant)
+    q8, q_scale = quantize_queries(q, kc, variant)
+    vt, v_scale = quantize_values(v, variant)
+    return QuantizedQKV(q=q8, k=k8.permute(0, 2, 1, 3).contiguous(), vt=vt, q_scale=q_scale, v_scale=v_scale)
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str | None = None) -> torch.Tensor:
@@ -379,14 +401,17 @@ def _build_kernel(autotune: bool = True):
 
 def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None,
                   sparse: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, return_lse: bool = False,
-                  **meta: Any) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+                  reference: Any = None, **meta: Any) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Run ``kernel`` (from :func:`_build_kernel`) on quantized inputs -> bf16 BSHD output.
     ``meta`` (``BLOCK_M``, ``BLOCK_N``) is for the bare kernel; the autotuned one picks its own.
     ``sparse``: a block layout's ``(kv_idx, kv_cnt, kv_tail)`` int32 tensors on the kernel's
     device (:mod:`newsmotion_engine.accel.sparse`), built for the ``BLOCK_M`` / ``BLOCK_N`` given
     in ``meta`` (the bare kernel only: the tile sizes must not change under the layout).
     ``return_lse``: also return each row's log2-sum-exp2 of the smoothed scores, float32
-    ``[B, H, S]`` (see :func:`fp8_attention_lse`, which adds the smoothing back)."""
+    ``[B, H, S]`` (see :func:`fp8_attention_lse`, which adds the smoothing back).
+    ``reference``: an in-context reference's kernel inputs
+    (:class:`newsmotion_engine.accel.attention_incontext.ReferenceLaunch`): each query of frame
+    ``f >= 1`` also attends to reference frame ``f - 1`` in the same softmax."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     _, var = _variant(variant)
@@ -419,8 +444,21 @@ def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None,
     lse = torch.empty((B, H, S), device=x.q.device, dtype=torch.float32) if return_lse else x.q_scale
     if return_lse:
         meta["RETURN_LSE"] = True
+    if reference is None:  # never read: REF=False compiles no reference loop
+        ref_args: tuple[Any, ...] = (q_desc, k_desc, vt_desc, x.q_scale, x.q_scale, x.v_scale, 0)
+    else:
+        r = reference
+        if sparse is not None or return_lse:
+            raise ValueError("fp8 attention: an in-context reference runs neither sparse nor with an LSE output")
+        s_ref = r.k.shape[2]
+        if r.q.shape != x.q.shape or r.k.shape[:2] != (B, H) or r.vt.shape[-1] != _pad16(s_ref) or S % r.hw or (S // r.hw - 1) * r.hw != s_ref:
+            raise ValueError(f"fp8 attention: reference of {s_ref} tokens does not fit {S} queries in frames of {r.hw}")
+        ref_args = (desc(r.q, S, D, [1, bm, D]), desc(r.k, s_ref, D, [1, bn, D]),
+                    TensorDescriptor(r.vt, [B * H, D, s_ref], [D * r.vt.shape[-1], r.vt.shape[-1], 1], [1, D, bn]),
+                    r.q_scale, r.delta, r.v_scale, r.hw)  # fmt: skip
+        meta["REF"] = True
     kernel[grid](q_desc, k_desc, vt_desc, out, x.q_scale, x.v_scale, S, H,
-                 out.stride(0), out.stride(1), out.stride(2), idx, cnt, tail, max_k, lse, D=D,
+                 out.stride(0), out.stride(1), out.stride(2), idx, cnt, tail, max_k, lse, *ref_args, D=D,
                  QK_INT8=var.qk_int8, PV_FP8=var.pv_fp8, **meta)  # fmt: skip
     return (out, lse) if return_lse else out
 

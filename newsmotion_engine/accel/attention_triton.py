@@ -30,29 +30,35 @@ def _scores(q, k_desc, bh, start_n, BLOCK_N: tl.constexpr, D: tl.constexpr):
 
 
 @triton.jit
-def _softmax_pv(acc, l_i, m_i, s, c, vt_desc, bh, start_n, S,
+def _softmax_pv(acc, l_i, m_i, s, c, d, vt_desc, bh, start_n, lo, hi,
                 D: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-                QK_INT8: tl.constexpr, PV_FP8: tl.constexpr):  # fmt: skip
-    """One key tile's online-softmax update and ``P V``, from its scores ``s``."""
+                QK_INT8: tl.constexpr, PV_FP8: tl.constexpr, HAS_D: tl.constexpr = False):  # fmt: skip
+    """One key tile's online-softmax update and ``P V``, from its scores ``s``: the exponent of a
+    score is ``s * c`` (``+ d`` per row with ``HAS_D``). ``MASKED``: keys outside ``[lo, hi)``
+    are dropped (``lo`` / ``hi`` scalars, or ``[BLOCK_M, 1]`` per row)."""
     if QK_INT8:
         x = (s + MAGIC_BITS).to(tl.float32, bitcast=True)
         offset = MAGIC
     else:
         x = s
         offset = 0.0
-    if MASKED:  # the ragged last tile: the copy engine zero-filled keys past S
+    if MASKED:  # the ragged last tile (the copy engine zero-filled keys past S), or a row's own key range
         cols = start_n + tl.arange(0, BLOCK_N)
-        x = tl.where(cols[None, :] < S, x, float("-inf"))
+        x = tl.where((cols[None, :] >= lo) & (cols[None, :] < hi), x, float("-inf"))
         m_tile = (tl.max(x, 1) - offset) * c
     elif QK_INT8:
         m_tile = tl.max(s, 1).to(tl.float32) * c  # integer max: off the FP32 pipe
     else:
         m_tile = tl.max(x, 1) * c
+    if HAS_D:
+        m_tile = m_tile + d
     m_new = tl.maximum(m_i, m_tile)
     if PV_FP8:
         bias = offset * c + (m_new - LOG2_E4M3_MAX)  # P comes out in [0, 448]
     else:
         bias = offset * c + m_new
+    if HAS_D:
+        bias = bias - d
     p = tl.math.exp2(x * c[:, None] - bias[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
@@ -69,9 +75,10 @@ def _softmax_pv(acc, l_i, m_i, s, c, vt_desc, bh, start_n, S,
 def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
                   stride_ob, stride_os, stride_oh,
                   KV_IDX, KV_CNT, KV_TAIL, MAX_K, LSE,
+                  qr_desc, kr_desc, vtr_desc, QS_R, DELTA, VS_R, HW,
                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   QK_INT8: tl.constexpr, PV_FP8: tl.constexpr, PIPELINE_QK: tl.constexpr = False,
-                  SPARSE: tl.constexpr = False, RETURN_LSE: tl.constexpr = False):  # fmt: skip
+                  SPARSE: tl.constexpr = False, RETURN_LSE: tl.constexpr = False, REF: tl.constexpr = False):  # fmt: skip
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     start_m = pid_m * BLOCK_M
@@ -92,12 +99,12 @@ def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
         for i in range(0, n_kept):
             start_n = tl.load(KV_IDX + pid_m * MAX_K + i) * BLOCK_N
             s = _scores(q, k_desc, bh, start_n, BLOCK_N, D)
-            acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, vt_desc, bh, start_n, S,
+            acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, 0.0, vt_desc, bh, start_n, 0, S,
                                         D, BLOCK_N, False, QK_INT8, PV_FP8)  # fmt: skip
         if n_full < S:
             if tl.load(KV_TAIL + pid_m) != 0:
                 s = _scores(q, k_desc, bh, n_full, BLOCK_N, D)
-                acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, vt_desc, bh, n_full, S,
+                acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, 0.0, vt_desc, bh, n_full, 0, S,
                                             D, BLOCK_N, True, QK_INT8, PV_FP8)  # fmt: skip
     elif PIPELINE_QK:
         # The next tile's Q K^T is issued before this tile's softmax, so the tensor cores work
@@ -107,22 +114,46 @@ def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
             s_cur = _scores(q, k_desc, bh, 0, BLOCK_N, D)
             for start_n in range(BLOCK_N, n_full, BLOCK_N):
                 s_next = _scores(q, k_desc, bh, start_n, BLOCK_N, D)
-                acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s_cur, c, vt_desc, bh, start_n - BLOCK_N, S,
+                acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s_cur, c, 0.0, vt_desc, bh, start_n - BLOCK_N, 0, S,
                                             D, BLOCK_N, False, QK_INT8, PV_FP8)  # fmt: skip
                 s_cur = s_next
-            acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s_cur, c, vt_desc, bh, n_full - BLOCK_N, S,
+            acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s_cur, c, 0.0, vt_desc, bh, n_full - BLOCK_N, 0, S,
                                         D, BLOCK_N, False, QK_INT8, PV_FP8)  # fmt: skip
     else:
         for start_n in range(0, n_full, BLOCK_N):
             s = _scores(q, k_desc, bh, start_n, BLOCK_N, D)
-            acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, vt_desc, bh, start_n, S,
+            acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, 0.0, vt_desc, bh, start_n, 0, S,
                                         D, BLOCK_N, False, QK_INT8, PV_FP8)  # fmt: skip
     if not SPARSE and n_full < S:
         s = _scores(q, k_desc, bh, n_full, BLOCK_N, D)
-        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, vt_desc, bh, n_full, S,
+        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, 0.0, vt_desc, bh, n_full, 0, S,
                                     D, BLOCK_N, True, QK_INT8, PV_FP8)  # fmt: skip
     offs_d = tl.arange(0, D)
     v_scale = tl.load(VS + bh64 * D + offs_d)
+    if REF:
+        # In-context reference (accel/attention_incontext.py): a query of generation frame f >= 1
+        # also sees the reference tokens of frame f - 1, ``[(f - 1) * HW, f * HW)`` of kr / vtr,
+        # in the same online softmax. The reference side has its own quantization: Q again with
+        # the reference K's channel scales (qr_desc, per-row factor QS_R), DELTA per row for the
+        # two smoothing means, and V's channel scales VS_R, so the accumulator is moved into the
+        # reference V's units first (one multiply per output element).
+        v_ref_scale = tl.load(VS_R + bh64 * D + offs_d)
+        acc = acc * (v_scale / v_ref_scale)[None, :]
+        v_scale = v_ref_scale
+        last = tl.minimum(start_m + BLOCK_M, S) - 1
+        f_lo = tl.maximum(start_m // HW, 1)
+        f_hi = last // HW
+        if f_hi >= 1:
+            q = qr_desc.load([bh, start_m, 0]).reshape(BLOCK_M, D)
+            c = tl.load(QS_R + bh64 * S + offs_m, mask=row_ok, other=1.0)
+            d = tl.load(DELTA + bh64 * S + offs_m, mask=row_ok, other=0.0)
+            f_row = offs_m // HW
+            lo = ((f_row - 1) * HW)[:, None]  # frame 0 (the persona's latent): an empty range below 0
+            hi = (f_row * HW)[:, None]
+            for start_n in range(((f_lo - 1) * HW // BLOCK_N) * BLOCK_N, f_hi * HW, BLOCK_N):
+                s = _scores(q, kr_desc, bh, start_n, BLOCK_N, D)
+                acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, d, vtr_desc, bh, start_n, lo, hi,
+                                            D, BLOCK_N, True, QK_INT8, PV_FP8, True)  # fmt: skip
     out = acc * v_scale[None, :] * (1.0 / l_i)[:, None]
     b = bh64 // H
     h = bh64 % H
@@ -142,6 +173,9 @@ def _set_block_shapes(nargs: dict) -> None:
     nargs["q_desc"].block_shape = [1, bm, d]
     nargs["k_desc"].block_shape = [1, bn, d]
     nargs["vt_desc"].block_shape = [1, d, bn]
+    nargs["qr_desc"].block_shape = [1, bm, d]  # the reference's (the same objects when not REF)
+    nargs["kr_desc"].block_shape = [1, bn, d]
+    nargs["vtr_desc"].block_shape = [1, d, bn]
 
 
 def autotuned(configs: tuple[tuple[int, int, int, int, bool], ...]):
@@ -151,4 +185,4 @@ def autotuned(configs: tuple[tuple[int, int, int, int, bool], ...]):
     cfgs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "PIPELINE_QK": pipe}, num_warps=w, num_stages=st,
                           pre_hook=_set_block_shapes)
             for bm, bn, w, st, pipe in configs]  # fmt: skip
-    return triton.autotune(configs=cfgs, key=["S", "D", "QK_INT8", "PV_FP8", "SPARSE"])(attention_fwd)
+    return triton.autotune(configs=cfgs, key=["S", "D", "QK_INT8", "PV_FP8", "SPARSE", "REF", "HW"])(attention_fwd)

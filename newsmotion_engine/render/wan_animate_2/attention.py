@@ -3,15 +3,14 @@
 The stock cached pass packs ``[generation | reference]`` tokens into one buffer and runs flex
 attention under a block mask: every generation token sees every generation token, and a token of
 generation frame ``f >= 1`` also sees reference frame ``f - 1`` (frame 0, the persona's image
-latent, sees none). That mask is two dense attentions over disjoint key sets, so here it is
-computed as
+latent, sees none). Here that is one launch of the 8-bit kernel with an in-context reference
+(:mod:`newsmotion_engine.accel.attention_incontext`): each query tile walks all generation keys,
+then its own frame's reference keys, in one online softmax. The reference K/V are converted to
+the kernel's form once per segment and layer (:func:`cached_reference`) and kept by the layer
+cache. The extract pass is plain dense attention: :func:`fp8_attention`.
 
-- generation -> generation: one dense :func:`fp8_attention_lse` over all generation tokens;
-- generation frame ``f`` -> reference frame ``f - 1``: the same kernel, batched over frames
-  (``[B * frames, hw, H, D]``: each frame is its own short attention);
-
-merged exactly by log-sum-exp (:func:`merge_attention`). No packing, no mask, and the dense part
-runs on the 8-bit tensor cores. The extract pass is plain dense attention: :func:`fp8_attention`.
+:func:`split_cached_attention` is the earlier path (a dense attention and a per-frame one,
+merged by log-sum-exp), kept as the bench's comparison and as an exact float32 check in tests.
 
 RoPE: the stock ``rope_apply`` rotates in complex128 (inductor cannot generate code for complex
 ops, so every block leaves the compiled graph for it); :func:`rope_fp32` applies the same
@@ -29,6 +28,8 @@ from typing import Any
 import torch
 
 from newsmotion_engine.accel import attention as A
+from newsmotion_engine.accel.attention_incontext import ReferenceKV, incontext_attention, prepare_reference
+from newsmotion_engine.render.wan_animate_2.kv import Fp8KVLayerCache
 
 __all__ = ["Fp8Animate2AttnProcessor", "apply_rope", "rope_angles", "rope_fp32", "split_cached_attention"]
 
@@ -95,7 +96,7 @@ class Fp8Animate2AttnProcessor:
 
     def __init__(self, variant: str | None = None) -> None:
         self.variant, _ = A._variant(variant)
-        self.stats = {"split": 0, "fallback": 0}
+        self.stats = {"incontext": 0, "fallback": 0}
 
     def _count(self, path: str) -> None:
         # Eager calls only: under torch.compile a Python counter is a guarded constant, and every
@@ -106,8 +107,8 @@ class Fp8Animate2AttnProcessor:
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return A.fp8_attention(q, k, v, variant=self.variant)
 
-    def attend_lse(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return A.fp8_attention_lse(q, k, v, variant=self.variant)
+    def attend_reference(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ref: ReferenceKV, hw: int) -> torch.Tensor:
+        return incontext_attention(q, k, v, ref, hw, variant=self.variant)
 
     def _stock(self, attn: Any, hidden_states: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2AttnProcessor
@@ -143,14 +144,30 @@ class Fp8Animate2AttnProcessor:
         if kv_cache_mode == "extract":
             out = self.attend(q, k, v)
         else:
-            k_ref, v_ref = kv_cache.get()
-            n_ref = ref_frames * hw
-            k_ref = rope_fp32(k_ref, reference_grid_sizes, reference_rotary_emb, reference_rope_stride).type_as(v)
-            out = split_cached_attention(q, k, v, k_ref[:, :n_ref], v_ref[:, :n_ref].type_as(v), hw, self.attend_lse)
-            self._count("split")
+            ref = cached_reference(kv_cache, reference_grid_sizes, reference_rotary_emb, reference_rope_stride,
+                                   ref_frames * hw, v.dtype, self.variant)  # fmt: skip
+            out = self.attend_reference(q, k, v, ref, hw)
+            self._count("incontext")
         out = out.flatten(2, 3).type_as(q)
         out = attn.to_out[0](out)
         return attn.to_out[1](out)
+
+
+@torch.compiler.disable  # eager, between the compiled graphs: a cache lookup (a conversion once per segment and layer)
+def cached_reference(kv_cache: Any, grid_sizes: torch.Tensor, freqs: torch.Tensor, stride: int, n_ref: int,
+                     dtype: torch.dtype, variant: str) -> ReferenceKV:  # fmt: skip
+    """The layer's reference K/V in the in-context kernel's form (RoPE applied as the stock
+    cached pass applies it): kept by an FP8 layer cache after its first use
+    (:meth:`~newsmotion_engine.render.wan_animate_2.kv.Fp8KVLayerCache.kernel_reference`), built
+    anew each call from a stock (model-dtype) layer cache."""
+
+    def make(k_ref: torch.Tensor, v_ref: torch.Tensor) -> ReferenceKV:
+        k_ref = rope_fp32(k_ref, grid_sizes, freqs, stride).to(dtype)
+        return prepare_reference(k_ref[:, :n_ref], v_ref[:, :n_ref].to(dtype), variant)
+
+    if isinstance(kv_cache, Fp8KVLayerCache):
+        return kv_cache.kernel_reference(make, (tuple(grid_sizes[0].tolist()), int(stride), int(n_ref), variant))
+    return make(*kv_cache.get())
 
 
 def _factory(variant: str | None) -> Fp8Animate2AttnProcessor:

@@ -5,7 +5,11 @@ The stock ``WanAnimate2KVCache`` holds one ``WanAnimate2KVLayerCache`` per layer
 *pre-RoPE* keys and values of the driving segment's tokens, ``[1, N_ref, heads, head_dim]`` in the
 model dtype; the cached pass calls ``layer.get()`` once per forward. :class:`Fp8KVLayerCache`
 keeps them as e4m3 with one float32 scale per (token, head) and dequantizes in ``get()``, so the
-device holds half the bytes and only one layer's bf16 copy is alive at a time.
+device holds half the bytes and only one layer's bf16 copy is alive at a time. Under the 8-bit
+in-context attention (``attention='fp8-triton'``) each layer's K/V are converted on first use
+into that kernel's form (:meth:`Fp8KVLayerCache.kernel_reference`: RoPE applied, 8-bit, same
+bytes) and kept so; offloaded layers are then copied to the GPU one layer ahead on a side stream
+(:class:`LayerPrefetcher`).
 
 Bytes per segment, analytically: ``layers x 2 x N_ref x dim x bytes`` with
 ``N_ref = T_lat x (H/16) x (W/16)`` and ``T_lat = (frames - 1) / 4 + 1``; FP8 adds
@@ -16,15 +20,18 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
 import torch
 
+from newsmotion_engine.accel.attention_incontext import ReferenceKV
+
 __all__ = [
     "Fp8KVLayerCache",
     "HostArena",
+    "LayerPrefetcher",
     "device_bytes",
     "fp8_cache",
     "KVLru",
@@ -65,6 +72,11 @@ class Fp8KVLayerCache:
         self.device = device if device is not None else (key.device if key is not None else None)
         self.offload = offload
         self.arena = arena if arena is not None or not offload else HostArena()
+        # The kernel's form of these K/V (kernel_reference), which replaces them once built.
+        self.prepared: ReferenceKV | None = None
+        self.prepared_for: Hashable = None
+        self.prefetcher: LayerPrefetcher | None = None  # set by the cache that holds this layer (offload)
+        self.index = 0
 
     @classmethod
     def empty(cls, *, offload: bool = False, arena: HostArena | None = None) -> Fp8KVLayerCache:
@@ -88,6 +100,9 @@ class Fp8KVLayerCache:
         self.key, self.key_scale, self.value, self.value_scale = k, ks, v, vs
 
     def get(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.key is None and self.prepared is not None:
+            raise RuntimeError("this layer's reference K/V were converted for the 8-bit in-context attention "
+                               "(attention='fp8-triton'); only that processor can read them now")  # fmt: skip
         if self.key is None:
             raise RuntimeError("The KV cache is empty. Run the reference pass before the generation pass.")
         k, ks, v, vs = self.key, self.key_scale, self.value, self.value_scale
@@ -97,9 +112,81 @@ class Fp8KVLayerCache:
 
     def clear(self) -> None:
         self.key = self.value = self.key_scale = self.value_scale = None
+        self.prepared = self.prepared_for = None
 
     def tensors(self) -> list[torch.Tensor]:
-        return [t for t in (self.key, self.key_scale, self.value, self.value_scale) if t is not None]
+        return [t for t in (self.key, self.key_scale, self.value, self.value_scale, *(self.prepared or ())) if t is not None]
+
+    def kernel_reference(self, make: Callable[[torch.Tensor, torch.Tensor], ReferenceKV], token: Hashable) -> ReferenceKV:
+        """These K/V in the in-context kernel's form on the device: ``make(k, v)`` (from
+        :meth:`get`) builds it on the first call and it replaces the FP8 K/V, in their own host
+        memory when offloaded (same bytes), so a segment's steps never convert again.
+        ``token`` names what ``make`` depends on (RoPE grid, variant); another one is an error."""
+        if self.prepared is None:
+            made = make(*self.get())
+            self._adopt(made, token)
+            return made  # on the device already
+        if token != self.prepared_for:
+            raise RuntimeError(f"reference K/V converted for {self.prepared_for}, asked for {token}")
+        if not self.offload or self.device is None or torch.device(self.device).type == "cpu":
+            return self.prepared
+        if self.prefetcher is None:
+            return ReferenceKV(*_to_device(tuple(self.prepared), self.device))
+        return self.prefetcher.fetch(self.index, self.device)
+
+    def _adopt(self, ref: ReferenceKV, token: Hashable) -> None:
+        if self.offload:
+            # The large tensors go to the host, into the FP8 K/V's own buffers where they fit (the
+            # offloaded K/V of a 14B segment are 32 GB: a second copy would not fit a host); the
+            # per-channel scales (KiB) stay on the device.
+            k = _host_into(ref.k, self.key, self.arena)
+            vt = _host_into(ref.vt, self.value, self.arena)
+            ref = ref._replace(k=k, vt=vt)
+        self.key = self.value = self.key_scale = self.value_scale = None
+        self.prepared, self.prepared_for = ref, token
+
+
+class LayerPrefetcher:
+    """Copies the next offloaded layer's kernel-form reference to the GPU on a side stream while
+    the current layer computes (the copy engine works beside the attention kernel): a 14B 720p
+    layer is 0.77 GB, and copied on the compute stream it stalled every layer. At most one layer
+    is in flight besides the one in use."""
+
+    def __init__(self, layers: list[Fp8KVLayerCache]) -> None:
+        self.layers = layers
+        self.stream: Any = None
+        self.pending: dict[int, tuple[ReferenceKV, Any]] = {}
+
+    def fetch(self, index: int, device: Any) -> ReferenceKV:
+        dev = torch.device(device)
+        main = torch.cuda.current_stream(dev)
+        item = self.pending.pop(index, None)
+        for _, event in self.pending.values():  # a skipped layer's copy: its memory is main's again only after it lands
+            main.wait_event(event)
+        self.pending.clear()
+        if item is None:
+            item = self._issue(index, dev, main)
+        main.wait_event(item[1])
+        nxt = index + 1
+        if nxt < len(self.layers) and self.layers[nxt].prepared is not None:
+            self.pending[nxt] = self._issue(nxt, dev, main)
+        return item[0]
+
+    def _issue(self, index: int, dev: torch.device, main: Any) -> tuple[ReferenceKV, Any]:
+        if self.stream is None:
+            self.stream = torch.cuda.Stream(dev)
+        ref = self.layers[index].prepared
+        # Allocated on the compute stream (which frees them after use, in its own order); the side
+        # stream first waits for the work already queued there, which may have used this memory.
+        out = [torch.empty_like(t, device=dev) if t.device.type == "cpu" else t for t in ref]
+        self.stream.wait_stream(main)
+        with torch.cuda.stream(self.stream):
+            for d, h in zip(out, ref):
+                if d is not h:
+                    d.copy_(h, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        return ReferenceKV(*out), event
 
 
 class HostArena:
@@ -147,11 +234,32 @@ def _to_device(tensors: tuple[torch.Tensor, ...], device: Any) -> tuple[torch.Te
     return tuple(t.to(device, non_blocking=True) for t in tensors)
 
 
+def _host_into(t: torch.Tensor, old: torch.Tensor | None, arena: HostArena) -> torch.Tensor:
+    """``t`` copied to host memory: into ``old``'s bytes when it is a contiguous host tensor at
+    least as large (its contents are no longer needed), else a new arena tensor."""
+    if old is not None and old.device.type == "cpu" and old.is_contiguous() and old.numel() * old.element_size() >= t.numel() * t.element_size():
+        out = old.view(torch.uint8).reshape(-1)[: t.numel() * t.element_size()].view(t.dtype).view(t.shape)
+    else:
+        out = arena.empty(t.shape, t.dtype)
+    out.copy_(t)  # synchronous: once per segment and layer
+    return out
+
+
 def fp8_cache(num_layers: int, *, offload: bool = False) -> Any:
     """An empty ``WanAnimate2KVCache`` of FP8 layers for the extract pass to fill."""
     cache = _new_cache(num_layers)
     arena = HostArena() if offload else None
     cache.layer_caches = [Fp8KVLayerCache.empty(offload=offload, arena=arena) for _ in range(num_layers)]
+    return _link(cache)
+
+
+def _link(cache: Any) -> Any:
+    """Give offloaded layers their index and one shared :class:`LayerPrefetcher`."""
+    layers = cache.layer_caches
+    if layers and all(isinstance(layer, Fp8KVLayerCache) and layer.offload for layer in layers):
+        prefetcher = LayerPrefetcher(layers)
+        for i, layer in enumerate(layers):
+            layer.index, layer.prefetcher = i, prefetcher
     return cache
 
 
@@ -216,7 +324,7 @@ def kv_from_file(data: np.ndarray, scales: np.ndarray, device: Any, dtype: torch
         d, s = d.pin_memory(), s.pin_memory()
     for i in range(d.shape[0]):
         cache.layer_caches[i] = Fp8KVLayerCache(d[i, 0:1], s[i, 0:1], d[i, 1:2], s[i, 1:2], dtype, device=device, offload=offload)
-    return cache
+    return _link(cache)
 
 
 class KVLru:
