@@ -506,9 +506,56 @@ def _clip_inputs(width: int, height: int, frames: int, root: Path):
     return bench_inputs(width, height, frames, root)
 
 
+def _profile_forward(comps: Any, geom: Any, kv: Any) -> dict[str, Any]:
+    """One cached forward (random inputs, ``kv`` a filled segment cache) under torch.profiler:
+    wall ms, the GPU's busy ms (union of kernel intervals), copy ms, and the kernels by total
+    time — where a forward's time goes (the attention kernel, GEMMs, fused elementwise)."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from newsmotion_engine.render.wan_animate_2 import denoise as D
+
+    inputs = _segment_inputs(comps, geom, seed=1)
+    t = torch.tensor(999.0, device=comps.device)
+
+    def run() -> None:
+        with torch.no_grad():
+            D._forward(comps.transformer, inputs["latents"], t, inputs["prompt"], inputs["reference"], kv, inputs["image"], geom, False, comps.dtype)
+        _sync(comps.device)
+
+    run()
+    t0 = time.perf_counter()
+    run()
+    plain_ms = (time.perf_counter() - t0) * 1e3
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        run()
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    copies = [e for e in kernels if "memcpy" in e.name.lower() or "memset" in e.name.lower()]
+    compute = [e for e in kernels if e not in copies]
+    spans = sorted((e.time_range.start, e.time_range.end) for e in compute)
+    busy, end = 0.0, -math.inf
+    for a, b in spans:  # union of intervals (us)
+        if b > end:
+            busy += b - max(a, end)
+            end = b
+    by_name: dict[str, list[float]] = {}
+    for e in kernels:
+        row = by_name.setdefault(e.name[:120], [0.0, 0])
+        row[0] += e.time_range.elapsed_us() / 1e3
+        row[1] += 1
+    top = sorted(by_name.items(), key=lambda kv_: -kv_[1][0])[:30]
+    return {"forward_ms": round(plain_ms, 1), "profiled_wall_ms": round(wall_ms, 1), "gpu_busy_ms": round(busy / 1e3, 1),
+            "copy_ms": round(sum(e.time_range.elapsed_us() for e in copies) / 1e3, 1),
+            "kernels": [{"name": n, "ms": round(ms, 2), "count": c} for n, (ms, c) in top]}  # fmt: skip
+
+
 def _part_clip_ours(preset: str, dev_name: str, width: int, height: int, frames: int, segment_frames: int | None,
                     accel: Mapping[str, Any], result: dict, write: Callable[[], None], log: Log, *,
-                    fit_segments: bool = False, kv_offload: bool = False) -> None:  # fmt: skip
+                    fit_segments: bool = False, kv_offload: bool = False, cold_loop: bool = True,
+                    profile: bool = False) -> None:  # fmt: skip
     from newsmotion_engine.render.base import RenderSpec
     from newsmotion_engine.render.wan_animate_2.backend import WanAnimate2Backend
 
@@ -565,7 +612,13 @@ def _part_clip_ours(preset: str, dev_name: str, width: int, height: int, frames:
         result["animate2_clip_s"] = side["clip_s"]
         log(f"  ours: {n} frames in {side['clip_s']} s, peak {side['peak_gib']} GiB")
         write()
-        if backend.kv_lru is not None:
+        if profile and dev.type == "cuda":
+            side["profile_one_forward"] = _profile_forward(backend.components, backend.geometry(spec, plan), source(0)[0])
+            prof = side["profile_one_forward"]
+            log(f"  ours, one cached forward profiled: {prof['forward_ms']} ms, GPU busy {prof['gpu_busy_ms']} ms; "
+                + ", ".join(f"{k['name'][:40]} {k['ms']}" for k in prof["kernels"][:8]))
+            write()
+        if backend.kv_lru is not None and cold_loop:
             # The same clip for a loop the renderer has not seen: the LRU emptied, so each segment's
             # extract pass runs inside the timed clip (graphs already compiled, as in a warm renderer).
             backend.kv_lru.clear()
@@ -833,7 +886,7 @@ def bench_animate2(preset: str = "14b", *, part: str = "forward", width: int | N
                    frames: int = 120, segment_frames: int | None = None, device: str = "auto",
                    accel: Mapping[str, Any] | None = None, warmup: int = 1, reps: int = 2, budget_s: float = 540.0,
                    ms_preset: str | None = None, ms_forwards: int = 4, ms_side: str | None = None, ms_go: str | None = None,
-                   fit_segments: bool = False, kv_offload: bool = False,
+                   fit_segments: bool = False, kv_offload: bool = False, cold_loop: bool = True, profile: bool = False,
                    json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
     """Run one part (see the module docstring); returns (and writes, after every measurement) the result."""
     import torch
@@ -863,7 +916,7 @@ def bench_animate2(preset: str = "14b", *, part: str = "forward", width: int | N
         _part_attention(preset, dev, width, height, segment_frames, warmup, max(reps, 3), result, write, log)
     if part == "clip-ours":
         _part_clip_ours(preset, device, width, height, frames, segment_frames, accel, result, write, log,
-                        fit_segments=fit_segments, kv_offload=kv_offload)  # fmt: skip
+                        fit_segments=fit_segments, kv_offload=kv_offload, cold_loop=cold_loop, profile=profile)  # fmt: skip
     if part == "clip-stock":
         _part_clip_stock(preset, device, width, height, frames, segment_frames, None, result, write, log)
     if part in ("clip", "all"):
@@ -933,6 +986,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ms-go")
     p.add_argument("--fit-segments", action="store_true", help="ours: the shortest 4k+1 segments that cover the clip")
     p.add_argument("--kv-offload", action="store_true", help="ours: the K/V LRU in pinned host memory (device peak)")
+    p.add_argument("--no-cold-loop", action="store_true", help="clip-ours: skip the second clip with the K/V LRU emptied")
+    p.add_argument("--profile", action="store_true", help="clip-ours: profile one cached forward after the clip (GPU)")
     p.add_argument("--combine", nargs=2, metavar=("OURS_JSON", "STOCK_JSON"),
                    help="merge a clip-ours and a clip-stock result (two device calls) into --json")
     p.add_argument("--json")
@@ -951,7 +1006,8 @@ def main(argv: list[str] | None = None) -> int:
     bench_animate2(a.preset, part=a.part, width=a.width, height=a.height, frames=a.frames, segment_frames=a.segment_frames,
                    device=a.device, accel=json.loads(a.accel) if a.accel else None, warmup=a.warmup, reps=a.reps,
                    budget_s=a.budget_s, ms_preset=a.ms_preset, ms_forwards=a.ms_forwards, ms_side=a.ms_side, ms_go=a.ms_go,
-                   fit_segments=a.fit_segments, kv_offload=a.kv_offload, json_path=a.json)  # fmt: skip
+                   fit_segments=a.fit_segments, kv_offload=a.kv_offload, cold_loop=not a.no_cold_loop, profile=a.profile,
+                   json_path=a.json)  # fmt: skip
     return 0
 
 

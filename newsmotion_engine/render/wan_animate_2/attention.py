@@ -137,11 +137,14 @@ class Fp8Animate2AttnProcessor:
         elif kv_cache_mode != "extract":
             raise ValueError(f"`kv_cache_mode` must be either 'extract' or 'cached', got {kv_cache_mode}.")
         q, k, v = A.project_qkv(attn, hidden_states)
-        if kv_cache_mode == "extract":
-            kv_cache.store(k, v)
+        kernel_form = kv_cache_mode == "extract" and getattr(kv_cache, "kernel_form", False)
+        if kv_cache_mode == "extract" and not kernel_form:
+            kv_cache.store(k, v)  # pre-RoPE, as the stock cache holds them
         angles = rope_angles(grid_sizes, rotary_emb, rope_stride)
         q, k = apply_rope(q, angles).type_as(v), apply_rope(k, angles).type_as(v)
         if kv_cache_mode == "extract":
+            if kernel_form:  # the extract pass's RoPE is the cached pass's reference RoPE (same grid, freqs, stride)
+                store_reference(kv_cache, k, v, grid_sizes, rope_stride, self.variant)
             out = self.attend(q, k, v)
         else:
             ref = cached_reference(kv_cache, reference_grid_sizes, reference_rotary_emb, reference_rope_stride,
@@ -166,8 +169,20 @@ def cached_reference(kv_cache: Any, grid_sizes: torch.Tensor, freqs: torch.Tenso
         return prepare_reference(k_ref[:, :n_ref], v_ref[:, :n_ref].to(dtype), variant)
 
     if isinstance(kv_cache, Fp8KVLayerCache):
-        return kv_cache.kernel_reference(make, (tuple(grid_sizes[0].tolist()), int(stride), int(n_ref), variant))
+        return kv_cache.kernel_reference(make, _token(grid_sizes, stride, n_ref, variant))
     return make(*kv_cache.get())
+
+
+def _token(grid_sizes: torch.Tensor, stride: int, n_ref: int, variant: str) -> tuple:
+    """What a converted reference depends on besides the K/V: its RoPE grid and stride, its
+    length and the kernel variant (the extract pass and the cached pass must name the same)."""
+    return tuple(grid_sizes[0].tolist()), int(stride), int(n_ref), variant
+
+
+@torch.compiler.disable  # eager, between the compiled graphs: once per segment and layer
+def store_reference(kv_cache: Any, k: torch.Tensor, v: torch.Tensor, grid_sizes: torch.Tensor, stride: int, variant: str) -> None:
+    """The extract pass's RoPE-rotated ``k`` and ``v`` stored in the in-context kernel's form."""
+    kv_cache.store_kernel_reference(prepare_reference(k, v, variant), _token(grid_sizes, stride, k.shape[1], variant))
 
 
 def _factory(variant: str | None) -> Fp8Animate2AttnProcessor:

@@ -232,7 +232,11 @@ class WanAnimate2Backend(DiffusersBackend):
         dev, dtype = comps.device, comps.dtype
         t = lambda a: C.as_tensor(a).to(dev, dtype)  # noqa: E731
         # FP8 (and offloaded) layers quantize as the extract pass stores each layer's K/V.
-        target = fp8_cache(comps.transformer.config.num_layers, offload=o.kv_offload) if (o.kv_fp8 or o.kv_offload) else None
+        # Under the 8-bit in-context attention a cache that no file is written from is stored
+        # straight in that kernel's form (kv.py); the FP8 file keeps the raw FP8 format.
+        kernel_form = o.has("attention") and o.reference_kv != "fp8-file"
+        target = (fp8_cache(comps.transformer.config.num_layers, offload=o.kv_offload, kernel_form=kernel_form)
+                  if (o.kv_fp8 or o.kv_offload) else None)  # fmt: skip
         with torch.no_grad():
             return D.extract_reference_kv(comps.transformer, t(g.driving_condition[segment]), t(g.prompt_ref_embeds),
                                           t(g.clip_context), self.geometry(spec, plan), cache=target)  # fmt: skip
@@ -306,9 +310,15 @@ class WanAnimate2Backend(DiffusersBackend):
         emitted, previous = 0, None
         for k in range(plan.segments):
             noise = torch.randn(geom.noise_shape, generator=gen, dtype=torch.float32)
+            # The clip's last frames are all a segment has to decode, unless the next segment
+            # continues from its decoded pixels (continuation="pixel").
+            first = 0 if k == 0 else o.prev_frames
+            last_needed = k == plan.segments - 1 or o.continuation != "pixel"
+            decode = first + (T - emitted) if last_needed and first + (T - emitted) < geom.segment_frames else None
             result = render_segment(comps, g, p, geom=geom, segment=k, noise=noise, steps=o.num_steps,
                                     guidance_scale=o.cfg_scale, kv_source=kv_source, previous=previous,
-                                    continuation=o.continuation, prev_frames=o.prev_frames, generator=gen)  # fmt: skip
+                                    continuation=o.continuation, prev_frames=o.prev_frames, generator=gen,
+                                    decode_frames=decode)  # fmt: skip
             for key in ("kv_s", "denoise_s", "decode_s", "cond_passes", "uncond_passes", "teacache_computed", "teacache_skipped"):
                 stats[key] += result.stats[key]
             previous = result

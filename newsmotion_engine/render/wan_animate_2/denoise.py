@@ -122,11 +122,18 @@ def denoise_segment(transformer: Any, scheduler: Any, latents: torch.Tensor, ref
     return latents
 
 
-def decode_segment(vae: Any, latents: torch.Tensor) -> torch.Tensor:
-    """Decode ``[16, 1 + T_lat, h, w]`` (skipping the reference slot) -> ``[1, 3, T, H, W]`` in [-1, 1]."""
+def decode_segment(vae: Any, latents: torch.Tensor, frames: int | None = None) -> torch.Tensor:
+    """Decode ``[16, 1 + T_lat, h, w]`` (skipping the reference slot) -> ``[1, 3, T, H, W]`` in [-1, 1].
+    ``frames``: only the segment's first ``frames`` are wanted (the clip's last segment usually
+    runs past the clip's end): the Wan VAE decodes causally, one latent frame after another, so the
+    first ``(frames - 1) // 4 + 1`` latents decode to exactly the first ``1 + 4 * that`` frames
+    of the full decode, and the rest is never computed."""
     from diffusers.modular_pipelines.wan_animate_2.denoise import decode_vae
 
-    return decode_vae(vae, latents.to(torch.float32)[:, 1:])
+    z = latents.to(torch.float32)[:, 1:]
+    if frames is not None:
+        z = z[:, : min(z.shape[1], max(1, -(-(frames - 1) // 4) + 1))]
+    return decode_vae(vae, z)
 
 
 def to_uint8_frames(video: torch.Tensor) -> np.ndarray:

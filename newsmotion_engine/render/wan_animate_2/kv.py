@@ -77,6 +77,8 @@ class Fp8KVLayerCache:
         self.prepared_for: Hashable = None
         self.prefetcher: LayerPrefetcher | None = None  # set by the cache that holds this layer (offload)
         self.index = 0
+        # The extract pass stores the kernel's form directly (store_kernel_reference), never the raw K/V.
+        self.kernel_form = False
 
     @classmethod
     def empty(cls, *, offload: bool = False, arena: HostArena | None = None) -> Fp8KVLayerCache:
@@ -134,6 +136,12 @@ class Fp8KVLayerCache:
             return ReferenceKV(*_to_device(tuple(self.prepared), self.device))
         return self.prefetcher.fetch(self.index, self.device)
 
+    def store_kernel_reference(self, ref: ReferenceKV, token: Hashable) -> None:
+        """Keep ``ref`` (built by the extract pass from its own RoPE-rotated K/V) as this layer's
+        K/V: what :meth:`kernel_reference` returns for ``token``, with no raw K/V stored at all."""
+        self.device = ref.k.device
+        self._adopt(ref, token)
+
     def _adopt(self, ref: ReferenceKV, token: Hashable) -> None:
         if self.offload:
             # The large tensors go to the host, into the FP8 K/V's own buffers where they fit (the
@@ -149,8 +157,12 @@ class Fp8KVLayerCache:
 class LayerPrefetcher:
     """Copies the next offloaded layer's kernel-form reference to the GPU on a side stream while
     the current layer computes (the copy engine works beside the attention kernel): a 14B 720p
-    layer is 0.77 GB, and copied on the compute stream it stalled every layer. At most one layer
-    is in flight besides the one in use."""
+    layer is 0.77 GB, and copied on the compute stream it stalled every layer. After the last
+    layer the first one is fetched for the next step. At most one layer is in flight in the
+    whole process besides the one in use (a segment's cache that is not read again soon must not
+    keep a layer on the GPU)."""
+
+    _in_flight: LayerPrefetcher | None = None  # the one prefetcher with a pending copy
 
     def __init__(self, layers: list[Fp8KVLayerCache]) -> None:
         self.layers = layers
@@ -161,16 +173,25 @@ class LayerPrefetcher:
         dev = torch.device(device)
         main = torch.cuda.current_stream(dev)
         item = self.pending.pop(index, None)
-        for _, event in self.pending.values():  # a skipped layer's copy: its memory is main's again only after it lands
-            main.wait_event(event)
-        self.pending.clear()
+        other = LayerPrefetcher._in_flight
+        if other is not None and other is not self:
+            other._drop(main)
+        self._drop(main)
         if item is None:
             item = self._issue(index, dev, main)
         main.wait_event(item[1])
-        nxt = index + 1
-        if nxt < len(self.layers) and self.layers[nxt].prepared is not None:
+        nxt = (index + 1) % len(self.layers)
+        if self.layers[nxt].prepared is not None:
             self.pending[nxt] = self._issue(nxt, dev, main)
+            LayerPrefetcher._in_flight = self
         return item[0]
+
+    def _drop(self, main: Any) -> None:
+        for _, event in self.pending.values():  # a copy not used: its memory is main's again only after it lands
+            main.wait_event(event)
+        self.pending.clear()
+        if LayerPrefetcher._in_flight is self:
+            LayerPrefetcher._in_flight = None
 
     def _issue(self, index: int, dev: torch.device, main: Any) -> tuple[ReferenceKV, Any]:
         if self.stream is None:
@@ -245,11 +266,15 @@ def _host_into(t: torch.Tensor, old: torch.Tensor | None, arena: HostArena) -> t
     return out
 
 
-def fp8_cache(num_layers: int, *, offload: bool = False) -> Any:
-    """An empty ``WanAnimate2KVCache`` of FP8 layers for the extract pass to fill."""
+def fp8_cache(num_layers: int, *, offload: bool = False, kernel_form: bool = False) -> Any:
+    """An empty ``WanAnimate2KVCache`` of FP8 layers for the extract pass to fill; with
+    ``kernel_form`` (the 8-bit in-context attention reads it, no file is written from it) the
+    extract pass stores each layer straight in that kernel's form."""
     cache = _new_cache(num_layers)
     arena = HostArena() if offload else None
     cache.layer_caches = [Fp8KVLayerCache.empty(offload=offload, arena=arena) for _ in range(num_layers)]
+    for layer in cache.layer_caches:
+        layer.kernel_form = kernel_form
     return _link(cache)
 
 

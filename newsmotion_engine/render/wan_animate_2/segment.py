@@ -55,10 +55,13 @@ def render_segment(
     continuation: str = "latent",
     prev_frames: int = 1,
     generator: torch.Generator | None = None,
+    decode_frames: int | None = None,
 ) -> SegmentResult:
     """Denoise and decode ``segment``. ``noise`` float32 ``[16, 1 + T_lat, h, w]``;
     ``kv_source(segment) -> (filled WanAnimate2KVCache, how)`` with ``how`` in ``extract`` /
-    ``fp8-file`` / ``lru-hit``; ``previous`` required after the first segment."""
+    ``fp8-file`` / ``lru-hit``; ``previous`` required after the first segment. ``decode_frames``:
+    decode only the segment's first frames that many (and a few more, up to a latent's 4), as
+    :func:`~newsmotion_engine.render.wan_animate_2.denoise.decode_segment` says; all by default."""
     dev, dtype = components.device, components.dtype
     if segment > 0 and previous is None:
         raise ValueError("render_segment: a continuation segment needs the previous segment's result")
@@ -86,7 +89,7 @@ def render_segment(
         )  # fmt: skip
         _sync(dev)
         t2 = time.perf_counter()
-        video = D.decode_segment(components.vae, latents)
+        video = D.decode_segment(components.vae, latents, decode_frames)
         frames = D.to_uint8_frames(video)
     t3 = time.perf_counter()
     tc = teacache_stats(components.transformer)

@@ -259,3 +259,21 @@ def test_cuda_oom_names_the_memory_settings(pair, monkeypatch):
     monkeypatch.setattr(segment.D, "denoise_segment", boom)
     with pytest.raises(WanAnimate2OOMError, match=r"fp8='auto'.*kv_fp8=True.*64x128"):
         _render(backend, loop, persona)
+
+
+def test_decoding_a_segments_first_frames_equals_the_full_decode_cut():
+    """The last segment runs past the clip's end: only its first frames are decoded. The Wan VAE
+    decodes causally, so that is exactly the full decode cut short, not an approximation."""
+    from newsmotion_engine.render.wan_animate_2 import denoise as D
+
+    backend = _backend()
+    backend.load()
+    g = torch.Generator().manual_seed(7)
+    latents = torch.randn(16, 1 + 4, 16, 8, generator=g)  # reference slot + 4 latents = 13 frames
+    with torch.no_grad():
+        full = D.decode_segment(backend.components.vae, latents)
+        for frames in (1, 2, 5, 6, 13):
+            part = D.decode_segment(backend.components.vae, latents, frames)
+            assert part.shape[2] >= frames and part.shape[2] == 1 + 4 * ((frames + 2) // 4)
+            assert torch.equal(part, full[:, :, : part.shape[2]]), frames
+    backend.close()

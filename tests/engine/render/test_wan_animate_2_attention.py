@@ -37,13 +37,15 @@ def _inputs(comps, geom, seed=0):
                 reference=r(20, t + 1, h, w), prompt=r(1, 512, cfg.text_dim), image=r(1, 257, 1280))  # fmt: skip
 
 
-def _run(comps, geom, x, fp8_kv=False, forwards=1):
-    from newsmotion_engine.render.wan_animate_2.kv import quantize_cache
+def _run(comps, geom, x, kv_form="model", forwards=1):
+    """Extract (into a stock cache, FP8 layers, or FP8 layers in the kernel's form), then cached forwards."""
+    from newsmotion_engine.render.wan_animate_2.kv import fp8_cache, quantize_cache
 
     tr = comps.transformer
     with torch.no_grad():
-        kv = D.extract_reference_kv(tr, x["driving"], x["prompt_ref"], x["clip"], geom)
-        if fp8_kv:
+        target = fp8_cache(tr.config.num_layers, kernel_form=True) if kv_form == "kernel" else None
+        kv = D.extract_reference_kv(tr, x["driving"], x["prompt_ref"], x["clip"], geom, cache=target)
+        if kv_form == "fp8":
             quantize_cache(kv)
         outs = [D._forward(tr, x["latents"], torch.tensor(700.0), x["prompt"], x["reference"], kv, x["image"], geom, False, torch.float32)
                 for _ in range(forwards)]  # fmt: skip
@@ -67,16 +69,18 @@ def _ours(monkeypatch, blocks):
     return ours
 
 
-@pytest.mark.parametrize("fp8_kv", [False, True], ids=["model-dtype-kv", "fp8-kv"])
-def test_incontext_attention_matches_the_stock_block_mask(tiny, monkeypatch, fp8_kv):
+@pytest.mark.parametrize("kv_form", ["model", "fp8", "kernel"])
+def test_incontext_attention_matches_the_stock_block_mask(tiny, monkeypatch, kv_form):
+    """Stock cache (converted every call), FP8 cache (converted on first use, kept), and a cache
+    the extract pass filled in the kernel's form (never converted)."""
     comps, geom = tiny
     x = _inputs(comps, geom)
     blocks = comps.transformer.blocks
     stock = [b.self_attn.processor for b in blocks]
-    ref, _ = _run(comps, geom, x, fp8_kv)
+    ref, _ = _run(comps, geom, x, "fp8" if kv_form == "kernel" else kv_form)
     ours = _ours(monkeypatch, blocks)
     try:
-        (got, again), kv = _run(comps, geom, x, fp8_kv, forwards=2)
+        (got, again), kv = _run(comps, geom, x, kv_form, forwards=2)
     finally:
         for b, p in zip(blocks, stock):
             b.self_attn.set_processor(p)
@@ -87,7 +91,7 @@ def test_incontext_attention_matches_the_stock_block_mask(tiny, monkeypatch, fp8
     assert _rel(got, ref) < 1e-3, _rel(got, ref)
     assert torch.equal(got, again)  # the second forward reads the kept conversion: same result
     layers = kv.layer_caches
-    if fp8_kv:
+    if kv_form != "model":
         assert all(layer.prepared is not None and layer.key is None for layer in layers)  # converted once, kept
         with pytest.raises(RuntimeError, match="converted for the 8-bit in-context attention"):
             layers[0].get()

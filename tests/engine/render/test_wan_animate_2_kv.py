@@ -71,10 +71,30 @@ def test_prefetched_offloaded_layers_equal_device_resident_ones():
     for cache in (on_gpu, offloaded):
         for layer, (k, v) in zip(cache.layer_caches, raw):
             layer.store(k, v)
+    bits = lambda t: t.view(torch.uint8) if t.element_size() == 1 else t  # noqa: E731  (no torch.equal for e4m3)
+    other = fp8_cache(4, offload=True)  # a second segment: one prefetcher in flight at a time
+    for layer, (k, v) in zip(other.layer_caches, raw[::-1]):
+        layer.store(k, v)
     for step in range(3):  # step 0 converts; later steps prefetch layer i + 1 during layer i
         for i in (0, 1, 3, 2) if step == 2 else range(4):  # step 2: out of order (a skipped layer's prefetch)
             a = on_gpu.layer_caches[i].kernel_reference(_make(), "t")
             b = offloaded.layer_caches[i].kernel_reference(_make(), "t")
+            c = other.layer_caches[3 - i].kernel_reference(_make(), "t")
             torch.cuda.synchronize()
-            bits = lambda t: t.view(torch.uint8) if t.element_size() == 1 else t  # noqa: E731  (no torch.equal for e4m3)
+            assert all(torch.equal(bits(x), bits(y)) for x, y in zip(a, c)), (step, i)
             assert b.k.is_cuda and all(torch.equal(bits(x), bits(y)) for x, y in zip(a, b)), (step, i)
+
+
+def test_extract_pass_can_store_the_kernel_form_directly_offloaded():
+    from newsmotion_engine.render.wan_animate_2.kv import Fp8KVLayerCache, HostArena
+
+    g = torch.Generator().manual_seed(2)
+    k, v = torch.randn(1, 48, 2, 32, generator=g), torch.randn(1, 48, 2, 32, generator=g)
+    layer = Fp8KVLayerCache.empty(offload=True, arena=HostArena(chunk_bytes=2**16, pin=False))
+    layer.kernel_form = True
+    made = _make()(k, v)
+    layer.store_kernel_reference(made, "t")
+    assert layer.key is None and layer.arena.reserved > 0  # the large tensors went to the host arena
+    got = layer.kernel_reference(lambda *a: pytest.fail("must not convert again"), "t")
+    assert all(torch.equal(x.view(torch.uint8) if x.element_size() == 1 else x, y.view(torch.uint8) if y.element_size() == 1 else y)
+               for x, y in zip(got, made))  # fmt: skip
