@@ -141,19 +141,43 @@ def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
         acc = acc * (v_scale / v_ref_scale)[None, :]
         v_scale = v_ref_scale
         last = tl.minimum(start_m + BLOCK_M, S) - 1
-        f_lo = tl.maximum(start_m // HW, 1)
+        f_first = start_m // HW
+        f_lo = tl.maximum(f_first, 1)
         f_hi = last // HW
         if f_hi >= 1:
             q = qr_desc.load([bh, start_m, 0]).reshape(BLOCK_M, D)
             c = tl.load(QS_R + bh64 * S + offs_m, mask=row_ok, other=1.0)
             d = tl.load(DELTA + bh64 * S + offs_m, mask=row_ok, other=0.0)
-            f_row = offs_m // HW
-            lo = ((f_row - 1) * HW)[:, None]  # frame 0 (the persona's latent): an empty range below 0
-            hi = (f_row * HW)[:, None]
-            for start_n in range(((f_lo - 1) * HW // BLOCK_N) * BLOCK_N, f_hi * HW, BLOCK_N):
-                s = _scores(q, kr_desc, bh, start_n, BLOCK_N, D)
-                acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, d, vtr_desc, bh, start_n, lo, hi,
-                                            D, BLOCK_N, True, QK_INT8, PV_FP8, True)  # fmt: skip
+            if f_first == f_hi:
+                # All rows in one frame (all but one tile in ~HW / BLOCK_M): the reference frame's
+                # keys [lo, hi) in whole tiles unmasked; masked only a head tile (a tile's first
+                # key must be 16-byte aligned for TMA: 16 keys of 8-bit V^T) and the ragged rest.
+                lo = (f_hi - 1) * HW
+                hi = lo + HW
+                start = lo - lo % 16
+                if start < lo:
+                    s = _scores(q, kr_desc, bh, start, BLOCK_N, D)
+                    acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, d, vtr_desc, bh, start, lo, hi,
+                                                D, BLOCK_N, True, QK_INT8, PV_FP8, True)  # fmt: skip
+                    start += BLOCK_N
+                n_full_ref = start + tl.maximum(hi - start, 0) // BLOCK_N * BLOCK_N
+                for start_n in range(start, n_full_ref, BLOCK_N):
+                    s = _scores(q, kr_desc, bh, start_n, BLOCK_N, D)
+                    acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, d, vtr_desc, bh, start_n, lo, hi,
+                                                D, BLOCK_N, False, QK_INT8, PV_FP8, True)  # fmt: skip
+                if n_full_ref < hi:
+                    s = _scores(q, kr_desc, bh, n_full_ref, BLOCK_N, D)
+                    acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, d, vtr_desc, bh, n_full_ref, lo, hi,
+                                                D, BLOCK_N, True, QK_INT8, PV_FP8, True)  # fmt: skip
+            else:
+                # A tile across a frame boundary: each row keeps its own frame's keys.
+                f_row = offs_m // HW
+                lo_row = ((f_row - 1) * HW)[:, None]  # frame 0 (the persona's latent): an empty range below 0
+                hi_row = (f_row * HW)[:, None]
+                for start_n in range(((f_lo - 1) * HW // BLOCK_N) * BLOCK_N, f_hi * HW, BLOCK_N):
+                    s = _scores(q, kr_desc, bh, start_n, BLOCK_N, D)
+                    acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, d, vtr_desc, bh, start_n, lo_row, hi_row,
+                                                D, BLOCK_N, True, QK_INT8, PV_FP8, True)  # fmt: skip
     out = acc * v_scale[None, :] * (1.0 / l_i)[:, None]
     b = bh64 // H
     h = bh64 % H

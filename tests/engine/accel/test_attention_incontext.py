@@ -22,8 +22,11 @@ from newsmotion_engine.render.wan_animate_2.attention import split_cached_attent
 
 torch.manual_seed(0)
 kernel = A._build_kernel(autotune=False)
-# hw not a multiple of the 32-row tiles: tiles straddle frames, reference tiles start unaligned.
-for hw, frames, H, D in [(40, 3, 2, 64), (24, 4, 1, 64)]:
+# 32-row tiles. hw 40: tiles inside one frame (the unmasked path, a ragged 8-key rest) and tiles
+# across frame boundaries (per-row masks); 24: every tile across a boundary; 48: one frame per
+# tile with a 16-key rest; 64: whole 32-key tiles only.
+# 40 and 24 also start reference frames off the 16-key grid (a masked head tile).
+for hw, frames, H, D in [(40, 3, 2, 64), (24, 4, 1, 64), (48, 3, 1, 64), (64, 3, 1, 64), (104, 3, 1, 64)]:
     S, s_ref = hw * frames, hw * (frames - 1)
     q, k, v = (torch.randn(1, S, H, D) for _ in range(3))
     k = k + 0.5
