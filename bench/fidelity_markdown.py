@@ -27,14 +27,18 @@ def _row(render: dict, label: str) -> str:
     follow = render.get("pixel_follow") or {}
     fp = follow.get("per_part_pck") or {}
     flow = f"{_f(follow.get('pck_body'))} ({' / '.join(_f(fp.get(p)) for p in PARTS)})" if follow else "-"
+    rigid = render.get("rigid_control")
+    ceiling = "-" if not rigid else (f"{_f(rigid.get('pck_body'))} / {_f(rigid.get('motion_energy_ratio'))} "
+                                     f"({' / '.join(_f((rigid.get('per_part_pck') or {}).get(p)) for p in PARTS)})")  # fmt: skip
     return (f"| {render['portrait']} | {label} | {_f(fid.get('pck_body'))} | {parts} | {_f(fid.get('pck'))} | "
-            f"{_f(fid.get('motion_energy_ratio'))} | {_f(fid.get('mean_px'), 1)} | {flow} |")  # fmt: skip
+            f"{_f(fid.get('motion_energy_ratio'))} | {_f(fid.get('mean_px'), 1)} | {flow} | {ceiling} |")  # fmt: skip
 
 
 def markdown(result: dict) -> str:
     warp = result["warp"]
-    lines = ["| portrait | loop | pck head+torso+arms | head / torso / arms | pck all parts | motion energy | mean px | pixels follow (flow) |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| portrait | loop | pck head+torso+arms | head / torso / arms | pck all parts | motion energy | mean px | pixels follow (flow) "
+             "| judge's ceiling: a perfect rigid render, pck / energy (head / torso / arms) |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     lines += [_row(r, r["loop"]) for r in warp["renders"]]
     tiny = (result.get("wan_animate_tiny") or {}).get("render")
     if tiny:
@@ -50,6 +54,12 @@ def markdown(result: dict) -> str:
                    f"**{agg['meets_both']} of {n} meet both targets**. Per portrait (pck / motion energy, means): {per}. "
                    f"Pixels follow (flow check) mean {_f(sum(follows) / len(follows)) if follows else '-'}; "
                    f"{sum(f >= 0.9 for f in follows)} of {len(follows)} ≥ 0.9.")]  # fmt: skip
+    rigid = agg.get("rigid_control")
+    if rigid:
+        lines += ["", (f"The judge's ceiling (the rigid control, {rigid['measured']} renders): pck mean {_f(rigid['pck_body_mean'])}, "
+                       f"{rigid['meets_pck']} reach 0.9; motion energy mean {_f(rigid['motion_energy_mean'])}, "
+                       f"{rigid['meets_motion_energy']} reach 0.8; **{rigid['meets_both']} of {rigid['measured']} would meet both "
+                       f"targets** — a render perfect for the loop's rigid motion, read by the same extractor.")]  # fmt: skip
     return "\n".join(lines)
 
 

@@ -13,6 +13,11 @@ A control per portrait checks the measurement itself: the persona's rest frame r
 ``pck_body`` 1. It is measured with the extractor the renders are read with (stills) and, for
 comparison, with mediapipe's video mode (landmarks tracked between frames), which drifts on it.
 
+A third check per render measures the measurement (``rigid_control``, bench only): the rest
+frame moved by the similarity transform that best fits the loop's head, torso and arm motion per
+frame — a render perfect by construction for that rigid part — read like a render. A perfect
+judge scores it 1; the extractor's score is the ceiling any renderer can be credited with there.
+
 A second check per render separates "the render did not move it" from "the extractor reads it
 elsewhere" (``pixel_follow``, bench only, not in telemetry): dense optical flow (OpenCV DIS) from
 the clip's first frame to each compared frame, sampled at each visible head, torso and arm joint's
@@ -69,6 +74,70 @@ def frozen_rest_control(persona: Any, spec: Any) -> dict[str, Any]:
     return out
 
 
+def similarity_fit(src: Any, dst: Any) -> Any:
+    """The least-squares similarity (rotation, uniform scale, translation) taking 2-D points
+    ``src`` to ``dst`` (Umeyama 1991), as a 2x3 matrix."""
+    import numpy as np
+
+    src, dst = np.asarray(src, np.float64), np.asarray(dst, np.float64)
+    mu_s, mu_d = src.mean(0), dst.mean(0)
+    a, b = src - mu_s, dst - mu_d
+    u, sig, vt = np.linalg.svd(b.T @ a / len(src))
+    d = np.diag([1.0, np.sign(np.linalg.det(u @ vt))])
+    rot = u @ d @ vt
+    var = (a**2).sum() / len(src)
+    scale = float((sig * np.diag(d)).sum() / var) if var > 0 else 1.0
+    return np.hstack([scale * rot, (mu_d - scale * rot @ mu_s)[:, None]])
+
+
+def rigid_motion_control(persona: Any, spec: Any, intended: Any, stride: int) -> dict[str, Any] | None:
+    """The measurement's ceiling on one loop's motion: per frame, the similarity transform that
+    best takes the persona's visible head, torso and arm landmarks to where the loop wants them
+    (least squares), applied to the rest frame — a render that is perfect by construction for
+    the rigid part of the loop's motion — and read like a render against those landmarks moved
+    by the same transform. A perfect judge scores it pck 1 and motion energy 1; what the
+    extractor scores is the most any renderer can be credited with at this motion (bench only)."""
+    import cv2
+    import numpy as np
+
+    from newsmotion_engine.guidance.holistic import HolisticDetector
+    from newsmotion_engine.render.fidelity import PARTS, TARGET_PARTS, VISIBLE_CONFIDENCE, frame_placement, measure_frames, persona_visible, rest_frame
+
+    intended = np.asarray(intended, np.float64)
+    rest = rest_frame(persona.portrait, persona.person_mask, spec.width, spec.height, spec.background)
+    H, W = rest.shape[:2]
+    hw = np.asarray(persona.portrait).shape[:2]
+    ox, oy, w, h = frame_placement((int(hw[0]), int(hw[1])), W, H)
+    lm = np.asarray(persona.landmarks, np.float64)
+    visible = persona_visible(lm)
+    body = np.asarray([j for name in TARGET_PARTS for j in PARTS[name] if visible[j]])
+    if body.size < 2:
+        return None
+    to_px = lambda kp: np.stack([ox + kp[..., 0] * w, oy + kp[..., 1] * h], axis=-1)  # noqa: E731
+    rest_px = to_px(lm)
+    want = intended.copy()
+    transforms = []
+    for i in range(intended.shape[0]):
+        use = body[intended[i, body, 2] >= VISIBLE_CONFIDENCE]
+        m = similarity_fit(rest_px[use], to_px(intended[i])[use]) if use.size >= 2 else np.hstack([np.eye(2), np.zeros((2, 1))])
+        moved = rest_px @ m[:, :2].T + m[:, 2]
+        want[i, :, 0], want[i, :, 1] = (moved[:, 0] - ox) / w, (moved[:, 1] - oy) / h
+        transforms.append(m)
+
+    def frames():
+        for i, m in enumerate(transforms):
+            yield rest if i % stride else cv2.warpAffine(rest, m, (W, H), flags=cv2.INTER_LINEAR, borderValue=tuple(int(c) for c in spec.background))
+
+    with HolisticDetector(static_image_mode=True) as det:
+        result, _ = measure_frames(frames(), want, lm, portrait_hw=(int(hw[0]), int(hw[1])), config=FidelityConfig(stride=stride),
+                                   detector=det, rest_frame=rest)  # fmt: skip
+    if result is None:
+        return None
+    return {"pck_body": result.pck_body, "motion_energy_ratio": result.motion_energy_ratio, "mean_px": result.mean_px,
+            "per_part_pck": {k: v["pck"] for k, v in result.per_part.items() if k in TARGET_PARTS},
+            "per_part_energy": {k: v.get("motion_energy_ratio") for k, v in result.per_part.items() if k in TARGET_PARTS}}  # fmt: skip
+
+
 def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Means and minima of ``pck_body``, ``pck`` and ``motion_energy_ratio`` over ``rows`` (renders
     with a measurement), and how many meet the targets."""
@@ -85,6 +154,19 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out["meets_motion_energy"] = sum(1 for v in values("motion_energy_ratio") if v >= TARGET_MOTION_ENERGY)
     out["meets_both"] = sum(1 for r in measured if r["pose_fidelity"]["meets_targets"])
     out["targets_met"] = bool(measured) and out["meets_both"] == len(rows)
+    controls = [r["rigid_control"] for r in measured if r.get("rigid_control")]
+    if controls:  # what a render perfect for the loop's rigid motion scores: the judge's ceiling
+        pcks = [c["pck_body"] for c in controls if c["pck_body"] is not None]
+        energies = [c["motion_energy_ratio"] for c in controls if c["motion_energy_ratio"] is not None]
+        out["rigid_control"] = {
+            "measured": len(controls),
+            "pck_body_mean": round(statistics.fmean(pcks), 4) if pcks else None,
+            "motion_energy_mean": round(statistics.fmean(energies), 4) if energies else None,
+            "meets_pck": sum(p >= TARGET_PCK for p in pcks),
+            "meets_motion_energy": sum(e >= TARGET_MOTION_ENERGY for e in energies),
+            "meets_both": sum(1 for c in controls if (c["pck_body"] or 0) >= TARGET_PCK
+                              and (c["motion_energy_ratio"] if c["motion_energy_ratio"] is not None else -1) >= TARGET_MOTION_ENERGY),
+        }  # fmt: skip
     return out
 
 
@@ -212,6 +294,7 @@ def bench_fidelity(
                     intended = retargeted_keypoints(ensure_guidance(storage, loop_id)[0], personas[name])
                     row["pixel_follow"] = pixel_follow(tele.output, intended, personas[name],
                                                        tele.pose_fidelity.threshold_px, stride)  # fmt: skip
+                    row["rigid_control"] = rigid_motion_control(personas[name], spec, intended, stride)
                 rows.append(row)
                 outputs.setdefault(name, []).append((loop_id, tele.output))
                 pf = row["pose_fidelity"]
