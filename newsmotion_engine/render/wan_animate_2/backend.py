@@ -100,7 +100,7 @@ class WanAnimate2Backend(DiffusersBackend):
             "negative_prompt": o.negative_prompt,
             "prompt_ref": o.prompt_ref,
             "reference_kv": o.reference_kv,
-            "kv_fp8": o.kv_fp8 or o.kv_offload or o.reference_kv == "fp8-file",
+            "kv_fp8": o.kv_fp8 or o.kv_offload or o.reference_kv == "fp8-file" or o.has("attention"),
             "kv_offload": o.kv_offload,
             "accelerations": o.accel_summary(),
             "driving_video": "loop keypoints drawn DWPose-style (Tier-1 guidance cache)",
@@ -233,10 +233,12 @@ class WanAnimate2Backend(DiffusersBackend):
         t = lambda a: C.as_tensor(a).to(dev, dtype)  # noqa: E731
         # FP8 (and offloaded) layers quantize as the extract pass stores each layer's K/V.
         # Under the 8-bit in-context attention a cache that no file is written from is stored
-        # straight in that kernel's form (kv.py); the FP8 file keeps the raw FP8 format.
+        # straight in that kernel's form (kv.py: 8-bit, whatever kv_fp8 says — the kernel reads
+        # nothing else, and a model-dtype cache would be converted again in every step); the FP8
+        # file keeps the raw FP8 format.
         kernel_form = o.has("attention") and o.reference_kv != "fp8-file"
         target = (fp8_cache(comps.transformer.config.num_layers, offload=o.kv_offload, kernel_form=kernel_form)
-                  if (o.kv_fp8 or o.kv_offload) else None)  # fmt: skip
+                  if (kernel_form or o.kv_fp8 or o.kv_offload) else None)  # fmt: skip
         with torch.no_grad():
             return D.extract_reference_kv(comps.transformer, t(g.driving_condition[segment]), t(g.prompt_ref_embeds),
                                           t(g.clip_context), self.geometry(spec, plan), cache=target)  # fmt: skip

@@ -26,13 +26,12 @@ FP8 K/V in pinned host memory and copies one layer to the device as the attentio
 Accelerations: the typed configs of :mod:`newsmotion_engine.accel` that apply to this model —
 ``Fp8Linears`` (the blocks' linears), ``FfnChunks``, ``VaeTiling``, ``Compile`` (regional, which
 the cached pass's flex attention needs on a GPU; ``fullgraph=False``, since the stock blocks call
-``grid_sizes.tolist()`` in ``rope_apply``) and, on the base schedule only, ``CFGSchedule``.
-``Attention(kernel="fp8-triton")`` replaces the self-attention (:mod:`.attention`: the cached
-pass's block-mask attention as a dense generation pass plus a per-frame reference pass on our
-8-bit kernel, merged by log-sum-exp; Hopper only). The others are refused with the reason:
-the other ``Attention`` kernels and ``SparseAttention`` (the cached pass is flex attention over
-a block mask, not the processors those replace), ``TeaCache`` (its hook reads
-the Wan-Animate transformer's ``condition_embedder``), ``ContextParallel`` (no plan for this model).
+``grid_sizes.tolist()`` in ``rope_apply``) and, on the base schedule only, ``CFGSchedule`` and
+``TeaCache``. ``Attention(kernel="fp8-triton")`` replaces the self-attention (:mod:`.attention`:
+the cached pass's block-mask attention as one launch of our 8-bit kernel with an in-context
+reference; Hopper only). The others are refused with the reason: the other ``Attention`` kernels
+and ``SparseAttention`` (the cached pass is flex attention over a block mask, not the processors
+those replace), ``ContextParallel`` (no plan for this model).
 The flat keys are the wan-animate ones (``fp8``, ``compile``, ``cfg_*``, ``vae_tiling``,
 ``ffn_chunks``), parsed by the same parser (:mod:`newsmotion_engine.render.diffusers_config`, which
 also holds the parsing and checks the two options classes share).
@@ -238,8 +237,8 @@ class WanAnimate2Options(DiffusersOptions):
             if c.technique == "attention" and c.kernel != "fp8-triton":
                 raise WanAnimate2ConfigError(
                     f"{NAME}: attention {c.kernel!r} does not apply: the cached pass is flex attention over a block mask; "
-                    "only attention='fp8-triton' replaces it (a dense generation pass and a per-frame reference pass on "
-                    "our 8-bit kernel, merged by log-sum-exp)"
+                    "only attention='fp8-triton' replaces it (our 8-bit kernel: all generation keys, then each frame's "
+                    "reference keys, in one softmax)"
                 )
             if c.technique in _REFUSED:
                 raise WanAnimate2ConfigError(f"{NAME}: acceleration {type(c).__name__} does not apply: {_REFUSED[c.technique]}")
