@@ -5,9 +5,10 @@ attention under a block mask: every generation token sees every generation token
 generation frame ``f >= 1`` also sees reference frame ``f - 1`` (frame 0, the persona's image
 latent, sees none). Here that is one launch of the 8-bit kernel with an in-context reference
 (:mod:`newsmotion_engine.accel.attention_incontext`): each query tile walks all generation keys,
-then its own frame's reference keys, in one online softmax. The reference K/V are converted to
-the kernel's form once per segment and layer (:func:`cached_reference`) and kept by the layer
-cache. The extract pass is plain dense attention: :func:`fp8_attention`.
+then its own frame's reference keys, in one online softmax. The extract pass (plain dense
+attention, :func:`fp8_attention`) stores each layer's reference K/V in the kernel's form
+(:func:`store_reference`, from the keys it has just rotated with the same RoPE the cached pass
+applies); a cache that holds them otherwise is converted on first use (:func:`cached_reference`).
 
 :func:`split_cached_attention` is the earlier path (a dense attention and a per-frame one,
 merged by log-sum-exp), kept as the bench's comparison and as an exact float32 check in tests.

@@ -6,10 +6,11 @@ The stock ``WanAnimate2KVCache`` holds one ``WanAnimate2KVLayerCache`` per layer
 model dtype; the cached pass calls ``layer.get()`` once per forward. :class:`Fp8KVLayerCache`
 keeps them as e4m3 with one float32 scale per (token, head) and dequantizes in ``get()``, so the
 device holds half the bytes and only one layer's bf16 copy is alive at a time. Under the 8-bit
-in-context attention (``attention='fp8-triton'``) each layer's K/V are converted on first use
-into that kernel's form (:meth:`Fp8KVLayerCache.kernel_reference`: RoPE applied, 8-bit, same
-bytes) and kept so; offloaded layers are then copied to the GPU one layer ahead on a side stream
-(:class:`LayerPrefetcher`).
+in-context attention (``attention='fp8-triton'``) each layer holds that kernel's form instead
+(RoPE applied, 8-bit, same bytes): stored so by the extract pass
+(:meth:`Fp8KVLayerCache.store_kernel_reference`), or converted on first use and kept
+(:meth:`Fp8KVLayerCache.kernel_reference`; a cache read back from the FP8 file); offloaded layers
+are copied to the GPU one layer ahead on a side stream (:class:`LayerPrefetcher`).
 
 Bytes per segment, analytically: ``layers x 2 x N_ref x dim x bytes`` with
 ``N_ref = T_lat x (H/16) x (W/16)`` and ``T_lat = (frames - 1) / 4 + 1``; FP8 adds
