@@ -74,3 +74,23 @@ def test_reference_inputs_are_checked_against_the_queries():
     ref = I.prepare_reference(torch.randn(1, 30, 2, 16, generator=g), torch.randn(1, 30, 2, 16, generator=g))
     with pytest.raises(ValueError, match="reference tokens do not fit"):
         I.reference_incontext_attention(q, q, q, ref, 10)  # 3 frames of 10 take 20 reference tokens, not 30
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0), reason="the kernel needs a Hopper GPU")
+@pytest.mark.parametrize("hw, frames", [(3600, 6), (1560, 5)])  # 720x1280's frame; 480x832's starts off the 16-key grid
+def test_kernel_on_the_gpu_against_float32_attention_under_the_stock_mask(hw, frames):
+    """The same check the 2026-12-03 H200 session ran inline (error 0.039 at both shapes;
+    bench/results/gpu_incontext_check_h200.log): the kernel against float32 attention under the
+    stock mask, 8 heads of 128."""
+    from newsmotion_engine.accel import attention as A
+    from newsmotion_engine.render.wan_animate_2.attention import split_cached_attention
+
+    torch.manual_seed(0)
+    S = hw * frames
+    r = lambda n: torch.randn(1, n, 8, 128, device="cuda", dtype=torch.bfloat16)  # noqa: E731
+    q, k, v, k_ref, v_ref = r(S), r(S), r(S), r(S - hw), r(S - hw)
+    exact = split_cached_attention(q, k, v, k_ref, v_ref, hw,
+                                   lambda a, b, c: A.reference_attention_lse(a.float(), b.float(), c.float())).float()  # fmt: skip
+    out = I.incontext_attention(q, k, v, I.prepare_reference(k_ref, v_ref), hw).float()
+    err = float((out - exact).norm() / exact.norm())
+    assert torch.isfinite(out).all() and err < 0.05, err  # the 8-bit kernel's usual error is ~0.04
