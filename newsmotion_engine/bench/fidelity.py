@@ -90,13 +90,15 @@ def similarity_fit(src: Any, dst: Any) -> Any:
     return np.hstack([scale * rot, (mu_d - scale * rot @ mu_s)[:, None]])
 
 
-def rigid_motion_control(persona: Any, spec: Any, intended: Any, stride: int) -> dict[str, Any] | None:
+def rigid_motion_control(persona: Any, spec: Any, intended: Any, stride: int, detector: Any = None) -> dict[str, Any] | None:
     """The measurement's ceiling on one loop's motion: per frame, the similarity transform that
     best takes the persona's visible head, torso and arm landmarks to where the loop wants them
     (least squares), applied to the rest frame — a render that is perfect by construction for
     the rigid part of the loop's motion — and read like a render against those landmarks moved
     by the same transform. A perfect judge scores it pck 1 and motion energy 1; what the
-    extractor scores is the most any renderer can be credited with at this motion (bench only)."""
+    extractor scores is the most any renderer can be credited with at this motion (bench only).
+    ``detector``: read the frames (then the rest frame) with this one instead of the extractor
+    (``bench/fidelity_smoothing.py`` records and replays the readings)."""
     import cv2
     import numpy as np
 
@@ -128,9 +130,15 @@ def rigid_motion_control(persona: Any, spec: Any, intended: Any, stride: int) ->
         for i, m in enumerate(transforms):
             yield rest if i % stride else cv2.warpAffine(rest, m, (W, H), flags=cv2.INTER_LINEAR, borderValue=tuple(int(c) for c in spec.background))
 
-    with HolisticDetector(static_image_mode=True) as det:
-        result, _ = measure_frames(frames(), want, lm, portrait_hw=(int(hw[0]), int(hw[1])), config=FidelityConfig(stride=stride),
-                                   detector=det, rest_frame=rest)  # fmt: skip
+    def measure(det: Any) -> Any:
+        return measure_frames(frames(), want, lm, portrait_hw=(int(hw[0]), int(hw[1])), config=FidelityConfig(stride=stride),
+                              detector=det, rest_frame=rest)[0]  # fmt: skip
+
+    if detector is not None:
+        result = measure(detector)
+    else:
+        with HolisticDetector(static_image_mode=True) as det:
+            result = measure(det)
     if result is None:
         return None
     return {"pck_body": result.pck_body, "motion_energy_ratio": result.motion_energy_ratio, "mean_px": result.mean_px,
