@@ -37,6 +37,21 @@ class _Replay:
         return self.readings.pop(0)
 
 
+def summary(rows: list[dict]) -> dict:
+    """Means over the rows: pck (head, torso, arms) and motion energy, raw and smoothed."""
+    def mean(side: str, key: str) -> float | None:
+        values = [r[side][key] for r in rows if r.get(side) and r[side].get(key) is not None]
+        return round(float(np.mean(values)), 4) if values else None
+
+    return {"pck_body_mean": {"raw": mean("raw", "pck_body"), "one_euro": mean("one_euro", "pck_body")},
+            "motion_energy_mean": {"raw": mean("raw", "motion_energy_ratio"), "one_euro": mean("one_euro", "motion_energy_ratio")}}  # fmt: skip
+
+
+def _write(path: str, stride: int, rows: list[dict]) -> None:
+    result = {"benchmark": "fidelity-smoothing", "stride": stride, **summary(rows), "rows": rows}
+    Path(path).write_text(json.dumps(result, indent=1) + "\n")
+
+
 def main(argv: list[str]) -> int:
     from newsmotion_engine.bench.fidelity import rigid_motion_control
     from newsmotion_engine.guidance.cache import ensure_guidance
@@ -53,7 +68,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--loop", action="append", default=None)
     p.add_argument("--stride", type=int, default=4)
     p.add_argument("--json")
+    p.add_argument("--summarize", metavar="JSON", help="only rewrite an existing result with its summary (no measuring)")
     a = p.parse_args(argv)
+    if a.summarize:
+        old = json.loads(Path(a.summarize).read_text())
+        _write(a.summarize, old["stride"], old["rows"])
+        return 0
     storage, spec, rows = Storage(Path(tempfile.mkdtemp(prefix="newsmotion-smoothing-"))), RenderSpec(), []
     for name in a.portrait or ["grace-hopper", "astronaut"]:
         persona, _ = ensure_persona(storage, name, image=write_sample_portrait(name, storage.persona_samples))
@@ -69,7 +89,7 @@ def main(argv: list[str]) -> int:
             print(f"{name} x {loop_id}: raw pck {raw['pck_body']} {raw['per_part_pck']} energy {raw['motion_energy_ratio']} | "
                   f"smoothed pck {smooth['pck_body']} {smooth['per_part_pck']} energy {smooth['motion_energy_ratio']}")
     if a.json:
-        Path(a.json).write_text(json.dumps({"benchmark": "fidelity-smoothing", "stride": a.stride, "rows": rows}, indent=1) + "\n")
+        _write(a.json, a.stride, rows)
     return 0
 
 

@@ -167,6 +167,8 @@ _HEADLINES = (
     ("warp.aggregate.pck_body.mean", "warp pose pck (head, torso, arms) mean {:.3f}"),
     ("warp.aggregate.motion_energy_ratio.mean", "motion energy mean {:.3f}"),
     ("warp.aggregate.rigid_control.pck_body_mean", "a perfect rigid render (the judge's ceiling) pck {:.3f}"),
+    ("pck_body_mean.raw", "perfect rigid renders read as stills: pck {:.3f}"),
+    ("pck_body_mean.one_euro", "readings One-Euro-smoothed: {:.3f}"),
     ("wan_animate_tiny.render.pose_fidelity.pck_body", "wan-animate tiny (random weights) pck {:.3f}"),
     ("forward.extract_speedup_vs_stock", "wan-animate-2 extract pass {:.3g}x stock"),
     ("forward.cached_cond_speedup_vs_stock", "cached forward {:.3g}x stock"),
