@@ -71,8 +71,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--summarize", metavar="JSON", help="only rewrite an existing result with its summary (no measuring)")
     a = p.parse_args(argv)
     if a.summarize:
-        old = json.loads(Path(a.summarize).read_text())
-        _write(a.summarize, old["stride"], old["rows"])
+        try:
+            old = json.loads(Path(a.summarize).read_text())
+            stride, rows = old["stride"], old["rows"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"error: {a.summarize}: not a fidelity-smoothing result ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return 2
+        _write(a.summarize, stride, rows)
         return 0
     storage, spec, rows = Storage(Path(tempfile.mkdtemp(prefix="newsmotion-smoothing-"))), RenderSpec(), []
     for name in a.portrait or ["grace-hopper", "astronaut"]:
