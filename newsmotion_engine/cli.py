@@ -567,6 +567,8 @@ def bench_animate2_cmd(
     budget_s: Annotated[float, typer.Option(help="Work that would start later than this is skipped (recorded).")] = 540.0,
     fit_segments: Annotated[bool, typer.Option(help="Ours: the shortest 4k+1 segments that cover the clip.")] = False,
     kv_offload: Annotated[bool, typer.Option(help="Ours: the K/V LRU in pinned host memory.")] = False,
+    cold_loop: Annotated[bool, typer.Option(help="clip-ours: also time the clip with the K/V LRU emptied.")] = True,
+    profile: Annotated[bool, typer.Option(help="clip-ours: profile one cached forward after the clip (GPU).")] = False,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here.")] = None,
 ) -> None:
     """wan-animate-2 vs diffusers' stock modular pipelines (GPU; random weights): per-forward ms,
@@ -577,7 +579,7 @@ def bench_animate2_cmd(
     if part not in PARTS or part in ("ms-worker",):
         raise NewsmotionError(f"bench animate2 --part {part!r}: use forward, attention, clip, clip-ours, clip-stock, multistream or all")
     result = bench_animate2(preset, part=part, budget_s=budget_s, fit_segments=fit_segments, kv_offload=kv_offload,
-                            json_path=json_path, log=lambda m: console.print(f"[dim]{m}[/]"))  # fmt: skip
+                            cold_loop=cold_loop, profile=profile, json_path=json_path, log=lambda m: console.print(f"[dim]{m}[/]"))  # fmt: skip
     write_result(result, None)
 
 
