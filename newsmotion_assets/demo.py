@@ -250,6 +250,12 @@ def key_figures(result: dict) -> list[str]:
             f"preset {backend.get('preset', '?')}"
             + (f", {len(accels)} accelerations)" if isinstance(accels, dict) else ")")
         )
+    blocks = result.get("variants") if result.get("part") == "kernels" else None
+    if isinstance(blocks, dict):  # bench/animate2_kernels.py: one block's forward per compile setting
+        timed = [f"{name} {ms:.1f} ms" for name, v in blocks.items()
+                 if isinstance(v, dict) and (ms := _number(v.get("forward_ms_per_block"))) is not None]  # fmt: skip
+        if timed:
+            figures.append("cached forward per block: " + ", ".join(timed))
     variants = _dig(result, "forward.variants")
     if isinstance(variants, dict) and _number(_dig(result, "forward_speedup_vs_stock")) is None:
         # A forward run without the stock baseline (e.g. CUDA graphs vs eager): its own times.

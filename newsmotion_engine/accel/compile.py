@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -30,10 +31,14 @@ import torch
 
 from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, AccelHandle, register_acceleration
 
-__all__ = ["Compile", "compile_blocks", "compiled_block_count", "uncompile_blocks"]
+__all__ = ["GELU_FORMS", "TUNED_OPTIONS", "Compile", "SigmoidTanhGelu", "compile_blocks", "compiled_block_count", "uncompile_blocks"]
+
+# torch.compile(options=...) of Compile(tuned=True).
+TUNED_OPTIONS = {"triton.multi_kernel": 1, "coordinate_descent_tuning": True}
 
 
 _STEP_HOOK = "_newsmotion_cudagraph_step_hook"
+_GELU_SWAP = "_newsmotion_gelu_swap"
 
 
 @dataclass(frozen=True)
@@ -44,16 +49,68 @@ class Compile(AccelConfig):
         cudagraphs: mode ``"reduce-overhead"`` (CUDA graph trees per block); the option value
             ``compile="blocks-cudagraphs"``. Default ``False`` (``compile="blocks"``).
         fullgraph: a graph break inside a block is an error instead of a silent slowdown.
+        tuned: inductor benchmarks its kernel choices at the first call (:data:`TUNED_OPTIONS`):
+            each reduction as a persistent and a looped kernel (``triton.multi_kernel``; the
+            FP8 linears' row quantizations over 5120 / 13824 channels are past the 1024 where
+            inductor otherwise goes persistent) and the block sizes by coordinate descent. The
+            same arithmetic. Measured at the 14B 720p segment shape: 236.8 vs 238.4 ms a block,
+            for a first call of 372 s instead of 58 s, and a second tuned compile in the same
+            process failed inside inductor's multi-kernel cache
+            (``bench/results/gpu_animate2_kernels_14b_h200.json``); so no flat option offers it.
+        gelu: ``"sigmoid"`` computes the blocks' ``GELU(approximate="tanh")`` as
+            ``x * sigmoid(2u)`` (:class:`SigmoidTanhGelu`: the same function, since
+            ``(1 + tanh(u)) / 2 == sigmoid(2u)``); ``"stock"`` leaves it. Inductor lowers tanh to
+            libdevice's exact tanh and recomputes the activation in each pass of the FP8
+            quantization's looped reduction; sigmoid is one exp2 and one reciprocal. Measured:
+            that kernel 3.9 -> 2.8 ms a block; superseded where FP8 compute runs by the GELU
+            fused into the down projection's quantization (``accel/fp8_rows.py``).
     """
 
     technique: ClassVar[str] = "compile"
     cudagraphs: bool = False
     fullgraph: bool = True
+    tuned: bool = False
+    gelu: str = "stock"
 
     def __post_init__(self) -> None:
-        for name in ("cudagraphs", "fullgraph"):
+        for name in ("cudagraphs", "fullgraph", "tuned"):
             if not isinstance(getattr(self, name), bool):
                 raise AccelConfigError(f"compile {name}={getattr(self, name)!r}: use true or false")
+        if self.gelu not in GELU_FORMS:
+            raise AccelConfigError(f"compile gelu={self.gelu!r}: use one of {', '.join(GELU_FORMS)}")
+
+
+GELU_FORMS = ("stock", "sigmoid")
+_GELU_C = 2.0 * math.sqrt(2.0 / math.pi)  # 2u = x * (_GELU_C + _GELU_C * 0.044715 * x^2)
+
+
+class SigmoidTanhGelu(torch.nn.Module):
+    """``GELU(approximate="tanh")`` as ``x * sigmoid(2u)``, ``u = sqrt(2/pi) (x + 0.044715 x^3)``,
+    in float32 and rounded to the input's dtype once (as ``F.gelu`` does). Exact in real
+    arithmetic; within float32 rounding of the stock form (tests)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        return (xf * torch.sigmoid(xf * (_GELU_C + (_GELU_C * 0.044715) * xf * xf))).to(x.dtype)
+
+
+def _swap_gelu(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
+    """Replace every ``nn.GELU(approximate="tanh")`` child by :class:`SigmoidTanhGelu`; returns
+    ``(parent, name, original)`` for :func:`_restore_gelu`."""
+    swapped = []
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if isinstance(child, torch.nn.GELU) and child.approximate == "tanh":
+                swapped.append((parent, name, child))
+    for parent, name, _ in swapped:
+        setattr(parent, name, SigmoidTanhGelu())
+    return swapped
+
+
+def _restore_gelu(model: torch.nn.Module) -> None:
+    for parent, name, original in getattr(model, _GELU_SWAP, None) or ():
+        setattr(parent, name, original)
+    setattr(model, _GELU_SWAP, None)
 
 
 def _mark_step(*_: Any) -> None:
@@ -63,7 +120,7 @@ def _mark_step(*_: Any) -> None:
 def compile_blocks(model: torch.nn.Module, config: Compile = Compile()) -> dict[str, Any]:
     """Compile each repeated block of ``model`` in place (lazily; the first call compiles).
 
-    Returns ``{"blocks": n, "mode": ..., "fullgraph": ...}``.
+    Returns ``{"blocks": n, "mode": ..., "fullgraph": ..., "tuned": ..., "gelu": ..., "gelu_modules": n}``.
 
     With ``cudagraphs`` every model call first marks a new CUDA-graph step: the 40 blocks share
     one compiled function, so the graph trees cannot tell where one forward ends and the next
@@ -71,11 +128,19 @@ def compile_blocks(model: torch.nn.Module, config: Compile = Compile()) -> dict[
     (measured: "accessing tensor output of CUDAGraphs that has been overwritten").
     """
     mode = "reduce-overhead" if config.cudagraphs else None
-    model.compile_repeated_blocks(fullgraph=config.fullgraph, dynamic=False, mode=mode)
+    _restore_gelu(model)
+    if config.gelu == "sigmoid":
+        setattr(model, _GELU_SWAP, _swap_gelu(model))
+    if config.tuned:  # torch.compile takes a mode or options, not both: reduce-overhead is triton.cudagraphs
+        options = {**TUNED_OPTIONS, **({"triton.cudagraphs": True} if config.cudagraphs else {})}
+        model.compile_repeated_blocks(fullgraph=config.fullgraph, dynamic=False, options=options)
+    else:
+        model.compile_repeated_blocks(fullgraph=config.fullgraph, dynamic=False, mode=mode)
     _remove_step_hook(model)
     if config.cudagraphs:
         setattr(model, _STEP_HOOK, model.register_forward_pre_hook(_mark_step))
-    return {"blocks": compiled_block_count(model), "mode": mode or "default", "fullgraph": config.fullgraph}
+    return {"blocks": compiled_block_count(model), "mode": mode or "default", "fullgraph": config.fullgraph, "tuned": config.tuned,
+            "gelu": config.gelu, "gelu_modules": len(getattr(model, _GELU_SWAP, None) or ())}
 
 
 def _remove_step_hook(model: torch.nn.Module) -> None:
@@ -87,13 +152,14 @@ def _remove_step_hook(model: torch.nn.Module) -> None:
 
 def uncompile_blocks(model: torch.nn.Module) -> None:
     """Undo :func:`compile_blocks`: every sub-module runs eagerly again, the CUDA-graph step hook
-    is gone, and torch.compile's caches are reset (process-wide)."""
+    is gone, the stock GELU modules are back, and torch.compile's caches are reset (process-wide)."""
     # nn.Module.compile() stores the compiled call in _compiled_call_impl; torch has no public
     # "uncompile", so this module (the one that compiles) is the one place that clears it.
     for m in model.modules():
         if getattr(m, "_compiled_call_impl", None) is not None:
             m._compiled_call_impl = None
     _remove_step_hook(model)
+    _restore_gelu(model)
     torch.compiler.reset()
 
 

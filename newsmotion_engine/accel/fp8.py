@@ -16,7 +16,9 @@ Modes:
 Modules diffusers keeps in fp32 (norms, time embedder, modulation tables) are never linears of
 the blocks, and everything outside the blocks (embedders, output projection) stays as loaded.
 In compute mode, layers whose sizes are not multiples of 16 (the FP8 GEMM's alignment) stay in
-high precision.
+high precision, and a feed-forward's ``GELU(approximate="tanh")`` moves into the next linear's
+input quantization (:func:`fuse_gelu`; one Triton pass per row, :mod:`.fp8_rows`): the report's
+``fused_gelu`` counts them.
 
 Applied through the registry as ``Fp8Linears(mode=...)`` (order 10, first: later techniques
 see the FP8 modules). The swap frees the bf16 weights unless ``keep_original=True`` keeps them on
@@ -39,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from newsmotion_engine.accel.fp8_rows import quantize_rows, quantize_rows_reference
 from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, AccelHandle, register_acceleration
 from newsmotion_engine.errors import NewsmotionError
 
@@ -48,13 +51,13 @@ __all__ = [
     "Fp8Swap",
     "Fp8UnsupportedError",
     "fp8_compute_supported",
+    "fuse_gelu",
     "module_weight_gib",
     "quantize_fp8",
     "restore_fp8",
 ]
 
 log = logging.getLogger(__name__)
-E4M3_MAX = float(torch.finfo(torch.float8_e4m3fn).max)  # 448
 DEFAULT_SCOPES = ("blocks", "face_adapter")
 FP8_MODES = ("auto", "compute", "storage")
 
@@ -78,41 +81,45 @@ def fp8_compute_supported(device: torch.device | str | None = None) -> tuple[boo
     return True, f"{torch.cuda.get_device_name(dev)} (sm_{cap[0]}{cap[1]})"
 
 
-def _rowwise_quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """e4m3 values and float32 per-row scales (``x ~= q * scale``) of a 2-D tensor."""
-    amax = x.abs().amax(dim=-1, keepdim=True).float().clamp_min(1e-12)
-    scale = amax / E4M3_MAX
-    q = (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
-    return q, scale
-
-
 class Float8Linear(nn.Module):
-    """A linear layer with an e4m3 weight and per-output-row float32 scales."""
+    """A linear layer with an e4m3 weight and per-output-row float32 scales.
+
+    ``activation``: ``"gelu_tanh"`` when the ``GELU(approximate="tanh")`` before this layer was
+    fused into it (:func:`fuse_gelu`): the input is then pre-activation, and in compute mode the
+    activation runs inside the input's row quantization (:mod:`.fp8_rows`)."""
 
     def __init__(self, linear: nn.Linear, *, compute: bool, out_dtype: torch.dtype) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.compute = compute
         self.out_dtype = out_dtype
+        self.activation: str | None = None
         with torch.no_grad():
-            q, scale = _rowwise_quantize(linear.weight.data)
+            q, scale = quantize_rows_reference(linear.weight.data)
         self.register_buffer("weight_fp8", q)
         self.register_buffer("weight_scale", scale.view(1, -1).contiguous())  # [1, N] for _scaled_mm
         bias = linear.bias.data.to(out_dtype) if linear.bias is not None else None
         self.register_buffer("bias", bias)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, compute={'fp8' if self.compute else 'dequant'}"
+        act = f", activation={self.activation}" if self.activation else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, compute={'fp8' if self.compute else 'dequant'}{act}"
 
     def dequantized_weight(self) -> torch.Tensor:
         return (self.weight_fp8.float() * self.weight_scale.view(-1, 1)).to(self.out_dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gelu = self.activation == "gelu_tanh"
         if not self.compute:
+            if gelu:
+                x = F.gelu(x, approximate="tanh")
             return F.linear(x.to(self.out_dtype), self.dequantized_weight(), self.bias)
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
-        xq, xs = _rowwise_quantize(x2)
+        # Only the fused-GELU input takes the one-pass kernel: a plain input is left to inductor,
+        # which fuses its quantization into the producer (layer norm + modulation; one quantization
+        # shared by Q, K and V), something an opaque kernel would force back out into memory.
+        xq, xs = quantize_rows(x2, gelu=True) if gelu else quantize_rows_reference(x2)
         out = torch._scaled_mm(
             xq, self.weight_fp8.t(), scale_a=xs, scale_b=self.weight_scale, bias=self.bias, out_dtype=self.out_dtype
         )
@@ -157,6 +164,7 @@ class Fp8Swap:
 
     report: dict[str, Any]
     originals: list[tuple[nn.Module, str, nn.Linear, torch.device]] | None
+    gelus: list[tuple[nn.Module, str, nn.Module]] | None = None  # what fuse_gelu replaced
 
 
 def quantize_fp8(model: nn.Module, config: Fp8Linears = Fp8Linears(), *, scopes: tuple[str, ...] = DEFAULT_SCOPES,
@@ -202,20 +210,53 @@ def quantize_fp8(model: nn.Module, config: Fp8Linears = Fp8Linears(), *, scopes:
                 layers += 1
     if device.type == "cuda":
         torch.cuda.empty_cache()
+    gelus = [g for scope in scopes if getattr(model, scope, None) is not None for g in fuse_gelu(getattr(model, scope))] if compute else []
     report = {
         "mode": "compute" if compute else "storage",
         "fallback": fallback,
         "layers": layers,
         "skipped": skipped,
+        "fused_gelu": len(gelus),
         "weight_gib": round(module_weight_gib(model), 3),
     }
-    return Fp8Swap(report, originals)
+    return Fp8Swap(report, originals, gelus)
+
+
+def _is_tanh_gelu(m: nn.Module) -> bool:
+    # torch's nn.GELU, or diffusers' GELU module (its projection, then the activation)
+    return getattr(m, "approximate", None) == "tanh" and (isinstance(m, nn.GELU) or type(m).__name__ == "GELU")
+
+
+def fuse_gelu(root: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
+    """Move each ``GELU(approximate="tanh")`` that feeds a compute-mode :class:`Float8Linear`
+    (through ``Dropout(p=0)`` at most: Wan's ``Sequential(Linear, GELU, Linear)`` and diffusers'
+    ``FeedForward`` of ``[GELU(proj), Dropout, Linear]``) into that linear's input quantization
+    (``activation="gelu_tanh"``). torch's GELU becomes ``Identity``; diffusers' becomes its own
+    projection. Returns ``(parent, name, original)`` per replacement."""
+    fused = []
+    for parent in list(root.modules()):
+        children = list(parent.named_children())
+        for i, (name, child) in enumerate(children):
+            if not _is_tanh_gelu(child):
+                continue
+            rest = [c for _, c in children[i + 1:]]
+            while rest and isinstance(rest[0], nn.Dropout) and rest[0].p == 0:
+                rest = rest[1:]
+            if not rest or not isinstance(rest[0], Float8Linear) or not rest[0].compute or rest[0].activation:
+                continue
+            rest[0].activation = "gelu_tanh"
+            setattr(parent, name, child.proj if type(child).__name__ == "GELU" and hasattr(child, "proj") else nn.Identity())
+            fused.append((parent, name, child))
+    return fused
 
 
 def restore_fp8(swap: Fp8Swap) -> None:
     """Put the original linears of a ``keep_original`` swap back (on their original devices)."""
     if swap.originals is None:
         raise RuntimeError("this FP8 swap did not keep the original weights; it cannot be undone")
+    for parent, name, gelu in reversed(swap.gelus or []):
+        setattr(parent, name, gelu)
+    swap.gelus = []
     for parent, name, linear, device in reversed(swap.originals):
         setattr(parent, name, linear.to(device))
     swap.originals = []

@@ -1,0 +1,184 @@
+"""Where a Wan-Animate-2 cached forward's time goes besides attention, per compile setting (GPU;
+random weights). The 14B cached forward at 720x1280 x 81 frames spends ~0.8 s of its 9.25 s in
+inductor's fused elementwise / reduction kernels (the FP8 linears' row quantizations with their
+fused prologues: layer norm + modulation, GELU; RoPE; the attention's quantizations), several
+times their memory-bound time (``bench/results/gpu_animate2_clip_ours_81f_kernelform_profile_14b_h200.json``).
+
+This bench builds the 14B architecture with ``--layers`` blocks (same block, same shapes: the
+compiled graph is one block's, whatever the count), applies our accelerations (FP8 linears, the
+8-bit in-context attention) and, per variant of :class:`~newsmotion_engine.accel.compile.Compile`
+(``tuned`` x ``gelu``), compiles afresh, extracts one segment's reference K/V, and times one cached
+forward: wall ms (median of ``--reps``) and the kernels by time under torch.profiler, per block.
+It also times the VAE decode of one segment with ``torch.backends.cudnn.benchmark`` off and on.
+
+    python -m newsmotion_engine.bench.animate2_kernels --json $OUT/gpu_animate2_kernels_14b_h200.json
+
+``--preset tiny`` runs the same code eagerly on the CPU (a dry run: no compile, no profile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from newsmotion_engine.bench.animate2 import _header, _options, _segment_inputs, _sync, _timed, _Writer
+
+__all__ = ["VARIANTS", "bench_kernels", "main"]
+
+# name -> Compile kwargs
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "gelu_sigmoid": {"gelu": "sigmoid"},
+    "tuned": {"tuned": True},
+    "tuned_gelu_sigmoid": {"tuned": True, "gelu": "sigmoid"},
+}
+
+
+def _preset_with_layers(preset: str, layers: int) -> str:
+    """Register (once) a copy of ``preset`` with ``layers`` transformer blocks; returns its name."""
+    from newsmotion_engine.render.wan_animate_2.config import PRESETS
+
+    name = f"{preset}-{layers}layers"
+    if name not in PRESETS:
+        base = PRESETS[preset]
+        PRESETS[name] = dataclasses.replace(base, name=name, transformer={**base.transformer, "num_layers": layers})
+    return name
+
+
+def _kernel_table(comps: Any, geom: Any, kv: Any, inputs: dict[str, Any], blocks: int) -> dict[str, Any]:
+    """One cached forward under torch.profiler: CUDA kernels by total ms per block, top 25."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from newsmotion_engine.render.wan_animate_2 import denoise as D
+
+    t = torch.tensor(999.0, device=comps.device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof, torch.no_grad():
+        D._forward(comps.transformer, inputs["latents"], t, inputs["prompt"], inputs["reference"], kv, inputs["image"], geom, False, comps.dtype)
+        _sync(comps.device)
+    by_name: dict[str, list[float]] = {}
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:
+            row = by_name.setdefault(e.name[:110], [0.0, 0])
+            row[0] += e.time_range.elapsed_us() / 1e3
+            row[1] += 1
+    total = sum(ms for ms, _ in by_name.values())
+    top = sorted(by_name.items(), key=lambda kv_: -kv_[1][0])[:25]
+    return {"kernel_ms_per_block": round(total / blocks, 3),
+            "kernels_per_block": [{"name": n, "ms": round(ms / blocks, 3), "count": c} for n, (ms, c) in top]}  # fmt: skip
+
+
+def _decode(comps: Any, geom: Any, result: dict[str, Any], write: Any, log: Any) -> None:
+    import torch
+
+    from newsmotion_engine.render.wan_animate_2 import denoise as D
+
+    lat = torch.randn(geom.latent_shape, generator=torch.Generator("cpu").manual_seed(2)).to(comps.device)
+    out: dict[str, Any] = {"frames": geom.segment_frames}
+    result["vae_decode"] = out
+    before = torch.backends.cudnn.benchmark
+    try:
+        for flag in (False, True):
+            torch.backends.cudnn.benchmark = flag
+            with torch.no_grad():
+                row = _timed(lambda: D.decode_segment(comps.vae, lat), comps.device, 1, 2)
+            out[f"cudnn_benchmark_{str(flag).lower()}"] = row
+            log(f"  VAE decode, cudnn.benchmark={flag}: {row['ms']} ms")
+            write()
+    finally:
+        torch.backends.cudnn.benchmark = before
+
+
+def bench_kernels(preset: str = "14b", *, layers: int = 2, width: int = 720, height: int = 1280, variants: tuple[str, ...] = tuple(VARIANTS),
+                  reps: int = 3, decode: bool = True, json_path: str | Path | None = None, log: Any = print) -> dict[str, Any]:  # fmt: skip
+    import torch
+
+    from newsmotion_engine.accel.compile import Compile, compile_blocks, uncompile_blocks
+    from newsmotion_engine.accel.registry import apply_accelerations
+    from newsmotion_engine.render.wan_animate_2 import denoise as D
+    from newsmotion_engine.render.wan_animate_2.components import load_render_components
+    from newsmotion_engine.render.wan_animate_2.denoise import geometry
+    from newsmotion_engine.render.wan_animate_2.kv import quantize_cache
+
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown variant(s) {', '.join(unknown)}: use {', '.join(VARIANTS)}")
+    cuda = torch.cuda.is_available()
+    name = _preset_with_layers(preset, layers)
+    accel = {"fp8": "auto", "attention": "fp8-triton"} if cuda else {}
+    opts = _options(name, "auto", accel)
+    comps = load_render_components(opts)
+    dev = comps.device
+    geom = geometry(opts.segment_length, width, height)
+    result = _header(preset, dev, width=width, height=height, segment_frames=geom.segment_frames)
+    result.update(part="kernels", layers=layers, tokens_generation=geom.seq_len, variants={})
+    write = _Writer(result, json_path)
+    result["accelerations"] = apply_accelerations(comps, opts.accelerations).report
+    inputs = _segment_inputs(comps, geom)
+    t = torch.tensor(999.0, device=dev)
+    ref = None
+    for v in variants:
+        row: dict[str, Any] = {"compile": VARIANTS[v]}
+        result["variants"][v] = row
+        t0 = time.perf_counter()
+        uncompile_blocks(comps.transformer)
+        if cuda:
+            row["report"] = compile_blocks(comps.transformer, Compile(fullgraph=False, **VARIANTS[v]))
+        with torch.no_grad():
+            kv = quantize_cache(D.extract_reference_kv(comps.transformer, inputs["driving_condition"], inputs["prompt_ref"], inputs["clip"], geom))
+
+            def forward() -> Any:
+                return D._forward(comps.transformer, inputs["latents"], t, inputs["prompt"], inputs["reference"], kv, inputs["image"], geom, False, comps.dtype)
+
+            first = forward()
+            _sync(dev)
+            row["compile_and_first_call_s"] = round(time.perf_counter() - t0, 1)
+            row["forward"] = _timed(forward, dev, 1, reps)
+            row["forward_ms_per_block"] = round(row["forward"]["ms"] / layers, 2)
+            out = forward().float()
+            ref = out if ref is None else ref
+            row["rel_diff_vs_first_variant"] = round(float((out - ref).norm() / ref.norm()), 6)
+            del first, out
+        if cuda:
+            row.update(_kernel_table(comps, geom, kv, inputs, layers))
+        del kv
+        log(f"  {v}: forward {row['forward']['ms']} ms ({row['forward_ms_per_block']} ms a block), "
+            f"compile + first call {row['compile_and_first_call_s']} s, diff vs {variants[0]} {row['rel_diff_vs_first_variant']}")
+        write()
+    uncompile_blocks(comps.transformer)
+    if decode and cuda:
+        _decode(comps, geom, result, write, log)
+    write()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m newsmotion_engine.bench.animate2_kernels", description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="14b")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--width", type=int, default=720)
+    p.add_argument("--height", type=int, default=1280)
+    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--no-decode", action="store_true")
+    p.add_argument("--json")
+    a = p.parse_args(argv)
+    try:
+        res = bench_kernels(a.preset, layers=a.layers, width=a.width, height=a.height, variants=tuple(a.variants.split(",")),
+                            reps=a.reps, decode=not a.no_decode, json_path=a.json)  # fmt: skip
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not a.json:
+        print(json.dumps(res, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
