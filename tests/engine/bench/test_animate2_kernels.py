@@ -1,0 +1,26 @@
+"""The per-block compile bench (``bench/animate2_kernels.py``) as a CPU dry run: the same code,
+eager, on the tiny preset."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("diffusers")
+
+from newsmotion_engine.bench import animate2_kernels as K  # noqa: E402
+
+
+def test_dry_run_writes_each_variant_and_refuses_unknown_ones(tmp_path):
+    out = tmp_path / "kernels.json"
+    res = K.bench_kernels("tiny", layers=1, width=64, height=64, variants=("default", "gelu_sigmoid"), reps=1,
+                          json_path=out, log=lambda _: None)  # fmt: skip
+    saved = json.loads(out.read_text())
+    assert saved["part"] == "kernels" and saved["weights"] == "random weights" and saved["layers"] == 1
+    for name in ("default", "gelu_sigmoid"):
+        row = saved["variants"][name]
+        assert row["forward"]["ms"] > 0 and row["forward_ms_per_block"] == round(row["forward"]["ms"], 2)
+    assert saved["variants"]["default"]["rel_diff_vs_first_variant"] == 0.0
+    assert res["variants"].keys() == saved["variants"].keys()
+    assert K.main(["--preset", "tiny", "--variants", "default,fastest"]) == 2
