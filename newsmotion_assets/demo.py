@@ -256,6 +256,14 @@ def key_figures(result: dict) -> list[str]:
                  if isinstance(v, dict) and (ms := _number(v.get("forward_ms_per_block"))) is not None]  # fmt: skip
         if timed:
             figures.append("cached forward per block: " + ", ".join(timed))
+    rows = result.get("rows_kernel")
+    if isinstance(rows, dict):  # the one-pass FP8 row quantization vs inductor's, per input shape
+        for shape, r in rows.items():
+            ours = {k: ms for k, v in r.items() if isinstance(v, dict) and k != "inductor" and (ms := _number(v.get("ms"))) is not None}
+            ind = _number(_dig(r, "inductor.ms"))
+            if ours and ind is not None:
+                best = min(ours, key=ours.get)
+                figures.append(f"row quantization {shape}: {ours[best]:.3g} ms ({best}) vs inductor {ind:.3g} ms")
     variants = _dig(result, "forward.variants")
     if isinstance(variants, dict) and _number(_dig(result, "forward_speedup_vs_stock")) is None:
         # A forward run without the stock baseline (e.g. CUDA graphs vs eager): its own times.

@@ -27,7 +27,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-__all__ = ["E4M3_MAX", "quantize_rows", "quantize_rows_reference"]
+__all__ = ["E4M3_MAX", "launch", "quantize_rows", "quantize_rows_reference"]
 
 E4M3_MAX = float(torch.finfo(torch.float8_e4m3fn).max)  # 448
 MAX_ROW = 16384  # the row must fit one program's registers (16 warps x 32 threads x 32 values)
@@ -51,7 +51,7 @@ def _build_kernel():
 
     @triton.jit
     def quantize_rows_kernel(X, Q, S, N, stride_x, stride_q, GELU: tl.constexpr, ROUND_BF16: tl.constexpr,
-                             BLOCK: tl.constexpr):  # fmt: skip
+                             BLOCK: tl.constexpr, RECIPROCAL: tl.constexpr = False):  # fmt: skip
         row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK)
         mask = offs < N
@@ -64,7 +64,10 @@ def _build_kernel():
                 x = x.to(tl.bfloat16).to(tl.float32)
         amax = tl.maximum(tl.max(tl.abs(x), axis=0), 1e-12)
         scale = tl.math.div_rn(amax, 448.0)
-        q = tl.math.div_rn(x, scale)
+        if RECIPROCAL:  # one multiply per value instead of an IEEE division (within an ulp of it)
+            q = x * tl.math.div_rn(1.0, scale)
+        else:
+            q = tl.math.div_rn(x, scale)
         q = tl.minimum(tl.maximum(q, -448.0), 448.0)
         tl.store(Q + row * stride_q + offs, q.to(Q.dtype.element_ty), mask=mask)  # e4m3 (float32: tests see it uncast)
         tl.store(S + row, scale)
@@ -72,8 +75,9 @@ def _build_kernel():
     return quantize_rows_kernel
 
 
-@torch.library.custom_op("newsmotion::fp8_quantize_rows", mutates_args=())
-def _quantize_rows_op(x: torch.Tensor, gelu: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def launch(x: torch.Tensor, gelu: bool, *, values_per_thread: int = 32, reciprocal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel on a contiguous-rows CUDA ``x`` with an explicit shape of program (the bench
+    sweeps it): ``values_per_thread`` of the row per thread sets the warps."""
     global _KERNEL
     if _KERNEL is None:
         _KERNEL = _build_kernel()
@@ -81,10 +85,15 @@ def _quantize_rows_op(x: torch.Tensor, gelu: bool) -> tuple[torch.Tensor, torch.
     q = torch.empty((M, N), device=x.device, dtype=torch.float8_e4m3fn)
     s = torch.empty((M, 1), device=x.device, dtype=torch.float32)
     block = max(16, 1 << math.ceil(math.log2(N)))
-    warps = max(1, min(16, block // 1024))  # 32 values a thread
+    warps = max(1, min(32, block // (32 * values_per_thread)))
     _KERNEL[(M,)](x, q, s, N, x.stride(0), q.stride(0), GELU=gelu, ROUND_BF16=x.dtype == torch.bfloat16,
-                  BLOCK=block, num_warps=warps)  # fmt: skip
+                  BLOCK=block, RECIPROCAL=reciprocal, num_warps=warps)  # fmt: skip
     return q, s
+
+
+@torch.library.custom_op("newsmotion::fp8_quantize_rows", mutates_args=())
+def _quantize_rows_op(x: torch.Tensor, gelu: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return launch(x, gelu)
 
 
 @_quantize_rows_op.register_fake

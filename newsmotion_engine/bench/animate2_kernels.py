@@ -9,7 +9,8 @@ compiled graph is one block's, whatever the count), applies our accelerations (F
 8-bit in-context attention) and, per variant of :class:`~newsmotion_engine.accel.compile.Compile`
 (``tuned`` x ``gelu``), compiles afresh, extracts one segment's reference K/V, and times one cached
 forward: wall ms (median of ``--reps``) and the kernels by time under torch.profiler, per block.
-It also times the VAE decode of one segment with ``torch.backends.cudnn.benchmark`` off and on.
+It also times the VAE decode of one segment with ``torch.backends.cudnn.benchmark`` off and on,
+and (``--rows-sweep``) the one-pass row quantization of ``accel/fp8_rows.py`` per program shape.
 
     python -m newsmotion_engine.bench.animate2_kernels --json $OUT/gpu_animate2_kernels_14b_h200.json
 
@@ -28,7 +29,7 @@ from typing import Any
 
 from newsmotion_engine.bench.animate2 import _header, _options, _segment_inputs, _sync, _timed, _Writer
 
-__all__ = ["VARIANTS", "bench_kernels", "main"]
+__all__ = ["VARIANTS", "bench_kernels", "bench_rows", "main"]
 
 # name -> Compile kwargs
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -95,8 +96,54 @@ def _decode(comps: Any, geom: Any, result: dict[str, Any], write: Any, log: Any)
         torch.backends.cudnn.benchmark = before
 
 
+def _rows_sweep(result: dict[str, Any], write: Any, log: Any) -> None:
+    """``accel/fp8_rows.py``'s kernel alone at the 14B segment's shapes, per shape of program
+    (values of the row per thread) and division (IEEE, or a reciprocal multiply); next to
+    inductor's row quantization of the same input (compiled) and the memory-bound floor."""
+    import torch
+
+    from newsmotion_engine.accel import fp8_rows as R
+
+    out: dict[str, Any] = {}
+    result["rows_kernel"] = out
+    g = torch.Generator("cpu").manual_seed(4)
+    for rows, n, gelu in ((79200, 13824, True), (79200, 5120, False)):
+        x = (torch.randn(rows, n, generator=g) * 2).to("cuda", torch.bfloat16)
+        key = f"{rows}x{n}{'_gelu' if gelu else ''}"
+        row: dict[str, Any] = {"floor_ms_at_4_tb_s": round(x.numel() * 3 / 4e12 * 1e3, 3)}
+        ref_q, ref_s = R.quantize_rows_reference(x, gelu)
+        for vpt in (8, 16, 32, 64):
+            for recip in (False, True):
+                name = f"{vpt}_per_thread{'_reciprocal' if recip else ''}"
+                t = _timed(lambda: R.launch(x, gelu, values_per_thread=vpt, reciprocal=recip), x.device, 2, 5)  # noqa: B023
+                q, s = R.launch(x, gelu, values_per_thread=vpt, reciprocal=recip)
+                t["differs_from_reference"] = round(float((q.float() != ref_q.float()).float().mean()), 7)
+                row[name] = t
+        inductor = torch.compile(lambda t: R.quantize_rows_reference(t, gelu))  # noqa: B023
+        row["inductor"] = _timed(lambda: inductor(x), x.device, 2, 5)  # noqa: B023
+        out[key] = row
+        log(f"  rows kernel {key}: " + ", ".join(f"{k} {v['ms']}" for k, v in row.items() if isinstance(v, dict)))
+        write()
+        del x, ref_q, ref_s
+
+
+def bench_rows(json_path: str | Path | None = None, log: Any = print) -> dict[str, Any]:
+    """Only the row-quantization sweep (:func:`_rows_sweep`; CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError("the row-quantization sweep needs a CUDA GPU")
+    result = _header("14b", torch.device("cuda"), rows=79200)
+    result.update(part="rows-kernel")
+    write = _Writer(result, json_path)
+    _rows_sweep(result, write, log)
+    write()
+    return result
+
+
 def bench_kernels(preset: str = "14b", *, layers: int = 2, width: int = 720, height: int = 1280, variants: tuple[str, ...] = tuple(VARIANTS),
-                  reps: int = 3, decode: bool = True, json_path: str | Path | None = None, log: Any = print) -> dict[str, Any]:  # fmt: skip
+                  reps: int = 3, decode: bool = True, rows_sweep: bool = False, json_path: str | Path | None = None,
+                  log: Any = print) -> dict[str, Any]:  # fmt: skip
     import torch
 
     from newsmotion_engine.accel.compile import Compile, compile_blocks, uncompile_blocks
@@ -154,6 +201,8 @@ def bench_kernels(preset: str = "14b", *, layers: int = 2, width: int = 720, hei
     uncompile_blocks(comps.transformer)
     if decode and cuda:
         _decode(comps, geom, result, write, log)
+    if rows_sweep and cuda:
+        _rows_sweep(result, write, log)
     write()
     return result
 
@@ -167,11 +216,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--no-decode", action="store_true")
+    p.add_argument("--rows-sweep", action="store_true", help="also time accel/fp8_rows.py's kernel per program shape (GPU)")
+    p.add_argument("--rows-only", action="store_true", help="only the row-quantization sweep (GPU)")
     p.add_argument("--json")
     a = p.parse_args(argv)
     try:
+        if a.rows_only:
+            res = bench_rows(a.json)
+            return 0
         res = bench_kernels(a.preset, layers=a.layers, width=a.width, height=a.height, variants=tuple(a.variants.split(",")),
-                            reps=a.reps, decode=not a.no_decode, json_path=a.json)  # fmt: skip
+                            reps=a.reps, decode=not a.no_decode, rows_sweep=a.rows_sweep,
+                            json_path=a.json)  # fmt: skip
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -15,13 +15,8 @@ merged by log-sum-exp), kept as the bench's comparison and as an exact float32 c
 
 RoPE: the stock ``rope_apply`` rotates in complex128 (inductor cannot generate code for complex
 ops, so every block leaves the compiled graph for it); :func:`rope_fp32` applies the same
-rotation with the angles' cos/sin in float32 (differences at float32 rounding, far below bf16).
-The angles depend only on the grid, the stride and the model's frequency table, so
-:func:`shared_rope_angles` computes them once (eagerly: the grid is read with ``tolist()``) and
-every layer and step reuses them. Everything that needs Python values or eager work — the grid,
-the angles, the layer's reference — is looked up before the projections, so Q/K/V, their norms,
-the rotation and the kernel's quantization are one compiled graph (inductor fuses the rotation
-into the quantization instead of writing rotated Q and K out and reading them back).
+rotation with the angles' cos/sin in float32 (differences at float32 rounding, far below bf16),
+computing the angles once per call for Q and K.
 
 Shapes the split does not cover (a segment smaller than the grid the stock mask was built for,
 padded query rows) fall back to the stock processor, which gives the stock result.
@@ -37,7 +32,7 @@ from newsmotion_engine.accel import attention as A
 from newsmotion_engine.accel.attention_incontext import ReferenceKV, incontext_attention, prepare_reference
 from newsmotion_engine.render.wan_animate_2.kv import Fp8KVLayerCache
 
-__all__ = ["Fp8Animate2AttnProcessor", "apply_rope", "rope_angles", "rope_fp32", "shared_rope_angles", "split_cached_attention"]
+__all__ = ["Fp8Animate2AttnProcessor", "apply_rope", "rope_angles", "rope_fp32", "split_cached_attention"]
 
 
 def rope_angles(grid_sizes: torch.Tensor, freqs: torch.Tensor, time_stride: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -56,23 +51,6 @@ def rope_angles(grid_sizes: torch.Tensor, freqs: torch.Tensor, time_stride: int 
         ).reshape(f * h * w, 1, -1)  # fmt: skip
         out.append((angles.real.to(torch.float32), angles.imag.to(torch.float32)))
     return out
-
-
-_ANGLES: dict[tuple, tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]] = {}
-_ANGLES_KEPT = 4  # extract and cached grids of a segment or two
-
-
-@torch.compiler.disable  # eager: reads the grid with tolist(), and a dict of tensors is no graph
-def shared_rope_angles(grid_sizes: torch.Tensor, freqs: torch.Tensor, time_stride: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """:func:`rope_angles`, computed once per (frequency table, grid, stride) and shared by every
-    layer and step (the last few kept; an entry holds its table, so the table's id stays its own)."""
-    key = (id(freqs), freqs.device, tuple(map(tuple, grid_sizes.tolist())), int(time_stride))
-    hit = _ANGLES.get(key)
-    if hit is None:
-        while len(_ANGLES) >= _ANGLES_KEPT:
-            _ANGLES.pop(next(iter(_ANGLES)))
-        hit = _ANGLES[key] = (freqs, rope_angles(grid_sizes, freqs, time_stride))
-    return hit[1]
 
 
 def apply_rope(x: torch.Tensor, angles: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
@@ -159,21 +137,19 @@ class Fp8Animate2AttnProcessor:
                                    origin_latent_hw=origin_latent_hw)  # fmt: skip
         elif kv_cache_mode != "extract":
             raise ValueError(f"`kv_cache_mode` must be either 'extract' or 'cached', got {kv_cache_mode}.")
-        # The eager lookups first (module docstring): the rest of the call is one graph.
-        angles = shared_rope_angles(grid_sizes, rotary_emb, rope_stride)
-        if kv_cache_mode == "cached":
-            ref = cached_reference(kv_cache, reference_grid_sizes, reference_rotary_emb, reference_rope_stride,
-                                   ref_frames * hw, hidden_states.dtype, self.variant)  # fmt: skip
         q, k, v = A.project_qkv(attn, hidden_states)
         kernel_form = kv_cache_mode == "extract" and getattr(kv_cache, "kernel_form", False)
         if kv_cache_mode == "extract" and not kernel_form:
             kv_cache.store(k, v)  # pre-RoPE, as the stock cache holds them
+        angles = rope_angles(grid_sizes, rotary_emb, rope_stride)
         q, k = apply_rope(q, angles).type_as(v), apply_rope(k, angles).type_as(v)
         if kv_cache_mode == "extract":
             if kernel_form:  # the extract pass's RoPE is the cached pass's reference RoPE (same grid, freqs, stride)
                 store_reference(kv_cache, k, v, grid_sizes, rope_stride, self.variant)
             out = self.attend(q, k, v)
         else:
+            ref = cached_reference(kv_cache, reference_grid_sizes, reference_rotary_emb, reference_rope_stride,
+                                   ref_frames * hw, v.dtype, self.variant)  # fmt: skip
             out = self.attend_reference(q, k, v, ref, hw)
             self._count("incontext")
         out = out.flatten(2, 3).type_as(q)

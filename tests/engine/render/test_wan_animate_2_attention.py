@@ -216,19 +216,3 @@ def test_compiled_blocks_do_not_recompile_across_forwards(tiny, monkeypatch):
         for b, p in zip(tr.blocks, stock):
             b.self_attn.set_processor(p)
 
-
-
-def test_shared_rope_angles_are_computed_once_per_table_grid_and_stride(tiny):
-    comps, _ = tiny
-    freqs = comps.transformer._rope_freqs((0, 0, 0), torch.device("cpu"))
-    WA._ANGLES.clear()
-    grid = torch.tensor([[3, 4, 4]])
-    first = WA.shared_rope_angles(grid, freqs, 1)
-    assert WA.shared_rope_angles(torch.tensor([[3, 4, 4]]), freqs, 1) is first  # another grid tensor, same values
-    for (c, s), (rc, rs) in zip(first, WA.rope_angles(grid, freqs, 1)):
-        assert torch.equal(c, rc) and torch.equal(s, rs)
-    assert WA.shared_rope_angles(grid, freqs, 2) is not first  # the stride is part of the key
-    assert WA.shared_rope_angles(grid, freqs.clone(), 1) is not first  # so is the table
-    for f in range(3, 3 + WA._ANGLES_KEPT):
-        WA.shared_rope_angles(torch.tensor([[f, 4, 4]]), freqs, 1)
-    assert len(WA._ANGLES) == WA._ANGLES_KEPT  # bounded: the oldest go
