@@ -9,8 +9,8 @@ compiled graph is one block's, whatever the count), applies our accelerations (F
 8-bit in-context attention) and, per variant of :class:`~newsmotion_engine.accel.compile.Compile`
 (``tuned`` x ``gelu``), compiles afresh, extracts one segment's reference K/V, and times one cached
 forward: wall ms (median of ``--reps``) and the kernels by time under torch.profiler, per block.
-It also times the VAE decode of one segment with ``torch.backends.cudnn.benchmark`` off and on,
-and (``--rows-sweep``) the one-pass row quantization of ``accel/fp8_rows.py`` per program shape.
+``--rows-sweep`` (or ``--rows-only``, no model) also times the one-pass row quantization of
+``accel/fp8_rows.py`` per program shape, beside inductor's compiled quantization of the same input.
 
     python -m newsmotion_engine.bench.animate2_kernels --json $OUT/gpu_animate2_kernels_14b_h200.json
 
@@ -75,27 +75,6 @@ def _kernel_table(comps: Any, geom: Any, kv: Any, inputs: dict[str, Any], blocks
             "kernels_per_block": [{"name": n, "ms": round(ms / blocks, 3), "count": c} for n, (ms, c) in top]}  # fmt: skip
 
 
-def _decode(comps: Any, geom: Any, result: dict[str, Any], write: Any, log: Any) -> None:
-    import torch
-
-    from newsmotion_engine.render.wan_animate_2 import denoise as D
-
-    lat = torch.randn(geom.latent_shape, generator=torch.Generator("cpu").manual_seed(2)).to(comps.device)
-    out: dict[str, Any] = {"frames": geom.segment_frames}
-    result["vae_decode"] = out
-    before = torch.backends.cudnn.benchmark
-    try:
-        for flag in (False, True):
-            torch.backends.cudnn.benchmark = flag
-            with torch.no_grad():
-                row = _timed(lambda: D.decode_segment(comps.vae, lat), comps.device, 1, 2)
-            out[f"cudnn_benchmark_{str(flag).lower()}"] = row
-            log(f"  VAE decode, cudnn.benchmark={flag}: {row['ms']} ms")
-            write()
-    finally:
-        torch.backends.cudnn.benchmark = before
-
-
 def _rows_sweep(result: dict[str, Any], write: Any, log: Any) -> None:
     """``accel/fp8_rows.py``'s kernel alone at the 14B segment's shapes, per shape of program
     (values of the row per thread) and division (IEEE, or a reciprocal multiply); next to
@@ -142,7 +121,7 @@ def bench_rows(json_path: str | Path | None = None, log: Any = print) -> dict[st
 
 
 def bench_kernels(preset: str = "14b", *, layers: int = 2, width: int = 720, height: int = 1280, variants: tuple[str, ...] = tuple(VARIANTS),
-                  reps: int = 3, decode: bool = True, rows_sweep: bool = False, json_path: str | Path | None = None,
+                  reps: int = 3, rows_sweep: bool = False, json_path: str | Path | None = None,
                   log: Any = print) -> dict[str, Any]:  # fmt: skip
     import torch
 
@@ -199,8 +178,6 @@ def bench_kernels(preset: str = "14b", *, layers: int = 2, width: int = 720, hei
             f"compile + first call {row['compile_and_first_call_s']} s, diff vs {variants[0]} {row['rel_diff_vs_first_variant']}")
         write()
     uncompile_blocks(comps.transformer)
-    if decode and cuda:
-        _decode(comps, geom, result, write, log)
     if rows_sweep and cuda:
         _rows_sweep(result, write, log)
     write()
@@ -215,7 +192,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--height", type=int, default=1280)
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--no-decode", action="store_true")
     p.add_argument("--rows-sweep", action="store_true", help="also time accel/fp8_rows.py's kernel per program shape (GPU)")
     p.add_argument("--rows-only", action="store_true", help="only the row-quantization sweep (GPU)")
     p.add_argument("--json")
@@ -225,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             res = bench_rows(a.json)
             return 0
         res = bench_kernels(a.preset, layers=a.layers, width=a.width, height=a.height, variants=tuple(a.variants.split(",")),
-                            reps=a.reps, decode=not a.no_decode, rows_sweep=a.rows_sweep,
+                            reps=a.reps, rows_sweep=a.rows_sweep,
                             json_path=a.json)  # fmt: skip
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -37,8 +37,11 @@ _INTERPRETED = textwrap.dedent(
         amax = xa.abs().amax(-1, keepdim=True).float().clamp_min(1e-12)
         ref_s = amax / R.E4M3_MAX
         ref_q = (xa.float() / ref_s).clamp(-R.E4M3_MAX, R.E4M3_MAX)
-        if not gelu:  # the quantization's arithmetic: bit for bit
+        if not gelu:  # the quantization's arithmetic: bit for bit with IEEE division
             assert torch.equal(s, ref_s) and torch.equal(q, ref_q), (n, dtype)
+            kernel[(6,)](x, q, s, n, x.stride(0), q.stride(0), GELU=False, ROUND_BF16=dtype == torch.bfloat16,
+                         BLOCK=1 << (n - 1).bit_length(), RECIPROCAL=True, num_warps=1)
+            assert torch.equal(s, ref_s) and ((q - ref_q).abs() <= ref_q.abs() * 2 ** -21).all()  # the multiply: ~an ulp
         elif dtype == torch.float32:  # x * sigmoid(2u) vs the tanh form: float32 rounding
             assert torch.allclose(s, ref_s, rtol=1e-6) and (q - ref_q).abs().max() < 1e-3, (q - ref_q).abs().max()
         else:  # + the activation's rounding to bfloat16 (the interpreter's: within one step)
@@ -69,20 +72,22 @@ def test_off_the_gpu_the_reference_runs_and_bad_shapes_are_refused():
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
                     reason="the e4m3 casts are checked on an sm_90 GPU")  # fmt: skip
-def test_on_the_gpu_bit_exact_without_gelu_and_close_with_it():
+def test_on_the_gpu_within_one_e4m3_step_of_the_torch_ops():
+    """Measured on the H200: the same scales; ~1e-4 of the values one e4m3 step from the torch ops
+    (Triton's cast rounds some ties otherwise; the reciprocal multiply): at most 1e-3 allowed."""
     g = torch.Generator("cpu").manual_seed(0)
     for n in (5120, 13824, 100):
         x = (torch.randn(257, n, generator=g) * 4).to("cuda", torch.bfloat16)
-        q, s = quantize_rows(x)
-        rq, rs = quantize_rows_reference(x)
-        assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs), n
-        q, s = quantize_rows(x, gelu=True)
-        rq, rs = quantize_rows_reference(x, gelu=True)
-        assert torch.allclose(s, rs, rtol=2 ** -7)
-        deq, ref = q.float() * s, rq.float() * rs
-        assert ((deq - ref).abs() <= ref.abs() * 2 ** -3 + rs * 2 ** -6).all(), n  # within one e4m3 step
+        for gelu in (False, True):
+            q, s = quantize_rows(x, gelu)
+            rq, rs = quantize_rows_reference(x, gelu)
+            assert torch.allclose(s, rs, rtol=0 if not gelu else 2 ** -7), (n, gelu)
+            deq, ref = q.float() * s, rq.float() * rs
+            assert ((deq - ref).abs() <= ref.abs() * 2 ** -3 + rs * 2 ** -6).all(), (n, gelu)  # one step at most
+            assert (q.float() != rq.float()).float().mean() < 1e-3, (n, gelu)
         compiled = torch.compile(lambda t: quantize_rows(t, gelu=True))
         cq, cs = compiled(x)
+        q, s = quantize_rows(x, gelu=True)
         assert torch.equal(cq.view(torch.uint8), q.view(torch.uint8)) and torch.equal(cs, s)
 
 
