@@ -245,7 +245,7 @@ def fuse_gelu(root: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
             if not rest or not isinstance(rest[0], Float8Linear) or not rest[0].compute or rest[0].activation:
                 continue
             rest[0].activation = "gelu_tanh"
-            setattr(parent, name, child.proj if type(child).__name__ == "GELU" and hasattr(child, "proj") else nn.Identity())
+            setattr(parent, name, getattr(child, "proj", None) or nn.Identity())  # diffusers' GELU keeps its projection
             fused.append((parent, name, child))
     return fused
 

@@ -506,6 +506,17 @@ def _clip_inputs(width: int, height: int, frames: int, root: Path):
     return bench_inputs(width, height, frames, root)
 
 
+def kernel_totals(events: Any, name_chars: int = 120) -> list[tuple[str, tuple[float, int]]]:
+    """Profiler kernel events summed by name (cut to ``name_chars``): ``(name, (ms, count))``,
+    the largest total first."""
+    by_name: dict[str, list[float]] = {}
+    for e in events:
+        row = by_name.setdefault(e.name[:name_chars], [0.0, 0])
+        row[0] += e.time_range.elapsed_us() / 1e3
+        row[1] += 1
+    return sorted(((n, (ms, int(c))) for n, (ms, c) in by_name.items()), key=lambda item: -item[1][0])
+
+
 def _profile_forward(comps: Any, geom: Any, kv: Any) -> dict[str, Any]:
     """One cached forward (random inputs, ``kv`` a filled segment cache) under torch.profiler:
     wall ms, the GPU's busy ms (union of kernel intervals), copy ms, and the kernels by total
@@ -541,12 +552,7 @@ def _profile_forward(comps: Any, geom: Any, kv: Any) -> dict[str, Any]:
         if b > end:
             busy += b - max(a, end)
             end = b
-    by_name: dict[str, list[float]] = {}
-    for e in kernels:
-        row = by_name.setdefault(e.name[:120], [0.0, 0])
-        row[0] += e.time_range.elapsed_us() / 1e3
-        row[1] += 1
-    top = sorted(by_name.items(), key=lambda kv_: -kv_[1][0])[:30]
+    top = kernel_totals(kernels)[:30]
     return {"forward_ms": round(plain_ms, 1), "profiled_wall_ms": round(wall_ms, 1), "gpu_busy_ms": round(busy / 1e3, 1),
             "copy_ms": round(sum(e.time_range.elapsed_us() for e in copies) / 1e3, 1),
             "kernels": [{"name": n, "ms": round(ms, 2), "count": c} for n, (ms, c) in top]}  # fmt: skip

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from newsmotion_engine.bench.animate2 import _header, _options, _segment_inputs, _sync, _timed, _Writer
+from newsmotion_engine.bench.animate2 import _header, _options, _segment_inputs, _sync, _timed, _Writer, kernel_totals
 
 __all__ = ["VARIANTS", "bench_kernels", "bench_rows", "main"]
 
@@ -44,6 +44,8 @@ def _preset_with_layers(preset: str, layers: int) -> str:
     """Register (once) a copy of ``preset`` with ``layers`` transformer blocks; returns its name."""
     from newsmotion_engine.render.wan_animate_2.config import PRESETS
 
+    if preset not in PRESETS or layers < 1:
+        raise ValueError(f"preset {preset!r} with {layers} layers: use one of {', '.join(PRESETS)} and at least 1 layer")
     name = f"{preset}-{layers}layers"
     if name not in PRESETS:
         base = PRESETS[preset]
@@ -63,14 +65,9 @@ def _kernel_table(comps: Any, geom: Any, kv: Any, inputs: dict[str, Any], blocks
     with profile(activities=[ProfilerActivity.CUDA]) as prof, torch.no_grad():
         D._forward(comps.transformer, inputs["latents"], t, inputs["prompt"], inputs["reference"], kv, inputs["image"], geom, False, comps.dtype)
         _sync(comps.device)
-    by_name: dict[str, list[float]] = {}
-    for e in prof.events():
-        if e.device_type == DeviceType.CUDA:
-            row = by_name.setdefault(e.name[:110], [0.0, 0])
-            row[0] += e.time_range.elapsed_us() / 1e3
-            row[1] += 1
-    total = sum(ms for ms, _ in by_name.values())
-    top = sorted(by_name.items(), key=lambda kv_: -kv_[1][0])[:25]
+    totals = kernel_totals([e for e in prof.events() if e.device_type == DeviceType.CUDA], name_chars=110)
+    total = sum(ms for _, (ms, _) in totals)
+    top = totals[:25]
     return {"kernel_ms_per_block": round(total / blocks, 3),
             "kernels_per_block": [{"name": n, "ms": round(ms / blocks, 3), "count": c} for n, (ms, c) in top]}  # fmt: skip
 
@@ -198,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         if a.rows_only:
-            res = bench_rows(a.json)
+            bench_rows(a.json)
             return 0
         res = bench_kernels(a.preset, layers=a.layers, width=a.width, height=a.height, variants=tuple(a.variants.split(",")),
                             reps=a.reps, rows_sweep=a.rows_sweep,

@@ -24,3 +24,4 @@ def test_dry_run_writes_each_variant_and_refuses_unknown_ones(tmp_path):
     assert saved["variants"]["default"]["rel_diff_vs_first_variant"] == 0.0
     assert res["variants"].keys() == saved["variants"].keys()
     assert K.main(["--preset", "tiny", "--variants", "default,fastest"]) == 2
+    assert K.main(["--preset", "nope"]) == 2  # one error line, not a KeyError
