@@ -264,6 +264,12 @@ def key_figures(result: dict) -> list[str]:
             if ours and ind is not None:
                 best = min(ours, key=ours.get)
                 figures.append(f"row quantization {shape}: {ours[best]:.3g} ms ({best}) vs inductor {ind:.3g} ms")
+    if result.get("part") == "attention-prep":  # bench/animate2_kernels.py --prep-only
+        ours, compiled = _number(_dig(result, "kernels.ms")), _number(_dig(result, "torch_compiled.ms"))
+        if ours is not None and compiled is not None:
+            q8 = _number(_dig(result, "vs_torch.q8.differ"))
+            figures.append(f"attention prep {ours:.3g} ms vs torch compiled {compiled:.3g} ms"
+                           + (f", {q8:.2g} of Q's 8-bit values differ" if q8 is not None else ""))
     variants = _dig(result, "forward.variants")
     if isinstance(variants, dict) and _number(_dig(result, "forward_speedup_vs_stock")) is None:
         # A forward run without the stock baseline (e.g. CUDA graphs vs eager): its own times.

@@ -74,6 +74,7 @@ __all__ = [
 ]
 
 ATTENTION_KINDS = ("sdpa", "cudnn", "flash", "fp8-triton")
+ATTENTION_PREPS = ("fused", "torch")
 _DIFFUSERS_BACKEND = {"sdpa": "native", "cudnn": "_native_cudnn", "flash": "_native_flash"}
 E4M3_MAX = 448.0
 INT8_MAX = 127.0
@@ -134,11 +135,17 @@ class Attention(AccelConfig):
         variant: the :data:`FP8_VARIANTS` entry for ``"fp8-triton"`` (default
             :data:`DEFAULT_FP8_VARIANT`, filled in here so reports name it); must stay unset for
             the other kernels. The option ``fp8_attention_variant``.
+        prep: for ``"fp8-triton"``, how Wan-Animate-2's cached pass makes the in-context kernel's
+            inputs from the Q/K/V projections (QK-norm, RoPE, 8-bit quantization): ``"fused"``
+            (default; three Triton passes, :mod:`newsmotion_engine.accel.attention_prep`) or
+            ``"torch"`` (torch ops that inductor fuses, the earlier path). Other processors
+            ignore it; must stay unset for the other kernels.
     """
 
     technique: ClassVar[str] = "attention"
     kernel: str = "sdpa"
     variant: str | None = None
+    prep: str | None = None
 
     def __post_init__(self) -> None:
         if self.kernel not in ATTENTION_KINDS:
@@ -148,9 +155,13 @@ class Attention(AccelConfig):
                 object.__setattr__(self, "variant", DEFAULT_FP8_VARIANT)
             elif self.variant not in FP8_VARIANTS:
                 raise AccelConfigError(f"fp8 attention variant {self.variant!r}: use one of {', '.join(FP8_VARIANTS)}")
-        elif self.variant is not None:
+            if self.prep is None:
+                object.__setattr__(self, "prep", "fused")
+            elif self.prep not in ATTENTION_PREPS:
+                raise AccelConfigError(f"attention prep {self.prep!r}: use one of {', '.join(ATTENTION_PREPS)}")
+        elif self.variant is not None or self.prep is not None:
             raise AccelConfigError(
-                f"fp8 attention variant {self.variant!r} applies to attention 'fp8-triton' only, not {self.kernel!r}"
+                f"fp8 attention variant / prep {self.variant or self.prep!r} apply to attention 'fp8-triton' only, not {self.kernel!r}"
             )
 
 
@@ -163,20 +174,20 @@ class PreviousAttention:
     active_backend: str | None = None
 
 
-# Transformer class name -> (factory(variant) -> self-attention processor, the blocks' attribute
+# Transformer class name -> (factory(Attention config) -> self-attention processor, the blocks' attribute
 # holding that attention). Wan / Wan-Animate use Fp8SelfAttnProcessor on ``attn1``; a model whose
 # self-attention has another signature registers its own processor (wan_animate_2.attention).
 _FP8_PROCESSORS: dict[str, tuple[Any, str]] = {}
 
 
 def register_fp8_processor(model_class: str, factory: Any, *, blocks_attr: str) -> None:
-    """Use ``factory(variant)`` for ``attention='fp8-triton'`` on transformers of ``model_class``
+    """Use ``factory(config)`` for ``attention='fp8-triton'`` on transformers of ``model_class``
     (their ``blocks[i].<blocks_attr>`` is the self-attention replaced)."""
     _FP8_PROCESSORS[model_class] = (factory, blocks_attr)
 
 
 def _fp8_processor(model: Any) -> tuple[Any, str]:
-    return _FP8_PROCESSORS.get(type(model).__name__, (Fp8SelfAttnProcessor, "attn1"))
+    return _FP8_PROCESSORS.get(type(model).__name__, (lambda config: Fp8SelfAttnProcessor(config.variant), "attn1"))
 
 
 def set_attention(model: Any, config: Attention) -> tuple[dict[str, Any], PreviousAttention]:
@@ -193,10 +204,13 @@ def set_attention(model: Any, config: Attention) -> tuple[dict[str, Any], Previo
         factory, attr = _fp8_processor(model)
         previous = [getattr(block, attr).processor for block in model.blocks]
         for block in model.blocks:
-            getattr(block, attr).set_processor(factory(config.variant))
-        return ({"attention": config.kernel, "variant": config.variant, "self_attention_layers": len(previous),
-                 "processor": type(getattr(model.blocks[0], attr).processor).__name__},
-                PreviousAttention(previous))  # fmt: skip
+            getattr(block, attr).set_processor(factory(config))
+        processor = getattr(model.blocks[0], attr).processor
+        report = {"attention": config.kernel, "variant": config.variant, "self_attention_layers": len(previous),
+                  "processor": type(processor).__name__}  # fmt: skip
+        if hasattr(processor, "prep"):
+            report["prep"] = processor.prep
+        return report, PreviousAttention(previous)
     # diffusers' set_attention_backend also changes its process-wide active backend, which
     # reset_attention_backend leaves alone; remember it so removal restores it too.
     from diffusers.models.attention_dispatch import _AttentionBackendRegistry

@@ -9,7 +9,8 @@ compiled graph is one block's, whatever the count), applies our accelerations (F
 8-bit in-context attention) and, per variant of :class:`~newsmotion_engine.accel.compile.Compile`
 (``tuned`` x ``gelu``), compiles afresh, extracts one segment's reference K/V, and times one cached
 forward: wall ms (median of ``--reps``) and the kernels by time under torch.profiler, per block.
-``--rows-sweep`` (or ``--rows-only``, no model) also times the one-pass row quantization of
+``--prep-only`` times ``accel/attention_prep.py``'s kernels against the torch path they replace
+and counts the values that differ. ``--rows-sweep`` (or ``--rows-only``, no model) also times the one-pass row quantization of
 ``accel/fp8_rows.py`` per program shape, beside inductor's compiled quantization of the same input.
 
     python -m newsmotion_engine.bench.animate2_kernels --json $OUT/gpu_animate2_kernels_14b_h200.json
@@ -29,11 +30,12 @@ from typing import Any
 
 from newsmotion_engine.bench.animate2 import _header, _options, _segment_inputs, _sync, _timed, _Writer, kernel_totals
 
-__all__ = ["VARIANTS", "bench_kernels", "bench_rows", "main"]
+__all__ = ["VARIANTS", "bench_kernels", "bench_prep", "bench_rows", "main"]
 
-# name -> Compile kwargs
+# name -> Compile kwargs, and "prep": the attention's input preparation (Attention.prep; "fused" if unset)
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
+    "prep_torch": {"prep": "torch"},
     "gelu_sigmoid": {"gelu": "sigmoid"},
     "tuned": {"tuned": True},
     "tuned_gelu_sigmoid": {"tuned": True, "gelu": "sigmoid"},
@@ -103,6 +105,55 @@ def _rows_sweep(result: dict[str, Any], write: Any, log: Any) -> None:
         del x, ref_q, ref_s
 
 
+def bench_prep(json_path: str | Path | None = None, log: Any = print, tokens: int = 79200, heads: int = 40) -> dict[str, Any]:
+    """``accel/attention_prep.py``'s three passes at the 14B segment's shape (CUDA): ms beside the
+    torch path compiled (what a block ran before) and eager, and how many of the kernel's 8-bit
+    values and scales differ from the eager torch path's."""
+    import torch
+
+    from newsmotion_engine.accel import attention_prep as P
+
+    if not torch.cuda.is_available():
+        raise ValueError("the attention-prep check needs a CUDA GPU")
+    dev = torch.device("cuda")
+    result = _header("14b", dev, tokens=tokens, heads=heads)
+    result.update(part="attention-prep")
+    write = _Writer(result, json_path)
+    g = torch.Generator("cpu").manual_seed(5)
+    n, d = heads * 128, 128
+    raw = (torch.randn(1, tokens, 3 * n, generator=g) * 2).to(dev, torch.bfloat16)
+    q, k, v = raw.chunk(3, dim=-1)  # views of one buffer, as a fused QKV projection hands them on
+    k = k + torch.randn(n, generator=g).to(dev, torch.bfloat16)  # channel offsets for the smoothing to remove
+    wq, wk = ((1 + 0.1 * torch.randn(n, generator=g)).to(dev, torch.bfloat16) for _ in range(2))
+    ang = torch.rand(tokens, d // 2, generator=g).to(dev) * 6
+    cos, sin = ang.cos(), ang.sin()
+    rks = (torch.rand(1, 1, heads, d, generator=g) * 0.05 + 0.01).to(dev)
+    rkm = (torch.randn(1, 1, heads, d, generator=g) * 0.3).to(dev)
+    args = (q, k, v, wq, wk, 1e-6, cos, sin, rks, rkm, heads)
+    x, r = P.launch(*args)
+    rx, rr = P.incontext_prep_reference(*args)
+    diffs: dict[str, Any] = {}
+    for name, a, b in (("q8", x.q, rx.q), ("k8", x.k, rx.k), ("vt", x.vt, rx.vt), ("reference_q8", r[0], rr[0]),
+                       ("q_scale", x.q_scale, rx.q_scale), ("v_scale", x.v_scale, rx.v_scale),
+                       ("reference_q_scale", r[1], rr[1]), ("delta", r[2], rr[2])):  # fmt: skip
+        a, b = a.float(), b.float()
+        diffs[name] = {"differ": round(float((a != b).float().mean()), 7),
+                       "max_rel": float(((a - b).abs() / b.abs().clamp_min(1e-30)).max()) if name.endswith(("scale", "delta")) else None,
+                       "max_abs": float((a - b).abs().max())}  # fmt: skip
+    result["vs_torch"] = diffs
+    del x, r, rx, rr
+    compiled = torch.compile(P.incontext_prep_reference)
+    result["kernels"] = _timed(lambda: P.launch(*args), dev, 2, 10)
+    result["torch_compiled"] = _timed(lambda: compiled(*args), dev, 2, 10)
+    result["torch_eager"] = _timed(lambda: P.incontext_prep_reference(*args), dev, 1, 3)
+    moved = q.numel() * (7 * 2 + 4)  # bytes the passes move: Q, K (rstd), K, V (stats), Q, K, V (quant) read; four 8-bit outputs
+    result["passes_bytes_ms_at_4_tb_s"] = round(moved / 4e12 * 1e3, 3)
+    log(f"  attention prep: kernels {result['kernels']['ms']} ms, torch compiled {result['torch_compiled']['ms']} ms, "
+        f"eager {result['torch_eager']['ms']} ms; differ " + ", ".join(f"{k} {v['differ']}" for k, v in diffs.items()))
+    write()
+    return result
+
+
 def bench_rows(json_path: str | Path | None = None, log: Any = print) -> dict[str, Any]:
     """Only the row-quantization sweep (:func:`_rows_sweep`; CUDA)."""
     import torch
@@ -147,12 +198,17 @@ def bench_kernels(preset: str = "14b", *, layers: int = 2, width: int = 720, hei
     t = torch.tensor(999.0, device=dev)
     ref = None
     for v in variants:
-        row: dict[str, Any] = {"compile": VARIANTS[v]}
+        settings = dict(VARIANTS[v])
+        prep = settings.pop("prep", "fused")
+        row: dict[str, Any] = {"compile": settings, "prep": prep}
         result["variants"][v] = row
         t0 = time.perf_counter()
         uncompile_blocks(comps.transformer)
+        for block in comps.transformer.blocks:  # read when a block is traced: set before compiling
+            if hasattr(block.self_attn.processor, "prep"):
+                block.self_attn.processor.prep = prep
         if cuda:
-            row["report"] = compile_blocks(comps.transformer, Compile(fullgraph=False, **VARIANTS[v]))
+            row["report"] = compile_blocks(comps.transformer, Compile(fullgraph=False, **settings))
         with torch.no_grad():
             kv = quantize_cache(D.extract_reference_kv(comps.transformer, inputs["driving_condition"], inputs["prompt_ref"], inputs["clip"], geom))
 
@@ -191,9 +247,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--rows-sweep", action="store_true", help="also time accel/fp8_rows.py's kernel per program shape (GPU)")
     p.add_argument("--rows-only", action="store_true", help="only the row-quantization sweep (GPU)")
+    p.add_argument("--prep-only", action="store_true", help="only the attention-prep kernels vs the torch path (GPU)")
     p.add_argument("--json")
     a = p.parse_args(argv)
     try:
+        if a.prep_only:
+            bench_prep(a.json)
+            return 0
         if a.rows_only:
             bench_rows(a.json)
             return 0

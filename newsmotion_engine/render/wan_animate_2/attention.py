@@ -30,6 +30,8 @@ import torch
 
 from newsmotion_engine.accel import attention as A
 from newsmotion_engine.accel.attention_incontext import ReferenceKV, incontext_attention, prepare_reference
+from newsmotion_engine.accel.attention_prep import prepared_incontext_attention
+from newsmotion_engine.accel.attention_prep import supported as prep_supported
 from newsmotion_engine.render.wan_animate_2.kv import Fp8KVLayerCache
 
 __all__ = ["Fp8Animate2AttnProcessor", "apply_rope", "rope_angles", "rope_fp32", "split_cached_attention"]
@@ -95,8 +97,11 @@ class Fp8Animate2AttnProcessor:
     _attention_backend = None
     _parallel_config = None
 
-    def __init__(self, variant: str | None = None) -> None:
+    def __init__(self, variant: str | None = None, prep: str = "fused") -> None:
         self.variant, _ = A._variant(variant)
+        if prep not in A.ATTENTION_PREPS:
+            raise ValueError(f"attention prep {prep!r}: use one of {', '.join(A.ATTENTION_PREPS)}")
+        self.prep = prep
         self.stats = {"incontext": 0, "fallback": 0}
 
     def _count(self, path: str) -> None:
@@ -137,6 +142,13 @@ class Fp8Animate2AttnProcessor:
                                    origin_latent_hw=origin_latent_hw)  # fmt: skip
         elif kv_cache_mode != "extract":
             raise ValueError(f"`kv_cache_mode` must be either 'extract' or 'cached', got {kv_cache_mode}.")
+        if kv_cache_mode == "cached" and self.prep == "fused":
+            q, k, v = _project_raw(attn, hidden_states)
+            if prep_supported(q, self.variant):
+                out = self._fused_cached(attn, q, k, v, rotary_emb, grid_sizes, rope_stride, kv_cache, reference_grid_sizes,
+                                         reference_rotary_emb, reference_rope_stride, ref_frames * hw, hw)  # fmt: skip
+                self._count("incontext")
+                return attn.to_out[1](attn.to_out[0](out.flatten(2, 3)))
         q, k, v = A.project_qkv(attn, hidden_states)
         kernel_form = kv_cache_mode == "extract" and getattr(kv_cache, "kernel_form", False)
         if kv_cache_mode == "extract" and not kernel_form:
@@ -155,6 +167,34 @@ class Fp8Animate2AttnProcessor:
         out = out.flatten(2, 3).type_as(q)
         out = attn.to_out[0](out)
         return attn.to_out[1](out)
+
+
+    def _fused_cached(self, attn: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, freqs: torch.Tensor,
+                      grid_sizes: torch.Tensor, stride: int, kv_cache: Any, ref_grid_sizes: torch.Tensor,
+                      ref_freqs: torch.Tensor, ref_stride: int, n_ref: int, hw: int) -> torch.Tensor:  # fmt: skip
+        """The cached pass from the raw projections ``[B, S, H * D]``: norms, RoPE and the 8-bit
+        quantizations in :mod:`~newsmotion_engine.accel.attention_prep`'s kernels, then the
+        in-context kernel. BSHD bf16 out."""
+        cos, sin = rope_angles(grid_sizes[:1], freqs, stride)[0]  # every sample has this grid (checked by the caller)
+        ref = cached_reference(kv_cache, ref_grid_sizes, ref_freqs, ref_stride, n_ref, v.dtype, self.variant)
+        return prepared_incontext_attention(q, k, v, _norm_weight(attn.norm_q, q), _norm_weight(attn.norm_k, k),
+                                            _norm_eps(attn.norm_q), cos[:, 0], sin[:, 0], ref, hw, attn.heads, self.variant)  # fmt: skip
+
+
+def _project_raw(attn: Any, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q, K, V projections before the QK-norms, ``[B, S, H * D]`` each (views of one buffer when fused)."""
+    if getattr(attn, "fused_projections", False):
+        return attn.to_qkv(hidden_states).chunk(3, dim=-1)
+    return attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
+
+
+def _norm_weight(norm: torch.nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
+    w = getattr(norm, "weight", None)
+    return w if w is not None else torch.ones(x.shape[-1], device=x.device, dtype=x.dtype)
+
+
+def _norm_eps(norm: torch.nn.RMSNorm) -> float:
+    return float(norm.eps) if norm.eps is not None else float(torch.finfo(torch.float32).eps)  # torch's default
 
 
 @torch.compiler.disable  # eager, between the compiled graphs: a cache lookup (a conversion once per segment and layer)
@@ -186,8 +226,8 @@ def store_reference(kv_cache: Any, k: torch.Tensor, v: torch.Tensor, grid_sizes:
     kv_cache.store_kernel_reference(prepare_reference(k, v, variant), _token(grid_sizes, stride, k.shape[1], variant))
 
 
-def _factory(variant: str | None) -> Fp8Animate2AttnProcessor:
-    return Fp8Animate2AttnProcessor(variant)
+def _factory(config: A.Attention) -> Fp8Animate2AttnProcessor:
+    return Fp8Animate2AttnProcessor(config.variant, config.prep or "fused")
 
 
 A.register_fp8_processor("WanAnimate2Transformer3DModel", _factory, blocks_attr="self_attn")

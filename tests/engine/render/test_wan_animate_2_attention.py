@@ -167,6 +167,43 @@ def test_shapes_the_split_does_not_cover_fall_back_to_stock(tiny, monkeypatch):
     assert calls == ["cached"]
 
 
+def test_fused_prep_hands_the_kernel_what_the_torch_path_computes(tiny, monkeypatch):
+    """``prep="fused"`` (the GPU default) gives the raw projections, the norms' weights and
+    epsilon, the RoPE angles, the reference, ``hw`` and the head count to
+    ``prepared_incontext_attention``; here a float32 stand-in for it (the norms and RoPE in torch,
+    then the same reference attention) must reproduce ``prep="torch"``'s forward. The kernels
+    behind it are tested in tests/engine/accel/test_attention_prep.py."""
+    from newsmotion_engine.accel.attention_prep import norm_rope_reference
+
+    comps, geom = tiny
+    x = _inputs(comps, geom, seed=2)
+    blocks = comps.transformer.blocks
+    stock = [b.self_attn.processor for b in blocks]
+    calls = []
+
+    def standin(q, k, v, wq, wk, eps, cos, sin, ref, hw, heads, variant=None):
+        calls.append(variant)
+        qr, kr = norm_rope_reference(q, wq, eps, cos, sin, heads), norm_rope_reference(k, wk, eps, cos, sin, heads)
+        return reference_incontext_attention(qr, kr, v.unflatten(-1, (heads, -1)), ref, hw)
+
+    monkeypatch.setattr(WA, "prep_supported", lambda q, variant: True)
+    monkeypatch.setattr(WA, "prepared_incontext_attention", standin)
+    try:
+        outs = {}
+        for prep in ("torch", "fused"):
+            ours = _ours(monkeypatch, blocks)
+            for p in ours:
+                p.prep = prep
+            outs[prep], _ = _run(comps, geom, x, "fp8")
+            assert all(p.stats == {"incontext": 1, "fallback": 0} for p in ours)
+    finally:
+        for b, p in zip(blocks, stock):
+            b.self_attn.set_processor(p)
+    assert len(calls) == len(blocks) and set(calls) == {A.DEFAULT_FP8_VARIANT}
+    # float32 throughout: only the norm's summation order differs (torch's RMSNorm module vs the stand-in)
+    assert _rel(outs["fused"], outs["torch"]) < 1e-5, _rel(outs["fused"], outs["torch"])
+
+
 def test_options_take_fp8_triton_and_refuse_the_other_kernels():
     from newsmotion_engine.render.wan_animate_2.config import WanAnimate2ConfigError
 
