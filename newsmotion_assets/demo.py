@@ -270,6 +270,12 @@ def key_figures(result: dict) -> list[str]:
             q8 = _number(_dig(result, "vs_torch.q8.differ"))
             figures.append(f"attention prep {ours:.3g} ms vs torch compiled {compiled:.3g} ms"
                            + (f", {q8:.2g} of Q's 8-bit values differ" if q8 is not None else ""))
+    decode = result.get("variants") if result.get("part") == "decode" else None
+    if isinstance(decode, dict):  # bench/animate2_kernels.py --decode-only: one segment's VAE decode per setting
+        timed = [f"{name} {ms / 1000:.2f} s" for name, v in decode.items()
+                 if isinstance(v, dict) and (ms := _number(v.get("ms"))) is not None]  # fmt: skip
+        if timed:
+            figures.append("VAE decode of one segment: " + ", ".join(timed))
     variants = _dig(result, "forward.variants")
     if isinstance(variants, dict) and _number(_dig(result, "forward_speedup_vs_stock")) is None:
         # A forward run without the stock baseline (e.g. CUDA graphs vs eager): its own times.

@@ -45,7 +45,10 @@ from newsmotion_engine.accel import attention as A
 __all__ = ["incontext_prep", "incontext_prep_reference", "launch", "norm_rope_reference", "prepared_incontext_attention", "supported"]
 
 _KERNELS: Any = None
-BLOCK_T = 64  # tokens per program (a [64, 128] float32 tile is 64 registers a thread at 4 warps)
+BLOCK_T = 64  # tokens per program of the rstd pass (it loops over the row's heads)
+# (tokens, warps) per program of the stats and quant passes: tiles arrive by TMA descriptors, and
+# at 32 x 4 the quant pass compiles to 134 registers, no spills (SASS for sm_90)
+TILE = (32, 4)
 
 
 def supported(q: torch.Tensor, variant: str | None) -> bool:
@@ -63,7 +66,7 @@ def _build_kernels() -> Any:
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, eps: float,
            cos: torch.Tensor, sin: torch.Tensor, ref_k_scale: torch.Tensor, ref_k_mean: torch.Tensor, heads: int,
            variant: str | None = None, *, out_dtype: torch.dtype | None = None,
-           libdevice: bool = True) -> tuple[A.QuantizedQKV, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:  # fmt: skip
+           libdevice: bool = True, tile: tuple[int, int] = TILE) -> tuple[A.QuantizedQKV, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:  # fmt: skip
     """The three passes on ``q, k, v`` ``[B, S, H * D]`` (module docstring) ->
     ``(QuantizedQKV, (reference q8, its row factors, delta))``. ``out_dtype`` overrides the 8-bit
     outputs' dtype (float32 lets tests see the values before the cast); ``libdevice=False`` rounds
@@ -83,15 +86,25 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, wq: torch.Tensor, 
     dev = q.device
     f32 = dict(device=dev, dtype=torch.float32)
     cos, sin = cos.float().contiguous(), sin.float().contiguous()
-    nblk = math.ceil(S / BLOCK_T)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    nblk_r = math.ceil(S / BLOCK_T)
+    bt, warps = tile
+    nblk = math.ceil(S / bt)
 
     rq, rk = torch.empty((B, S), **f32), torch.empty((B, S), **f32)
-    rstd_kernel[(nblk, B)](q, k, rq, rk, S, q.stride(0), q.stride(1), k.stride(0), k.stride(1), float(eps),
+    rstd_kernel[(nblk_r, B)](q, k, rq, rk, S, q.stride(0), q.stride(1), k.stride(0), k.stride(1), float(eps),
                            N=N, BT=BLOCK_T, BC=128, num_warps=4)  # fmt: skip
+
+    def rows(t: torch.Tensor) -> Any:  # [B, S, N] (row stride free) in [1, BT, D] tiles
+        return TensorDescriptor(t, [B, S, N], [t.stride(0), t.stride(1), 1], [1, bt, D])
+
+    def angles(t: torch.Tensor) -> Any:
+        return TensorDescriptor(t, [S, D // 2], [D // 2, 1], [bt, D // 2])
+
     parts = torch.empty((4, B, nblk, N), **f32)
-    stats_kernel[(heads, nblk, B)](k, v, rk, wk, cos, sin, parts[0], parts[1], parts[2], parts[3], S, nblk,
-                                   k.stride(0), k.stride(1), v.stride(0), v.stride(1), H=heads, D=D, BT=BLOCK_T,
-                                   num_warps=4)  # fmt: skip
+    stats_kernel[(heads, nblk, B)](rows(k), rows(v), angles(cos), angles(sin), rk, wk, parts[0], parts[1], parts[2], parts[3],
+                                   S, nblk, H=heads, D=D, BT=bt, num_warps=warps)  # fmt: skip
     qmax = A.INT8_MAX if var.qk_int8 else A.E4M3_MAX
     mean = parts[0].sum(dim=1) / S  # [B, N]
     amax = torch.maximum(parts[1].amax(dim=1) - mean, mean - parts[2].amin(dim=1))
@@ -108,11 +121,16 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, wq: torch.Tensor, 
     if s16 != S:
         vt[..., S:].zero_()
     q_scale, rq_scale, delta = (torch.empty((B, heads, S), **f32) for _ in range(3))
+
+    def heads_rows(t: torch.Tensor) -> Any:  # [B, H, S, D] contiguous in [1, BT, D] tiles
+        return TensorDescriptor(t, [B * heads, S, D], [S * D, D, 1], [1, bt, D])
+
+    vt_desc = TensorDescriptor(vt, [B * heads, D, S], [D * s16, s16, 1], [1, D, bt])
     sm = A.LOG2E / math.sqrt(D)
-    quant_kernel[(heads, nblk, B)](q, k, v, rq, rk, wq, wk, cos, sin, kc, mean, ref_kc, shift, 1.0 / vs,
-                                   q8, q_scale, rq8, rq_scale, delta, k8, vt, S, s16,
-                                   q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), sm,
-                                   H=heads, D=D, BT=BLOCK_T, QK_INT8=var.qk_int8, LIBDEVICE=libdevice, num_warps=4)  # fmt: skip
+    quant_kernel[(heads, nblk, B)](rows(q), rows(k), rows(v), angles(cos), angles(sin), heads_rows(q8), heads_rows(rq8),
+                                   heads_rows(k8), vt_desc, rq, rk, wq, wk, kc, mean, ref_kc, shift, 1.0 / vs,
+                                   q_scale, rq_scale, delta, S, sm, H=heads, D=D, BT=bt, QK_INT8=var.qk_int8,
+                                   LIBDEVICE=libdevice, num_warps=warps)  # fmt: skip
     x = A.QuantizedQKV(q=q8, k=k8, vt=vt, q_scale=q_scale, v_scale=vs.reshape(B, heads, D))
     return x, (rq8, rq_scale, delta)
 

@@ -54,81 +54,76 @@ def rstd_kernel(Q, K, RQ, RK, S, sqb, sqs, skb, sks, eps, N: tl.constexpr, BT: t
 
 
 @triton.jit
-def stats_kernel(K, V, RK, WK, COS, SIN, KSUM, KMAX, KMIN, VMAX, S, NBLK, skb, sks, svb, svs,
+def stats_kernel(k_desc, v_desc, cos_desc, sin_desc, RK, WK, KSUM, KMAX, KMIN, VMAX, S, NBLK,
                  H: tl.constexpr, D: tl.constexpr, BT: tl.constexpr):  # fmt: skip
+    # Tiles come in through TMA descriptors: a [BT, D] tile of per-element 64-bit pointers cost
+    # the first version 255 registers and spills (SASS), for a kernel that only streams.
     h = tl.program_id(0)  # heads fastest: a token block's programs run together and share RoPE's cos/sin in L2
     blk = tl.program_id(1)
-    b = tl.program_id(2).to(tl.int64)
-    t = blk * BT + tl.arange(0, BT)
+    b = tl.program_id(2)
+    t0 = blk * BT
+    t = t0 + tl.arange(0, BT)
     rows = t < S
-    d = tl.arange(0, D)
-    j = tl.arange(0, D // 2)
-    col = h * D + d
-    k = tl.load(K + b * skb + t[:, None].to(tl.int64) * sks + col[None, :], mask=rows[:, None], other=0.0).to(tl.float32)
-    v = tl.load(V + b * svb + t[:, None].to(tl.int64) * svs + col[None, :], mask=rows[:, None], other=0.0).to(tl.float32)
-    rk = tl.load(RK + b * S + t, mask=rows, other=0.0)
-    w = tl.load(WK + col).to(tl.float32)
-    c = tl.load(COS + t[:, None] * (D // 2) + j[None, :], mask=rows[:, None], other=0.0)
-    s = tl.load(SIN + t[:, None] * (D // 2) + j[None, :], mask=rows[:, None], other=0.0)
-    kr = _norm_rope(k, rk, w, c, s, BT, D)
-    out = (b * NBLK + blk) * (H * D) + col
+    col = h * D + tl.arange(0, D)
+    k = k_desc.load([b, t0, h * D]).reshape(BT, D).to(tl.float32)  # rows past S read as 0
+    v = v_desc.load([b, t0, h * D]).reshape(BT, D).to(tl.float32)
+    c = cos_desc.load([t0, 0])
+    s = sin_desc.load([t0, 0])
+    rk = tl.load(RK + b.to(tl.int64) * S + t, mask=rows, other=0.0)
+    kr = _norm_rope(k, rk, tl.load(WK + col).to(tl.float32), c, s, BT, D)
+    out = (b.to(tl.int64) * NBLK + blk) * (H * D) + col
     tl.store(KSUM + out, tl.sum(tl.where(rows[:, None], kr, 0.0), axis=0))
     tl.store(KMAX + out, tl.max(tl.where(rows[:, None], kr, -float("inf")), axis=0))
     tl.store(KMIN + out, tl.min(tl.where(rows[:, None], kr, float("inf")), axis=0))
-    tl.store(VMAX + out, tl.max(tl.abs(v), axis=0))  # masked rows loaded as 0
+    tl.store(VMAX + out, tl.max(tl.abs(v), axis=0))
 
 
 @triton.jit
-def quant_kernel(Q, K, V, RQ, RK, WQ, WK, COS, SIN, KC, KMEAN, RKC, SHIFT, VINV,
-                 Q8, QS, RQ8, RQS, DELTA, K8, VT, S, S16, sqb, sqs, skb, sks, svb, svs, sm,
+def _quantize(x, inv, qmax, LIBDEVICE: tl.constexpr, INT8: tl.constexpr):
+    y = x * inv
+    if INT8:
+        y = _rint(y, LIBDEVICE)
+    return tl.minimum(tl.maximum(y, -qmax), qmax)
+
+
+@triton.jit
+def quant_kernel(q_desc, k_desc, v_desc, cos_desc, sin_desc, q8_desc, rq8_desc, k8_desc, vt_desc,
+                 RQ, RK, WQ, WK, KC, KMEAN, RKC, SHIFT, VINV, QS, RQS, DELTA, S, sm,
                  H: tl.constexpr, D: tl.constexpr, BT: tl.constexpr, QK_INT8: tl.constexpr,
                  LIBDEVICE: tl.constexpr):  # fmt: skip
-    h = tl.program_id(0)  # heads fastest: a token block's programs run together and share RoPE's cos/sin in L2
+    h = tl.program_id(0)  # heads fastest (see stats_kernel)
     blk = tl.program_id(1)
-    b = tl.program_id(2).to(tl.int64)
-    t = blk * BT + tl.arange(0, BT)
+    b = tl.program_id(2)
+    t0 = blk * BT
+    t = t0 + tl.arange(0, BT)
     rows = t < S
     d = tl.arange(0, D)
-    j = tl.arange(0, D // 2)
     col = h * D + d
-    c = tl.load(COS + t[:, None] * (D // 2) + j[None, :], mask=rows[:, None], other=0.0)
-    s = tl.load(SIN + t[:, None] * (D // 2) + j[None, :], mask=rows[:, None], other=0.0)
-    hd = (b * H + h) * D + d  # this (sample, head)'s channel statistics [B, H, D]
+    bh = b * H + h
+    hd = bh.to(tl.int64) * D + d  # this (sample, head)'s channel statistics [B, H, D]
+    bhs = bh.to(tl.int64) * S + t  # rows of [B, H, S]
     qmax = 127.0 if QK_INT8 else 448.0
-    bhs = (b * H + h) * S + t  # rows of [B, H, S, ...]
+    c = cos_desc.load([t0, 0])
+    s = sin_desc.load([t0, 0])
 
-    q = tl.load(Q + b * sqb + t[:, None].to(tl.int64) * sqs + col[None, :], mask=rows[:, None], other=0.0).to(tl.float32)
-    rq = tl.load(RQ + b * S + t, mask=rows, other=0.0)
+    q = q_desc.load([b, t0, h * D]).reshape(BT, D).to(tl.float32)
+    rq = tl.load(RQ + b.to(tl.int64) * S + t, mask=rows, other=0.0)
     qr = _norm_rope(q, rq, tl.load(WQ + col).to(tl.float32), c, s, BT, D)
-    # delta = q . (mean_ref - mean_gen) in exponent units
-    tl.store(DELTA + bhs, tl.sum(qr * tl.load(SHIFT + hd)[None, :], axis=1) * sm, mask=rows)
-    for which in tl.static_range(2):  # Q over the generation keys' channel scales, then the reference keys'
-        if which == 0:
-            qf = qr * tl.load(KC + hd)[None, :]
-        else:
-            qf = qr * tl.load(RKC + hd)[None, :]
-        qs = tl.maximum(tl.max(tl.abs(qf), axis=1), 1e-30) / qmax
-        qq = qf * (1.0 / qs)[:, None]
-        if QK_INT8:
-            qq = _rint(qq, LIBDEVICE)
-        qq = tl.minimum(tl.maximum(qq, -qmax), qmax)
-        if which == 0:
-            tl.store(Q8 + bhs[:, None] * D + d[None, :], qq.to(Q8.dtype.element_ty), mask=rows[:, None])
-            tl.store(QS + bhs, qs * sm, mask=rows)
-        else:
-            tl.store(RQ8 + bhs[:, None] * D + d[None, :], qq.to(RQ8.dtype.element_ty), mask=rows[:, None])
-            tl.store(RQS + bhs, qs * sm, mask=rows)
+    tl.store(DELTA + bhs, tl.sum(qr * tl.load(SHIFT + hd)[None, :], axis=1) * sm, mask=rows)  # q . (mean_ref - mean_gen)
+    qf = qr * tl.load(KC + hd)[None, :]  # over the generation keys' channel scales
+    qs = tl.maximum(tl.max(tl.abs(qf), axis=1), 1e-30) / qmax
+    q8_desc.store([bh, t0, 0], _quantize(qf, (1.0 / qs)[:, None], qmax, LIBDEVICE, QK_INT8).to(q8_desc.dtype).reshape(1, BT, D))
+    tl.store(QS + bhs, qs * sm, mask=rows)
+    qf = qr * tl.load(RKC + hd)[None, :]  # over the reference keys' channel scales
+    qs = tl.maximum(tl.max(tl.abs(qf), axis=1), 1e-30) / qmax
+    rq8_desc.store([bh, t0, 0], _quantize(qf, (1.0 / qs)[:, None], qmax, LIBDEVICE, QK_INT8).to(rq8_desc.dtype).reshape(1, BT, D))
+    tl.store(RQS + bhs, qs * sm, mask=rows)
 
-    k = tl.load(K + b * skb + t[:, None].to(tl.int64) * sks + col[None, :], mask=rows[:, None], other=0.0).to(tl.float32)
-    rk = tl.load(RK + b * S + t, mask=rows, other=0.0)
-    kr = _norm_rope(k, rk, tl.load(WK + col).to(tl.float32), c, s, BT, D)
-    kq = (kr - tl.load(KMEAN + hd)[None, :]) * (1.0 / tl.load(KC + hd))[None, :]
-    if QK_INT8:
-        kq = _rint(kq, LIBDEVICE)
-    kq = tl.minimum(tl.maximum(kq, -qmax), qmax)
-    tl.store(K8 + bhs[:, None] * D + d[None, :], kq.to(K8.dtype.element_ty), mask=rows[:, None])
+    k = k_desc.load([b, t0, h * D]).reshape(BT, D).to(tl.float32)
+    rk = tl.load(RK + b.to(tl.int64) * S + t, mask=rows, other=0.0)
+    kr = _norm_rope(k, rk, tl.load(WK + col).to(tl.float32), c, s, BT, D) - tl.load(KMEAN + hd)[None, :]
+    k8_desc.store([bh, t0, 0], _quantize(kr, (1.0 / tl.load(KC + hd))[None, :], qmax, LIBDEVICE, QK_INT8).to(k8_desc.dtype).reshape(1, BT, D))
 
-    v = tl.load(V + b * svb + t[:, None].to(tl.int64) * svs + col[None, :], mask=rows[:, None], other=0.0).to(tl.float32)
-    vq = tl.minimum(tl.maximum(v * tl.load(VINV + hd)[None, :], -448.0), 448.0)
-    # V transposed: [B, H, D, S16], tokens contiguous
-    tl.store(VT + ((b * H + h) * D + d[None, :]) * S16 + t[:, None], vq.to(VT.dtype.element_ty), mask=rows[:, None])
+    v = v_desc.load([b, t0, h * D]).reshape(BT, D).to(tl.float32)
+    vq = _quantize(v, tl.load(VINV + hd)[None, :], 448.0, LIBDEVICE, False)
+    vt_desc.store([bh, 0, t0], tl.trans(vq.to(vt_desc.dtype)).reshape(1, D, BT))  # V transposed: [B, H, D, S16]

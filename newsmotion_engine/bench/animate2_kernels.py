@@ -10,7 +10,8 @@ compiled graph is one block's, whatever the count), applies our accelerations (F
 (``tuned`` x ``gelu``), compiles afresh, extracts one segment's reference K/V, and times one cached
 forward: wall ms (median of ``--reps``) and the kernels by time under torch.profiler, per block.
 ``--prep-only`` times ``accel/attention_prep.py``'s kernels against the torch path they replace
-and counts the values that differ. ``--rows-sweep`` (or ``--rows-only``, no model) also times the one-pass row quantization of
+and counts the values that differ; ``--decode-only`` times the VAE decode of one segment per
+cuDNN / memory-layout setting. ``--rows-sweep`` (or ``--rows-only``, no model) also times the one-pass row quantization of
 ``accel/fp8_rows.py`` per program shape, beside inductor's compiled quantization of the same input.
 
     python -m newsmotion_engine.bench.animate2_kernels --json $OUT/gpu_animate2_kernels_14b_h200.json
@@ -30,7 +31,7 @@ from typing import Any
 
 from newsmotion_engine.bench.animate2 import _header, _options, _segment_inputs, _sync, _timed, _Writer, kernel_totals
 
-__all__ = ["VARIANTS", "bench_kernels", "bench_prep", "bench_rows", "main"]
+__all__ = ["VARIANTS", "bench_decode", "bench_kernels", "bench_prep", "bench_rows", "main"]
 
 # name -> Compile kwargs, and "prep": the attention's input preparation (Attention.prep; "fused" if unset)
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -144,13 +145,66 @@ def bench_prep(json_path: str | Path | None = None, log: Any = print, tokens: in
     del x, r, rx, rr
     compiled = torch.compile(P.incontext_prep_reference)
     result["kernels"] = _timed(lambda: P.launch(*args), dev, 2, 10)
+    result["tiles"] = {}  # tokens a program x warps of the stats and quant passes (the default is P.TILE)
+    for tile in ((16, 4), (32, 4), (32, 8), (64, 8)):
+        result["tiles"][f"{tile[0]}x{tile[1]}"] = _timed(lambda: P.launch(*args, tile=tile), dev, 2, 10)  # noqa: B023
     result["torch_compiled"] = _timed(lambda: compiled(*args), dev, 2, 10)
     result["torch_eager"] = _timed(lambda: P.incontext_prep_reference(*args), dev, 1, 3)
     moved = q.numel() * (7 * 2 + 4)  # bytes the passes move: Q, K (rstd), K, V (stats), Q, K, V (quant) read; four 8-bit outputs
     result["passes_bytes_ms_at_4_tb_s"] = round(moved / 4e12 * 1e3, 3)
     log(f"  attention prep: kernels {result['kernels']['ms']} ms, torch compiled {result['torch_compiled']['ms']} ms, "
-        f"eager {result['torch_eager']['ms']} ms; differ " + ", ".join(f"{k} {v['differ']}" for k, v in diffs.items()))
+        f"eager {result['torch_eager']['ms']} ms; tiles " + ", ".join(f"{k} {v['ms']}" for k, v in result["tiles"].items())
+        + "; differ " + ", ".join(f"{k} {v['differ']}" for k, v in diffs.items()))
     write()
+    return result
+
+
+def _conv_layout(module: Any, channels_last: bool) -> None:
+    """Conv weights channels-last (3-D and 2-D: the Wan VAE has both) or back to contiguous;
+    cuDNN then runs NDHWC kernels and the activations follow."""
+    import torch
+
+    for m in module.modules():
+        if isinstance(m, (torch.nn.Conv3d, torch.nn.Conv2d)):
+            fmt = (torch.channels_last_3d if m.weight.dim() == 5 else torch.channels_last) if channels_last else torch.contiguous_format
+            m.weight.data = m.weight.data.contiguous(memory_format=fmt)
+
+
+def bench_decode(json_path: str | Path | None = None, log: Any = print, latent_frames: int = 21) -> dict[str, Any]:
+    """The Wan VAE decode of one 81-frame 720x1280 segment (the 14B preset's VAE, random weights,
+    bf16; CUDA) as shipped and with cuDNN's algorithm search and / or channels-last-3d weights:
+    ms (median of 2 after a warm-up) and the largest pixel difference from the shipped decode."""
+    import torch
+
+    from newsmotion_engine.render.wan_animate.components import build_vae
+    from newsmotion_engine.render.wan_animate_2 import denoise as D
+
+    if not torch.cuda.is_available():
+        raise ValueError("the decode bench needs a CUDA GPU")
+    dev = torch.device("cuda")
+    opts = _options("14b", "auto", {})
+    vae = build_vae(opts, dev, torch.bfloat16)
+    result = _header("14b", dev, width=720, height=1280, latent_frames=latent_frames)
+    result.update(part="decode", variants={})
+    write = _Writer(result, json_path)
+    g = torch.Generator("cpu").manual_seed(6)
+    latents = torch.randn(16, 1 + latent_frames, 160, 90, generator=g).to(dev)  # reference slot first, as a segment's
+    shipped = None
+    for name, bench, channels_last in (("shipped", False, False), ("cudnn_benchmark", True, False),
+                                       ("channels_last_3d", False, True), ("channels_last_3d_cudnn_benchmark", True, True)):  # fmt: skip
+        torch.backends.cudnn.benchmark = bench
+        _conv_layout(vae, channels_last)
+        with torch.no_grad():
+            row = _timed(lambda: D.decode_segment(vae, latents), dev, 1, 2)
+            out = D.decode_segment(vae, latents).float()
+        shipped = out if shipped is None else shipped
+        row["max_abs_diff_vs_shipped"] = float((out - shipped).abs().max())
+        row["mean_abs_diff_vs_shipped"] = float((out - shipped).abs().mean())
+        result["variants"][name] = row
+        log(f"  decode {name}: {row['ms']} ms, max |diff| {row['max_abs_diff_vs_shipped']:.4f}")
+        write()
+        del out
+    torch.backends.cudnn.benchmark = False
     return result
 
 
@@ -248,11 +302,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows-sweep", action="store_true", help="also time accel/fp8_rows.py's kernel per program shape (GPU)")
     p.add_argument("--rows-only", action="store_true", help="only the row-quantization sweep (GPU)")
     p.add_argument("--prep-only", action="store_true", help="only the attention-prep kernels vs the torch path (GPU)")
+    p.add_argument("--decode-only", action="store_true", help="only the VAE decode of one segment per cuDNN / layout setting (GPU)")
     p.add_argument("--json")
     a = p.parse_args(argv)
     try:
         if a.prep_only:
             bench_prep(a.json)
+            return 0
+        if a.decode_only:
+            bench_decode(a.json)
             return 0
         if a.rows_only:
             bench_rows(a.json)
