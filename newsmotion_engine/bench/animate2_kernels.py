@@ -146,37 +146,31 @@ def bench_prep(json_path: str | Path | None = None, log: Any = print, tokens: in
     compiled = torch.compile(P.incontext_prep_reference)
     result["kernels"] = _timed(lambda: P.launch(*args), dev, 2, 10)
     result["tiles"] = {}  # tokens a program x warps of the stats and quant passes (the default is P.TILE)
-    for tile in ((16, 4), (32, 4), (32, 8), (64, 8)):
+    for tile in ((16, 4), (32, 4), (64, 8)):
         result["tiles"][f"{tile[0]}x{tile[1]}"] = _timed(lambda: P.launch(*args, tile=tile), dev, 2, 10)  # noqa: B023
+    result["stats"] = {}  # the stats pass's layout, tokens a program x warps (the default is P.STATS)
+    for stats in (("tile", 64, 4), ("tile", 32, 4), ("rows", 16, 4), ("rows", 32, 4), ("rows", 64, 8)):
+        result["stats"]["{}_{}x{}".format(*stats)] = _timed(lambda: P.launch(*args, stats=stats), dev, 2, 10)  # noqa: B023
     result["torch_compiled"] = _timed(lambda: compiled(*args), dev, 2, 10)
     result["torch_eager"] = _timed(lambda: P.incontext_prep_reference(*args), dev, 1, 3)
     moved = q.numel() * (7 * 2 + 4)  # bytes the passes move: Q, K (rstd), K, V (stats), Q, K, V (quant) read; four 8-bit outputs
     result["passes_bytes_ms_at_4_tb_s"] = round(moved / 4e12 * 1e3, 3)
     log(f"  attention prep: kernels {result['kernels']['ms']} ms, torch compiled {result['torch_compiled']['ms']} ms, "
         f"eager {result['torch_eager']['ms']} ms; tiles " + ", ".join(f"{k} {v['ms']}" for k, v in result["tiles"].items())
+        + "; stats " + ", ".join(f"{k} {v['ms']}" for k, v in result["stats"].items())
         + "; differ " + ", ".join(f"{k} {v['differ']}" for k, v in diffs.items()))
     write()
     return result
 
 
-def _conv_layout(module: Any, channels_last: bool) -> None:
-    """Conv weights channels-last (3-D and 2-D: the Wan VAE has both) or back to contiguous;
-    cuDNN then runs NDHWC kernels and the activations follow."""
-    import torch
-
-    for m in module.modules():
-        if isinstance(m, (torch.nn.Conv3d, torch.nn.Conv2d)):
-            fmt = (torch.channels_last_3d if m.weight.dim() == 5 else torch.channels_last) if channels_last else torch.contiguous_format
-            m.weight.data = m.weight.data.contiguous(memory_format=fmt)
-
-
 def bench_decode(json_path: str | Path | None = None, log: Any = print, latent_frames: int = 21) -> dict[str, Any]:
     """The Wan VAE decode of one 81-frame 720x1280 segment (the 14B preset's VAE, random weights,
-    bf16; CUDA) as shipped and with cuDNN's algorithm search and / or channels-last-3d weights:
+    bf16; CUDA) with torch's default conv layout ("shipped": what ran before channels-last became
+    the CUDA default in ``build_vae``) and with cuDNN's algorithm search and / or channels-last weights:
     ms (median of 2 after a warm-up) and the largest pixel difference from the shipped decode."""
     import torch
 
-    from newsmotion_engine.render.wan_animate.components import build_vae
+    from newsmotion_engine.render.wan_animate.components import build_vae, channels_last_convs
     from newsmotion_engine.render.wan_animate_2 import denoise as D
 
     if not torch.cuda.is_available():
@@ -193,7 +187,7 @@ def bench_decode(json_path: str | Path | None = None, log: Any = print, latent_f
     for name, bench, channels_last in (("shipped", False, False), ("cudnn_benchmark", True, False),
                                        ("channels_last_3d", False, True), ("channels_last_3d_cudnn_benchmark", True, True)):  # fmt: skip
         torch.backends.cudnn.benchmark = bench
-        _conv_layout(vae, channels_last)
+        channels_last_convs(vae, channels_last)
         with torch.no_grad():
             row = _timed(lambda: D.decode_segment(vae, latents), dev, 1, 2)
             out = D.decode_segment(vae, latents).float()

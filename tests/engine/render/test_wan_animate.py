@@ -177,3 +177,28 @@ def test_cuda_oom_names_the_memory_settings(pair, monkeypatch):
     _prepare(backend, loop, persona)
     with pytest.raises(backend_mod.WanAnimateOOMError, match="fp8='auto'.*vae_tiling=True.*ffn_chunks=8"):
         list(backend.frames(loop, persona, loop.keypoints, SPEC))
+
+
+def test_channels_last_convs_only_on_cuda_by_default_and_decode_the_same():
+    """The VAE's conv weights go channels-last on a CUDA device (faster cuDNN kernels, measured in
+    bench/results/gpu_vae_decode_14b_h200.json); on the CPU the default leaves them as they are.
+    Forced on the CPU, the decode is the same up to float32 rounding."""
+    import torch
+
+    from newsmotion_engine.render.wan_animate.components import build_vae, channels_last_convs
+    from newsmotion_engine.render.wan_animate_2 import denoise as D
+    from newsmotion_engine.render.wan_animate_2.config import WanAnimate2Options
+
+    opts = WanAnimate2Options.from_mapping({"preset": "tiny", "device": "cpu", "dtype": "float32"})
+    vae = build_vae(opts, torch.device("cpu"), torch.float32)
+    convs = [m for m in vae.modules() if isinstance(m, (torch.nn.Conv3d, torch.nn.Conv2d))]
+    assert convs and all(m.weight.is_contiguous() for m in convs)
+    lat = torch.randn(16, 4, 16, 8, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        plain = D.decode_segment(vae, lat)
+        channels_last_convs(vae, True)
+        assert all(m.weight.is_contiguous(memory_format=torch.channels_last_3d if m.weight.dim() == 5 else torch.channels_last)
+                   for m in convs)  # fmt: skip
+        assert (D.decode_segment(vae, lat) - plain).abs().max() < 1e-4
+        channels_last_convs(vae, False)
+        assert torch.equal(D.decode_segment(vae, lat), plain)
