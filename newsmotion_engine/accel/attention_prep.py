@@ -46,12 +46,11 @@ __all__ = ["incontext_prep", "incontext_prep_reference", "launch", "norm_rope_re
 
 _KERNELS: Any = None
 BLOCK_T = 64  # tokens per program of the rstd pass (it loops over the row's heads)
-# (tokens, warps) per program of the stats and quant passes: tiles arrive by TMA descriptors, and
-# at 32 x 4 the quant pass compiles to 134 registers, no spills (SASS for sm_90)
-TILE = (32, 4)
-# the stats pass: "tile" (a program per head and token block) or "rows" (a program per token
-# block walking every head), tokens, warps
-STATS = ("tile", 64, 4)
+# (tokens, warps) per program of the quant pass (its tiles arrive by TMA descriptors: with
+# per-element pointers it compiled to 255 registers and spilled) and of the stats pass (pointer
+# loads): the fastest of the H200 sweep (bench/results/gpu_attention_prep_14b_h200.json)
+TILE = (16, 4)
+STATS = (64, 4)
 
 
 def supported(q: torch.Tensor, variant: str | None) -> bool:
@@ -70,7 +69,7 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, wq: torch.Tensor, 
            cos: torch.Tensor, sin: torch.Tensor, ref_k_scale: torch.Tensor, ref_k_mean: torch.Tensor, heads: int,
            variant: str | None = None, *, out_dtype: torch.dtype | None = None,
            libdevice: bool = True, tile: tuple[int, int] = TILE,
-           stats: tuple[str, int, int] = STATS) -> tuple[A.QuantizedQKV, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:  # fmt: skip
+           stats: tuple[int, int] = STATS) -> tuple[A.QuantizedQKV, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:  # fmt: skip
     """The three passes on ``q, k, v`` ``[B, S, H * D]`` (module docstring) ->
     ``(QuantizedQKV, (reference q8, its row factors, delta))``. ``out_dtype`` overrides the 8-bit
     outputs' dtype (float32 lets tests see the values before the cast); ``libdevice=False`` rounds
@@ -106,12 +105,11 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, wq: torch.Tensor, 
     def angles(t: torch.Tensor) -> Any:
         return TensorDescriptor(t, [S, D // 2], [D // 2, 1], [bt, D // 2])
 
-    kind, sbt, swarps = stats
+    sbt, swarps = stats
     nblk_s = math.ceil(S / sbt)
     parts = torch.empty((4, B, nblk_s, N), **f32)
-    grid = (nblk_s, 1, B) if kind == "rows" else (heads, nblk_s, B)
-    stats_kernel[grid](k, v, rk, wk, cos, sin, parts[0], parts[1], parts[2], parts[3], S, nblk_s, k.stride(0), k.stride(1),
-                       v.stride(0), v.stride(1), H=heads, D=D, BT=sbt, ALL_HEADS=kind == "rows", num_warps=swarps)  # fmt: skip
+    stats_kernel[(heads, nblk_s, B)](k, v, rk, wk, cos, sin, parts[0], parts[1], parts[2], parts[3], S, nblk_s, k.stride(0),
+                                     k.stride(1), v.stride(0), v.stride(1), H=heads, D=D, BT=sbt, num_warps=swarps)  # fmt: skip
     qmax = A.INT8_MAX if var.qk_int8 else A.E4M3_MAX
     mean = parts[0].sum(dim=1) / S  # [B, N]
     amax = torch.maximum(parts[1].amax(dim=1) - mean, mean - parts[2].amin(dim=1))

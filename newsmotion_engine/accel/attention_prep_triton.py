@@ -54,13 +54,20 @@ def rstd_kernel(Q, K, RQ, RK, S, sqb, sqs, skb, sks, eps, N: tl.constexpr, BT: t
 
 
 @triton.jit
-def _stats_tile(K, V, RK, WK, COS, SIN, KSUM, KMAX, KMIN, VMAX, S, NBLK, skb, sks, svb, svs, h, blk, b,
-                H: tl.constexpr, D: tl.constexpr, BT: tl.constexpr, c, s):  # fmt: skip
+def stats_kernel(K, V, RK, WK, COS, SIN, KSUM, KMAX, KMIN, VMAX, S, NBLK, skb, sks, svb, svs,
+                 H: tl.constexpr, D: tl.constexpr, BT: tl.constexpr):  # fmt: skip
     # K normalized and rotated, then its per-channel partial sum / max / min over this block's
-    # tokens; V's per-channel partial absolute max. Pointer loads (TMA tiles measured slower here).
+    # tokens; V's per-channel partial absolute max. Pointer loads: TMA tiles measured slower here,
+    # and so did a program walking every head of its token block.
+    h = tl.program_id(0)  # heads fastest: a token block's programs run together and share RoPE's cos/sin in L2
+    blk = tl.program_id(1)
+    b = tl.program_id(2).to(tl.int64)
     t = blk * BT + tl.arange(0, BT)
     rows = t < S
     col = h * D + tl.arange(0, D)
+    j = tl.arange(0, D // 2)
+    c = tl.load(COS + t[:, None] * (D // 2) + j[None, :], mask=rows[:, None], other=0.0)
+    s = tl.load(SIN + t[:, None] * (D // 2) + j[None, :], mask=rows[:, None], other=0.0)
     k = tl.load(K + b * skb + t[:, None].to(tl.int64) * sks + col[None, :], mask=rows[:, None], other=0.0).to(tl.float32)
     v = tl.load(V + b * svb + t[:, None].to(tl.int64) * svs + col[None, :], mask=rows[:, None], other=0.0).to(tl.float32)
     rk = tl.load(RK + b * S + t, mask=rows, other=0.0)
@@ -70,34 +77,6 @@ def _stats_tile(K, V, RK, WK, COS, SIN, KSUM, KMAX, KMIN, VMAX, S, NBLK, skb, sk
     tl.store(KMAX + out, tl.max(tl.where(rows[:, None], kr, -float("inf")), axis=0))
     tl.store(KMIN + out, tl.min(tl.where(rows[:, None], kr, float("inf")), axis=0))
     tl.store(VMAX + out, tl.max(tl.abs(v), axis=0))  # masked rows loaded as 0
-
-
-@triton.jit
-def _angles(COS, SIN, blk, S, BT: tl.constexpr, D: tl.constexpr):
-    t = blk * BT + tl.arange(0, BT)
-    j = tl.arange(0, D // 2)
-    m = (t < S)[:, None]
-    c = tl.load(COS + t[:, None] * (D // 2) + j[None, :], mask=m, other=0.0)
-    s = tl.load(SIN + t[:, None] * (D // 2) + j[None, :], mask=m, other=0.0)
-    return c, s
-
-
-@triton.jit
-def stats_kernel(K, V, RK, WK, COS, SIN, KSUM, KMAX, KMIN, VMAX, S, NBLK, skb, sks, svb, svs,
-                 H: tl.constexpr, D: tl.constexpr, BT: tl.constexpr, ALL_HEADS: tl.constexpr):  # fmt: skip
-    """Grid (H, blocks, B): one head's tile a program; or, ``ALL_HEADS``, grid (blocks, 1, B) and
-    a program walks every head of its token block (RoPE's cos/sin loaded once)."""
-    b = tl.program_id(2).to(tl.int64)
-    if ALL_HEADS:
-        blk = tl.program_id(0)
-        c, s = _angles(COS, SIN, blk, S, BT, D)
-        for h in range(H):
-            _stats_tile(K, V, RK, WK, COS, SIN, KSUM, KMAX, KMIN, VMAX, S, NBLK, skb, sks, svb, svs, h, blk, b, H, D, BT, c, s)
-    else:
-        h = tl.program_id(0)  # heads fastest: a token block's programs run together and share cos/sin in L2
-        blk = tl.program_id(1)
-        c, s = _angles(COS, SIN, blk, S, BT, D)
-        _stats_tile(K, V, RK, WK, COS, SIN, KSUM, KMAX, KMIN, VMAX, S, NBLK, skb, sks, svb, svs, h, blk, b, H, D, BT, c, s)
 
 
 @triton.jit
