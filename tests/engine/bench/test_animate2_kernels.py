@@ -25,3 +25,18 @@ def test_dry_run_writes_each_variant_and_refuses_unknown_ones(tmp_path):
     assert res["variants"].keys() == saved["variants"].keys()
     assert K.main(["--preset", "tiny", "--variants", "default,fastest"]) == 2
     assert K.main(["--preset", "nope"]) == 2  # one error line, not a KeyError
+
+
+def test_prep_variant_sets_the_processors_and_gpu_only_parts_refuse_the_cpu(tmp_path, capsys):
+    """``prep_torch`` is recorded per variant (on the CPU the stock processor runs either way); the
+    prep and decode benches need CUDA and say so in one line with exit 2."""
+    import torch
+
+    res = K.bench_kernels("tiny", layers=1, width=64, height=64, variants=("default", "prep_torch"), reps=1,
+                          log=lambda _: None)  # fmt: skip
+    assert res["variants"]["default"]["prep"] == "fused" and res["variants"]["prep_torch"]["prep"] == "torch"
+    assert res["variants"]["prep_torch"]["compile"] == {}  # "prep" is not a Compile option
+    if not torch.cuda.is_available():
+        for flag in ("--prep-only", "--decode-only"):
+            assert K.main([flag]) == 2
+            assert "needs a CUDA GPU" in capsys.readouterr().err
