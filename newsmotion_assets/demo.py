@@ -270,6 +270,12 @@ def key_figures(result: dict) -> list[str]:
             q8 = _number(_dig(result, "vs_torch.q8.differ"))
             figures.append(f"attention prep {ours:.3g} ms vs torch compiled {compiled:.3g} ms"
                            + (f", {q8:.2g} of Q's 8-bit values differ" if q8 is not None else ""))
+    if result.get("part") == "attention-soak":  # bench/animate2_kernels.py --soak
+        first, last, smi = _number(result.get("first_tenth_ms")), _number(result.get("last_tenth_ms")), result.get("smi")
+        if first is not None and last is not None:
+            clocks = [c for s in smi if isinstance(s, dict) and (c := _number(s.get("sm_mhz"))) is not None] if isinstance(smi, list) else []
+            figures.append(f"attention kernel back to back: {first:.1f} ms first tenth, {last:.1f} ms last tenth"
+                           + (f", SM clock {min(clocks):.0f}-{max(clocks):.0f} MHz" if clocks else ""))
     decode = result.get("variants") if result.get("part") == "decode" else None
     if isinstance(decode, dict):  # bench/animate2_kernels.py --decode-only: one segment's VAE decode per setting
         timed = [f"{name} {ms / 1000:.2f} s" for name, v in decode.items()

@@ -11,7 +11,8 @@ compiled graph is one block's, whatever the count), applies our accelerations (F
 forward: wall ms (median of ``--reps``) and the kernels by time under torch.profiler, per block.
 ``--prep-only`` times ``accel/attention_prep.py``'s kernels against the torch path they replace
 and counts the values that differ; ``--decode-only`` times the VAE decode of one segment per
-cuDNN / memory-layout setting. ``--rows-sweep`` (or ``--rows-only``, no model) also times the one-pass row quantization of
+cuDNN / memory-layout setting; ``--soak SECONDS`` calls the attention kernel back to back beside
+the card's clock and power. ``--rows-sweep`` (or ``--rows-only``, no model) also times the one-pass row quantization of
 ``accel/fp8_rows.py`` per program shape, beside inductor's compiled quantization of the same input.
 
     python -m newsmotion_engine.bench.animate2_kernels --json $OUT/gpu_animate2_kernels_14b_h200.json
@@ -31,7 +32,7 @@ from typing import Any
 
 from newsmotion_engine.bench.animate2 import _header, _options, _segment_inputs, _sync, _timed, _Writer, kernel_totals
 
-__all__ = ["VARIANTS", "bench_decode", "bench_kernels", "bench_prep", "bench_rows", "main"]
+__all__ = ["VARIANTS", "bench_decode", "bench_kernels", "bench_prep", "bench_rows", "bench_soak", "main"]
 
 # name -> Compile kwargs, and "prep": the attention's input preparation (Attention.prep; "fused" if unset)
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -202,6 +203,73 @@ def bench_decode(json_path: str | Path | None = None, log: Any = print, latent_f
     return result
 
 
+def bench_soak(json_path: str | Path | None = None, log: Any = print, seconds: float = 90.0) -> dict[str, Any]:
+    """The in-context attention kernel alone at the 14B cached pass's shape (79200 generation
+    tokens, 21 x 3600 reference, 40 heads), called back to back for ``seconds`` as a clip calls
+    it (CUDA): each call's ms next to the card's SM clock, power and temperature (``nvidia-smi``
+    once a second) — whether the 171–180 ms a layer spread between runs is the card's state."""
+    import subprocess
+    import threading
+
+    import torch
+
+    from newsmotion_engine.accel import attention_prep as P
+    from newsmotion_engine.accel.attention_incontext import _kernel_op, prepare_reference
+
+    if not torch.cuda.is_available():
+        raise ValueError("the attention soak needs a CUDA GPU")
+    dev = torch.device("cuda")
+    S, hw, H, D = 79200, 3600, 40, 128
+    result = _header("14b", dev, tokens=S, reference_tokens=S - hw, heads=H)
+    result.update(part="attention-soak", seconds=seconds)
+    write = _Writer(result, json_path)
+    g = torch.Generator("cpu").manual_seed(7)
+    q, k, v = ((torch.randn(1, S, H * D, generator=g) * 2).to(dev, torch.bfloat16) for _ in range(3))
+    w = torch.ones(H * D, device=dev, dtype=torch.bfloat16)
+    ang = torch.rand(S, D // 2, generator=g).to(dev) * 6
+    ref = prepare_reference(*((torch.randn(1, S - hw, H, D, generator=g)).to(dev, torch.bfloat16) for _ in range(2)))
+    x, (rq, rqs, delta) = P.incontext_prep(q, k, v, w, w, 1e-6, ang.cos(), ang.sin(), ref.k_scale, ref.k_mean, H)
+    del q, k, v
+    samples: list[dict[str, Any]] = []
+    stop = threading.Event()
+
+    def poll() -> None:
+        t0 = time.perf_counter()
+        while not stop.is_set():
+            out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True).stdout.split(",")  # fmt: skip
+            if len(out) == 3:
+                samples.append({"t_s": round(time.perf_counter() - t0, 1), "sm_mhz": float(out[0]), "power_w": float(out[1]),
+                                "temp_c": float(out[2])})  # fmt: skip
+            stop.wait(1.0)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    calls: list[dict[str, float]] = []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    _kernel_op(*x, rq, rqs, delta, ref.k, ref.vt, ref.v_scale, hw, "int8qk-fp8pv")  # compile
+    torch.cuda.synchronize()
+    poller.start()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        start.record()
+        _kernel_op(*x, rq, rqs, delta, ref.k, ref.vt, ref.v_scale, hw, "int8qk-fp8pv")
+        end.record()
+        end.synchronize()
+        calls.append({"t_s": round(time.perf_counter() - t0, 2), "ms": round(start.elapsed_time(end), 2)})
+    stop.set()
+    poller.join()
+    result["calls"], result["smi"] = calls, samples
+    ms = [c["ms"] for c in calls]
+    tenth = max(1, len(ms) // 10)
+    result["first_tenth_ms"] = round(sorted(ms[:tenth])[tenth // 2], 2)
+    result["last_tenth_ms"] = round(sorted(ms[-tenth:])[tenth // 2], 2)
+    log(f"  attention soak: {len(ms)} calls, median of the first tenth {result['first_tenth_ms']} ms, of the last "
+        f"{result['last_tenth_ms']} ms; SM clock {min(s['sm_mhz'] for s in samples):.0f}-{max(s['sm_mhz'] for s in samples):.0f} MHz, "
+        f"power up to {max(s['power_w'] for s in samples):.0f} W, up to {max(s['temp_c'] for s in samples):.0f} C")
+    write()
+    return result
+
+
 def bench_rows(json_path: str | Path | None = None, log: Any = print) -> dict[str, Any]:
     """Only the row-quantization sweep (:func:`_rows_sweep`; CUDA)."""
     import torch
@@ -297,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows-only", action="store_true", help="only the row-quantization sweep (GPU)")
     p.add_argument("--prep-only", action="store_true", help="only the attention-prep kernels vs the torch path (GPU)")
     p.add_argument("--decode-only", action="store_true", help="only the VAE decode of one segment per cuDNN / layout setting (GPU)")
+    p.add_argument("--soak", type=float, metavar="SECONDS", help="only the attention kernel back to back, with the card's clock and power (GPU)")
     p.add_argument("--json")
     a = p.parse_args(argv)
     try:
@@ -305,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if a.decode_only:
             bench_decode(a.json)
+            return 0
+        if a.soak:
+            bench_soak(a.json, seconds=a.soak)
             return 0
         if a.rows_only:
             bench_rows(a.json)

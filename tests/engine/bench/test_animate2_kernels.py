@@ -37,6 +37,6 @@ def test_prep_variant_sets_the_processors_and_gpu_only_parts_refuse_the_cpu(tmp_
     assert res["variants"]["default"]["prep"] == "fused" and res["variants"]["prep_torch"]["prep"] == "torch"
     assert res["variants"]["prep_torch"]["compile"] == {}  # "prep" is not a Compile option
     if not torch.cuda.is_available():
-        for flag in ("--prep-only", "--decode-only"):
-            assert K.main([flag]) == 2
+        for flag in (["--prep-only"], ["--decode-only"], ["--soak", "5"]):
+            assert K.main(flag) == 2
             assert "needs a CUDA GPU" in capsys.readouterr().err
