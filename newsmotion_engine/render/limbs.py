@@ -78,6 +78,7 @@ class LimbReport:
     not_animated: dict[str, str] = field(default_factory=dict)
     limited: dict[str, str] = field(default_factory=dict)  # animated parts whose motion is held back, and why
     implausible: list[str] = field(default_factory=list)  # sides whose arm landmarks are mislocated (not in as_dict)
+    unconfirmed: list[str] = field(default_factory=list)  # sides not cut because the other side is implausible (not in as_dict)
 
     def as_dict(self) -> dict[str, object]:
         return {"animated": list(self.animated), "not_animated": dict(self.not_animated), "limited": dict(self.limited)}
@@ -270,6 +271,21 @@ def cut_arms(
         else:
             for part in _PARTS:
                 report.not_animated.setdefault(f"{side}_{part}", "its parent part is not animated")
+    if report.implausible:
+        # One arm read with its shoulder on the face means the extractor misread this body (the
+        # profile cameraman): the other arm's elbow and wrist come from the same reading, and
+        # without a hand found where its wrist is, nothing confirms them (his right elbow lies on
+        # the coat's pocket, its wrist on the camera: cut there, a piece of coat swung onto his
+        # head). Such an arm rides with the body too; its shoulder still steers the body's warp.
+        for plan in [p for p in plans if p[0] not in report.implausible and p[3].size == 0]:
+            side, bad = plan[0], report.implausible[0]
+            plans.remove(plan)
+            report.unconfirmed.append(side)
+            report.not_animated[f"{side}_upper_arm"] = (
+                f"its landmarks are unconfirmed (the {bad} arm's shoulder lies on the face, and no {side} hand was found)")
+            for name in (f"{side}_{later}" for later in _PARTS[1:]):
+                why = report.not_animated.get(name, "").split("; what shows of it")[0]
+                report.not_animated[name] = why if why.startswith("not in the portrait") else "its parent part is not animated"
     # Report in the fixed part order.
     report.animated = [p for p in PART_NAMES if any(p in plan[1] for plan in plans)]
     report.not_animated = {p: report.not_animated[p] for p in PART_NAMES if p in report.not_animated}

@@ -438,7 +438,9 @@ class WarpBackend:
         dst = np.where(kp_ok[..., None], kp_px, rest[None])  # [T, 133, 2]
         R: list[np.ndarray] = []
         D: list[np.ndarray] = []
-        layered = {int(_ARM_CHAINS[0][0]) if arm.side == "left" else int(_ARM_CHAINS[1][0]) for arm in prep.arms}
+        # A layered arm, or one whose landmarks nothing confirms: the body field follows only its shoulder.
+        layered = {int(_ARM_CHAINS[0][0]) if side == "left" else int(_ARM_CHAINS[1][0])
+                   for side in [arm.side for arm in prep.arms] + list(prep.limbs.unconfirmed)}  # fmt: skip
         implausible = {(_ARM_CHAINS[0] if side == "left" else _ARM_CHAINS[1])[0] for side in prep.limbs.implausible}
         for sh, el, wr, hand0 in _ARM_CHAINS:
             if sh in implausible:
@@ -447,7 +449,6 @@ class WarpBackend:
                 continue
             chain = [sh] if ok[sh] else []
             if sh in layered:
-                # The arm is its own layer: the body field only follows its shoulder.
                 R.extend(rest[j] for j in chain)
                 D.extend(dst[:, j] for j in chain)
                 continue

@@ -217,6 +217,31 @@ def test_an_arm_whose_shoulder_lies_on_the_face_is_not_cut(synth):
     assert np.array_equal(moved[0], moved[1])
 
 
+def test_with_one_arm_on_the_face_the_other_needs_its_hand_to_be_cut(synth):
+    """The same misread body with no hands found: nothing confirms the right arm's elbow and
+    wrist either (the cameraman's lie on his coat's pocket and his camera), so it is not cut, the
+    report says why, and the body field follows only its shoulder — a wave of its elbow and wrist
+    leaves the frame as it is. With its hand found, it is cut (the test above)."""
+    persona = synth.make_persona(W, H, hands=False)
+    fx, fy = np.nonzero(persona.face_mask.T > 128)
+    lm = persona.landmarks.copy()
+    lm[BODY["left_shoulder"], :2] = (fx.mean() / W, fy.mean() / H)
+    persona.landmarks = lm
+    frames, backend = render(persona, lm[None])
+    parts = backend.describe()["last_render"]["parts"]
+    assert parts["animated"] == []
+    assert "unconfirmed" in parts["not_animated"]["right_upper_arm"] and "no right hand" in parts["not_animated"]["right_upper_arm"]
+    assert parts["not_animated"]["right_forearm"] == "its parent part is not animated"
+    assert parts["not_animated"]["right_hand"].startswith("not in the portrait")
+    wave, _ = rotate(lm, np.r_[BODY["right_elbow"], BODY["right_wrist"]], BODY["right_shoulder"], 50.0)
+    moved = render(persona, np.stack([lm, wave]))[0]
+    assert np.array_equal(moved[0], moved[1])
+    # A shoulder that moves still moves the body there.
+    shrug = lm.copy()
+    shrug[BODY["right_shoulder"], 1] -= 0.03
+    assert not np.array_equal(moved[0], render(persona, shrug[None])[0][0])
+
+
 def test_the_upper_arm_cut_stops_at_the_shoulder_joint(persona):
     """What lies past the shoulder joint toward the neck (a collar, a helmet ring) stays with the
     body: no arm layer pixel reaches more than SHOULDER_CAP radii past the joint, against the bone."""
