@@ -137,6 +137,7 @@ PRESETS: dict[str, Preset] = {
 }
 
 _CONTINUATION = ("latent", "pixel")
+_DECODE_OVERLAP = ("auto", "on", "off")
 # Technique name -> why it does not apply to this model (checked without importing torch).
 _REFUSED = {
     "sparse_attention": "the block-sparse layout is written for Wan-Animate's dense self-attention, not the flex block mask",
@@ -170,6 +171,9 @@ class WanAnimate2Options(DiffusersOptions):
             previous segment's last latent frame, no VAE encoder at render time) or ``"pixel"``
             (the stock way: VAE-encode the decoded last frame; for parity checks).
         prompt / negative_prompt / prompt_ref: text (cached as embeddings in Tier 1).
+        decode_overlap: ``"auto"`` (default: on CUDA devices), ``"on"`` or ``"off"``: decode each
+            segment in a worker thread on a side stream while the next segment denoises (latent
+            continuation only; the same frames, :mod:`.decode_ahead`).
     Reference K/V:
         reference_kv: ``"extract"`` (default), ``"fp8-file"`` or ``"gpu-lru"``; kv_fp8: hold
         extracted K/V as FP8; kv_offload: FP8 K/V in host memory, one layer copied per read;
@@ -195,6 +199,7 @@ class WanAnimate2Options(DiffusersOptions):
     fit_segments: bool = False
     prev_frames: int = 1
     continuation: str = "latent"
+    decode_overlap: str = "auto"
     prompt: str | None = None
     negative_prompt: str = ""
     prompt_ref: str = REFERENCE_PROMPT
@@ -220,6 +225,9 @@ class WanAnimate2Options(DiffusersOptions):
         if self.prev_frames != 1 or isinstance(self.prev_frames, bool):
             raise self._bad("prev_frames", "use 1 (the stock pipeline's prev_segment_conditioning_frames)")
         self._check_choice("continuation", _CONTINUATION)
+        if isinstance(self.decode_overlap, bool):  # YAML reads on/off as booleans
+            object.__setattr__(self, "decode_overlap", "on" if self.decode_overlap else "off")
+        self._check_choice("decode_overlap", _DECODE_OVERLAP)
         self._check_choice("reference_kv", REFERENCE_KV)
         for name in ("kv_fp8", "kv_offload", "fit_segments"):
             if not isinstance(getattr(self, name), bool):

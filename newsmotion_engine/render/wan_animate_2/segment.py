@@ -27,17 +27,20 @@ __all__ = ["SegmentResult", "render_segment"]
 @dataclass
 class SegmentResult:
     """One segment: final latents ``[16, 1 + T_lat, h, w]`` (float32), the decoded video
-    ``[1, 3, T, H, W]`` in [-1, 1] (device), its uint8 frames ``[T, H, W, 3]``, and statistics."""
+    ``[1, 3, T, H, W]`` in [-1, 1] (device), its uint8 frames ``[T, H, W, 3]`` (both None when the
+    caller decodes), and statistics."""
 
     latents: torch.Tensor
-    video: torch.Tensor
-    frames: np.ndarray
+    video: torch.Tensor | None
+    frames: np.ndarray | None
     stats: dict[str, Any]
 
 
 def _sync(device: Any) -> None:
+    # This stream only: a device-wide synchronize would also wait for the previous segment's
+    # decode running beside this one (decode_overlap).
     if getattr(device, "type", "cpu") == "cuda":
-        torch.cuda.synchronize(device)
+        torch.cuda.current_stream(device).synchronize()
 
 
 def render_segment(
@@ -56,12 +59,15 @@ def render_segment(
     prev_frames: int = 1,
     generator: torch.Generator | None = None,
     decode_frames: int | None = None,
+    decode: bool = True,
 ) -> SegmentResult:
     """Denoise and decode ``segment``. ``noise`` float32 ``[16, 1 + T_lat, h, w]``;
     ``kv_source(segment) -> (filled WanAnimate2KVCache, how)`` with ``how`` in ``extract`` /
     ``fp8-file`` / ``lru-hit``; ``previous`` required after the first segment. ``decode_frames``:
     decode only the segment's first frames that many (and a few more, up to a latent's 4), as
-    :func:`~newsmotion_engine.render.wan_animate_2.denoise.decode_segment` says; all by default."""
+    :func:`~newsmotion_engine.render.wan_animate_2.denoise.decode_segment` says; all by default.
+    ``decode=False``: stop at the latents (``video`` and ``frames`` None) for a caller that decodes
+    them itself (the backend's ``decode_overlap``)."""
     dev, dtype = components.device, components.dtype
     if segment > 0 and previous is None:
         raise ValueError("render_segment: a continuation segment needs the previous segment's result")
@@ -89,8 +95,10 @@ def render_segment(
         )  # fmt: skip
         _sync(dev)
         t2 = time.perf_counter()
-        video = D.decode_segment(components.vae, latents, decode_frames)
-        frames = D.to_uint8_frames(video)
+        video = frames = None
+        if decode:
+            video = D.decode_segment(components.vae, latents, decode_frames)
+            frames = D.to_uint8_frames(video)
     t3 = time.perf_counter()
     tc = teacache_stats(components.transformer)
     stats = {"kv_s": t1 - t0, "kv_source": how, "denoise_s": t2 - t1, "decode_s": t3 - t2, **strategy.stats(),

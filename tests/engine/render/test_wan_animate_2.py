@@ -277,3 +277,54 @@ def test_decoding_a_segments_first_frames_equals_the_full_decode_cut():
             assert part.shape[2] >= frames and part.shape[2] == 1 + 4 * ((frames + 2) // 4)
             assert torch.equal(part, full[:, :, : part.shape[2]]), frames
     backend.close()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))])
+def test_decoding_in_the_background_gives_the_same_frames(pair, device, tmp_path):
+    """decode_overlap: each segment decodes in a worker thread (on a side stream on CUDA) while the
+    next one denoises; the frames, their order and count are those of decoding in line. A clip of
+    3 segments whose last one runs past the clip's end (only its first frames decoded)."""
+    import dataclasses
+
+    nod, persona = pair
+    (tmp_path / "long").mkdir()
+    loop = dataclasses.replace(nod, loop_id="nod-19", keypoints=np.concatenate([nod.keypoints, nod.keypoints[:6]]), path=tmp_path / "long")
+    runs = {}
+    for setting in ("off", "on"):
+        backend = _backend(decode_overlap=setting, device=device)
+        backend.prepare_guidance(loop, SPEC)
+        backend.prepare_persona(persona, SPEC)
+        runs[setting] = (_render(backend, loop, persona), backend.last_render)
+        backend.close()
+    (inline, inline_stats), (ahead, ahead_stats) = runs["off"], runs["on"]
+    assert inline.shape == (19, SPEC.height, SPEC.width, 3) and inline_stats["segments"] == 3
+    assert np.array_equal(inline, ahead)
+    assert (inline_stats["decode_overlap"], ahead_stats["decode_overlap"]) == (False, True)
+    assert ahead_stats["decode_s"] > 0 and "decode_wait_s" in ahead_stats
+
+
+def test_decode_overlap_auto_is_cuda_only_and_never_with_pixel_continuation():
+    from newsmotion_engine.render.wan_animate_2.decode_ahead import overlaps
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert overlaps("auto", cuda, "latent") and not overlaps("auto", cpu, "latent")
+    assert overlaps("on", cpu, "latent") and not overlaps("on", cuda, "pixel") and not overlaps("off", cuda, "latent")
+    assert _backend(decode_overlap=True).options.decode_overlap == "on"  # YAML's on
+    with pytest.raises(WanAnimate2ConfigError, match="decode_overlap"):
+        _backend(decode_overlap="sometimes")
+
+
+def test_a_failed_background_decode_raises_in_the_render(pair, monkeypatch):
+    from newsmotion_engine.render.wan_animate_2 import denoise as D
+
+    loop, persona = pair
+    backend = _backend(decode_overlap="on")
+    backend.prepare_guidance(loop, SPEC)
+    backend.prepare_persona(persona, SPEC)
+
+    def boom(*a, **k):
+        raise RuntimeError("decoder exploded")
+
+    monkeypatch.setattr(D, "decode_segment", boom)
+    with pytest.raises(RuntimeError, match="decoder exploded"):
+        _render(backend, loop, persona)
