@@ -561,7 +561,7 @@ def _profile_forward(comps: Any, geom: Any, kv: Any) -> dict[str, Any]:
 def _part_clip_ours(preset: str, dev_name: str, width: int, height: int, frames: int, segment_frames: int | None,
                     accel: Mapping[str, Any], result: dict, write: Callable[[], None], log: Log, *,
                     fit_segments: bool = False, kv_offload: bool = False, cold_loop: bool = True,
-                    profile: bool = False, decode_overlap: str = "auto") -> None:  # fmt: skip
+                    profile: bool = False, decode_overlap: str = "off") -> None:  # fmt: skip
     from newsmotion_engine.render.base import RenderSpec
     from newsmotion_engine.render.wan_animate_2.backend import WanAnimate2Backend
 
@@ -893,7 +893,7 @@ def bench_animate2(preset: str = "14b", *, part: str = "forward", width: int | N
                    accel: Mapping[str, Any] | None = None, warmup: int = 1, reps: int = 2, budget_s: float = 540.0,
                    ms_preset: str | None = None, ms_forwards: int = 4, ms_side: str | None = None, ms_go: str | None = None,
                    fit_segments: bool = False, kv_offload: bool = False, cold_loop: bool = True, profile: bool = False,
-                   decode_overlap: str = "auto", json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
+                   decode_overlap: str = "off", json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
     """Run one part (see the module docstring); returns (and writes, after every measurement) the result."""
     import torch
 
@@ -995,7 +995,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kv-offload", action="store_true", help="ours: the K/V LRU in pinned host memory (device peak)")
     p.add_argument("--no-cold-loop", action="store_true", help="clip-ours: skip the second clip with the K/V LRU emptied")
     p.add_argument("--profile", action="store_true", help="clip-ours: profile one cached forward after the clip (GPU)")
-    p.add_argument("--decode-overlap", default="auto", choices=("auto", "on", "off"),
+    p.add_argument("--decode-overlap", default="off", choices=("auto", "on", "off"),
                    help="clip-ours: decode each segment while the next denoises (the backend's decode_overlap)")
     p.add_argument("--combine", nargs=2, metavar=("OURS_JSON", "STOCK_JSON"),
                    help="merge a clip-ours and a clip-stock result (two device calls) into --json")

@@ -309,7 +309,7 @@ class WanAnimate2Backend(DiffusersBackend):
         prep_s = time.perf_counter() - t0
         gen = torch.Generator("cpu").manual_seed(spec.seed)
         stats: dict[str, Any] = {"segments": plan.segments, "kv_s": 0.0, "denoise_s": 0.0, "decode_s": 0.0,
-                                 "cond_passes": 0, "uncond_passes": 0, "teacache_computed": 0, "teacache_skipped": 0}  # fmt: skip
+                                 "cond_passes": 0, "uncond_passes": 0, "teacache_computed": 0, "teacache_skipped": 0, "segment_denoise_s": []}  # fmt: skip
         overlap = overlaps(o.decode_overlap, comps.device, o.continuation)
         emitted, previous, pending = 0, None, None  # pending: (segment, BackgroundDecode)
         decode_wait_s = 0.0
@@ -348,6 +348,7 @@ class WanAnimate2Backend(DiffusersBackend):
                                         decode_frames=decode, decode=not overlap)  # fmt: skip
                 for key in ("kv_s", "denoise_s", "decode_s", "cond_passes", "uncond_passes", "teacache_computed", "teacache_skipped"):
                     stats[key] += result.stats[key]
+                stats["segment_denoise_s"].append(round(result.stats["denoise_s"], 3))
                 previous = result
                 if not overlap:
                     yield from emit(k, result.frames)

@@ -137,7 +137,7 @@ PRESETS: dict[str, Preset] = {
 }
 
 _CONTINUATION = ("latent", "pixel")
-_DECODE_OVERLAP = ("auto", "on", "off")
+_DECODE_OVERLAP = ("off", "on", "auto")
 # Technique name -> why it does not apply to this model (checked without importing torch).
 _REFUSED = {
     "sparse_attention": "the block-sparse layout is written for Wan-Animate's dense self-attention, not the flex block mask",
@@ -171,9 +171,11 @@ class WanAnimate2Options(DiffusersOptions):
             previous segment's last latent frame, no VAE encoder at render time) or ``"pixel"``
             (the stock way: VAE-encode the decoded last frame; for parity checks).
         prompt / negative_prompt / prompt_ref: text (cached as embeddings in Tier 1).
-        decode_overlap: ``"auto"`` (default: on CUDA devices), ``"on"`` or ``"off"``: decode each
-            segment in a worker thread on a side stream while the next segment denoises (latent
-            continuation only; the same frames, :mod:`.decode_ahead`).
+        decode_overlap: ``"off"`` (default), ``"on"`` or ``"auto"`` (on CUDA devices only): decode
+            each segment in a worker thread on a side stream while the next segment denoises
+            (latent continuation only; the same frames, :mod:`.decode_ahead`). Off by default: on
+            the 14B clip the H200 is already busy and the overlapped decode slowed the
+            denoising more than it saved (BENCHMARKS.md).
     Reference K/V:
         reference_kv: ``"extract"`` (default), ``"fp8-file"`` or ``"gpu-lru"``; kv_fp8: hold
         extracted K/V as FP8; kv_offload: FP8 K/V in host memory, one layer copied per read;
@@ -199,7 +201,7 @@ class WanAnimate2Options(DiffusersOptions):
     fit_segments: bool = False
     prev_frames: int = 1
     continuation: str = "latent"
-    decode_overlap: str = "auto"
+    decode_overlap: str = "off"
     prompt: str | None = None
     negative_prompt: str = ""
     prompt_ref: str = REFERENCE_PROMPT
