@@ -314,7 +314,7 @@ class WanAnimate2Backend(DiffusersBackend):
         emitted, previous, pending = 0, None, None  # pending: (segment, BackgroundDecode)
         decode_wait_s = 0.0
 
-        def collect(k: int, job: BackgroundDecode) -> np.ndarray:
+        def collect(job: BackgroundDecode) -> np.ndarray:
             nonlocal decode_wait_s
             t = time.perf_counter()
             _, frames = job.result()
@@ -357,14 +357,14 @@ class WanAnimate2Backend(DiffusersBackend):
                 # before it (decoding since this one started) is collected first: the VAE keeps
                 # its causal cache on the module, so two decodes must never overlap.
                 # The consumer (the mp4 encoder) takes the earlier frames while this one decodes.
-                done = collect(*pending) if pending is not None else None
+                done = collect(pending[1]) if pending is not None else None
                 pending = (k, BackgroundDecode(comps.vae, result.latents, decode, comps.device))
                 if done is not None:
                     yield from emit(k - 1, done)
             if pending is not None:
                 k, job = pending
                 pending = None
-                yield from emit(k, collect(k, job))
+                yield from emit(k, collect(job))
         finally:
             if pending is not None:  # the consumer stopped early: let the worker finish first
                 pending[1].wait()

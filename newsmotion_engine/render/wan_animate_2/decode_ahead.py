@@ -7,8 +7,10 @@ on its own CUDA stream, and the backend collects the frames after the next segme
 denoised. Same kernels on the same inputs, so the same frames (a test compares them); only the
 order in which the GPU runs the work changes.
 
-On the CPU the decode would compete with the denoising for the same cores, so ``auto`` uses it
-on CUDA devices only; ``on`` forces it (the thread without a stream), for tests.
+Off by default: on the 14B clip the H200 is already busy, the decode's kernels slipped in
+between the denoiser's and the clip got slower (192.8 s vs 188.8 s, BENCHMARKS.md); it is for a
+GPU with idle time. On the CPU the decode would compete with the denoising for the same cores, so
+``auto`` uses it on CUDA devices only; ``on`` forces it (the thread without a stream), for tests.
 """
 
 from __future__ import annotations
