@@ -16,6 +16,7 @@ import json
 
 import dagster as dg
 
+from newsmotion_assets.assets.driving import driving_clip
 from newsmotion_assets.assets.guidance import guidance_cache
 from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.automation import eager_after_valid_upstream
@@ -28,7 +29,8 @@ from newsmotion_engine.render.prepare import PreparedCaches
 
 @dg.asset(
     partitions_def=loop_partitions,
-    deps=[guidance_cache],
+    # wan-animate-2's loop tensors are encoded from the driving clip (the other backends ignore it).
+    deps=[guidance_cache, driving_clip],
     group_name="motion",
     kinds={"python", "pytorch"},
     pool="gpu",

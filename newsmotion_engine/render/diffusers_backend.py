@@ -7,7 +7,9 @@ acceleration registry; ``close``; ``describe`` with the random-weights note), th
 sub-caches' locations, keys and ``prepare_*`` / ``load_*`` (``prepare_*`` build through
 :func:`cachedir.ensure`; ``load_*`` only read and raise :class:`BackendCacheError` naming what to
 materialize), ``frames`` (size check, then the subclass's ``_frames`` with CUDA out-of-memory
-turned into the backend's :class:`DiffusersOOMError` naming what reduces memory).
+turned into the backend's :class:`DiffusersOOMError` naming what reduces memory, each frame
+composited onto the exact chroma colour by :mod:`~newsmotion_engine.render.chroma` unless the
+``chroma`` option is ``"off"``).
 
 A subclass sets ``name``, ``needs``, ``options_class``, ``caches`` (its caches module: the segment
 plan, the artifact directories, readers and ``FORMAT_VERSION``) and ``oom_error``, and writes what
@@ -294,10 +296,20 @@ class DiffusersBackend:
             DiffusersOOMError: (the backend's ``oom_error``) the GPU ran out of memory; the
                 message names what reduces it.
         """
+        from newsmotion_engine.render.chroma import composite_frames
+
         self.load()
         self._check_spec(spec)
         with self._oom_explained(spec):
-            yield from self._frames(guidance, persona, keypoints, spec)
+            # Green screen: each generated frame's person matted onto the exact spec.background
+            # (render/chroma.py), unless chroma="off".
+            yield from composite_frames(self._model_frames(guidance, persona, keypoints, spec), spec.background,
+                                        getattr(self.options, "chroma", "matte"))  # fmt: skip
+
+    def _model_frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
+        """The raw generated frames, one per keypoint frame (a backend that generates at its own
+        frame rate re-times here)."""
+        return self._frames(guidance, persona, keypoints, spec)
 
     def _frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
         raise NotImplementedError

@@ -175,6 +175,9 @@ class DiffusersOptions(BackendOptions):
     preset: str = "tiny"
     device: str = "auto"
     dtype: str = "bfloat16"
+    # "matte": every generated frame's person composited onto the exact spec.background
+    # (render/chroma.py); "off": the model's raw frames.
+    chroma: str = "matte"
 
     # ------------------------------------------------------------------ parsing
     @classmethod

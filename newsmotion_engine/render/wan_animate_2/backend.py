@@ -5,22 +5,32 @@ Tiers (formats in :mod:`.caches`):
 
 - Tier 1, per (loop, resolution): every segment's extract-pass inputs — the driving segment's VAE
   latents and i2v condition, the CLIP features of the driving video's first frame, the
-  reference-prompt embeddings — plus the loop's prompt / negative embeddings and the first
-  segment's generation conditioning. Built by :meth:`WanAnimate2Backend.prepare_guidance` (the only
-  place the VAE encoder, CLIP and the text encoder run for a loop); with ``reference_kv="fp8-file"``
-  it also runs the extract passes and writes the K/V.
-- Tier 2, per persona: the reference image's latents and CLIP tokens (:meth:`prepare_persona`).
+  reference-prompt embeddings — plus the negative-prompt embeddings and the first segment's
+  generation conditioning. Built by :meth:`WanAnimate2Backend.prepare_guidance` (the only place
+  the VAE encoder, CLIP and the text encoder run for a loop); with ``reference_kv="fp8-file"`` it
+  also runs the extract passes and writes the K/V.
+- Tier 2, per persona: the reference image's latents and CLIP tokens, and the prompt's embeddings
+  (:meth:`prepare_persona`): the prompt describes the person (the ``prompt`` option, else the
+  persona's caption, :mod:`.caption`), so it cannot be shared by every persona of a loop.
 
 Renders only load them (``frames`` raises ``BackendCacheError`` naming what to materialize).
 
-Driving video for a loop: its own keypoints drawn DWPose-style (``guidance/draw.py``) at W x H.
-Why not the warp backend's frames of a neutral persona: the extract pass's inputs must not depend
-on a persona (that is what makes them Tier 1, shared by every persona), a neutral persona would
-make every loop's cache depend on a second cache and put that person's appearance into the
-in-context reference the generation attends to, and the drawing is deterministic and cheap
-(3 ms/frame). With random weights neither choice can be judged on pictures; with real weights the
-choice is one function (``_driving_frames``) to revisit. Custom loops are drawn the same way (the
-backend is handed the guidance cache, not the original clip).
+Driving video for a loop: a real video of a person performing it, the loop's *driving clip*
+(:mod:`newsmotion_engine.guidance.driver`): the user's own clip if given, else a custom loop's
+source video, else — for a canonical loop, which has no video — the weights-free warp backend's
+render of a fixed driver portrait performing the loop on grey. Wan-Animate-2 was trained on raw
+RGB video of people (the stock pipeline takes an mp4, no pose extraction); a stick-figure drawing
+is not what it was trained on, and its first frame, the CLIP context of the extract pass, would be
+a drawing. The clip is persona-free (the driver is fixed), so Tier 1 stays per loop; it is built
+once per (loop, size) and read here.
+
+Timing: the model runs at 24 fps (:data:`~newsmotion_engine.guidance.driver.MODEL_FPS`). A clip of
+``T`` frames (the loop's count) is generated as ``round(T * 24 / loop fps)`` frames driven by the
+24 fps clip, then re-timed to ``T`` frames by blending the two neighbouring generated frames
+(:func:`retime_frames`; the loop is seamless, so the last frames blend towards frame 0). Flow
+infill (``video/infill.py``) interpolates integer ratios only and costs two DIS flows per frame;
+24 -> 30 is 4:5, where a linear blend is one multiply-add per pixel and moves nothing that the
+model did not paint.
 
 Reference K/V (``reference_kv``): see :mod:`.config`; :meth:`reference_kv_source` is the one place
 the three options differ, and ``last_render["kv"]`` reports where each segment's came from and its bytes.
@@ -41,12 +51,14 @@ import numpy as np
 
 from newsmotion_engine import cachedir
 from newsmotion_engine.errors import CacheError
-from newsmotion_engine.render.base import BackendNeeds, RenderSpec
+from newsmotion_engine.guidance.driver import MODEL_FPS, model_frame_count
+from newsmotion_engine.render.base import BACKGROUND_CHROMA_GREEN, BackendNeeds, RenderSpec
 from newsmotion_engine.render.diffusers_backend import DiffusersBackend, DiffusersOOMError
 from newsmotion_engine.render.wan_animate_2 import caches as C
+from newsmotion_engine.render.wan_animate_2.caption import persona_caption
 from newsmotion_engine.render.wan_animate_2.config import NAME, WanAnimate2Options
 
-__all__ = ["WanAnimate2Backend", "WanAnimate2OOMError"]
+__all__ = ["WanAnimate2Backend", "WanAnimate2OOMError", "retime_frames"]
 
 
 class WanAnimate2OOMError(DiffusersOOMError):
@@ -58,8 +70,8 @@ class WanAnimate2Backend(DiffusersBackend):
 
     name = NAME
     needs = BackendNeeds(
-        guidance=frozenset({"keypoints", "driving_condition", "clip_context", "prompt_embeds", "prompt_ref_embeds"}),
-        persona=frozenset({"portrait", "person_mask", "ref_latents", "image_tokens"}),
+        guidance=frozenset({"keypoints", "driving_clip", "driving_condition", "clip_context", "prompt_ref_embeds"}),
+        persona=frozenset({"portrait", "person_mask", "ref_latents", "image_tokens", "prompt_embeds"}),
     )
     options_class = WanAnimate2Options
     caches = C
@@ -96,14 +108,18 @@ class WanAnimate2Backend(DiffusersBackend):
             "fit_segments": o.fit_segments,
             "prev_frames": o.prev_frames,
             "continuation": o.continuation,
-            "prompt": o.prompt,
+            "prompt": o.prompt if o.prompt else f"persona caption (render/wan_animate_2/caption.py), e.g. {persona_caption(None, BACKGROUND_CHROMA_GREEN)!r}",
             "negative_prompt": o.negative_prompt,
             "prompt_ref": o.prompt_ref,
             "reference_kv": o.reference_kv,
             "kv_fp8": o.kv_fp8 or o.kv_offload or o.reference_kv == "fp8-file" or o.has("attention"),
             "kv_offload": o.kv_offload,
             "accelerations": o.accel_summary(),
-            "driving_video": "loop keypoints drawn DWPose-style (Tier-1 guidance cache)",
+            "driving_video": f"the loop's driving clip at {MODEL_FPS} fps (guidance/driver.py: user clip, custom loop's source "
+                             "video, or the warp render of the fixed driver portrait); CLIP context from its first frame",
+            "model_fps": MODEL_FPS,
+            "retime": f"{MODEL_FPS} fps -> spec.fps by blending neighbouring generated frames",
+            "chroma": o.chroma,
         }
 
     # ------------------------------------------------------------------ caches
@@ -117,8 +133,46 @@ class WanAnimate2Backend(DiffusersBackend):
 
         return geometry(plan.segment_frames, spec.width, spec.height)
 
+    def _loop_frames(self, guidance: Any, spec: RenderSpec) -> int:
+        """Tier 1 is planned for the loop's frames at the model's 24 fps (its driving clip's)."""
+        return model_frame_count(len(np.asarray(guidance.keypoints)), getattr(guidance, "fps", 30))
+
     def _guidance_params_extra(self, spec: RenderSpec) -> dict[str, Any]:
-        return {"prompt_ref": self.options.prompt_ref, "driving": "dwpose"}
+        return {"prompt_ref": self.options.prompt_ref, "driving": "driving clip"}
+
+    def guidance_params(self, guidance: Any, spec: RenderSpec, plan: Any) -> tuple[dict, dict]:
+        """The shared params less the prompt (Tier 2 holds it), plus the driving clip's origin and
+        digest (a new clip makes Tier 1 stale)."""
+        from newsmotion_engine.guidance.driver import load_driving_clip
+
+        source, params = super().guidance_params(guidance, spec, plan)
+        params.pop("prompt", None)
+        try:
+            clip = load_driving_clip(guidance, spec.width, spec.height)
+        except CacheError as exc:
+            # No current clip: no Tier 1 can match these params, so a render raises Tier 1's
+            # not-ready error, whose remedy (prepare_guidance) builds the clip first.
+            params["driving"] = {"not_ready": exc.problem}
+        else:
+            params["driving"] = {"origin": clip.origin, "fps": clip.fps, "digest": clip.digest}
+        return source, params
+
+    def prompt_text(self, persona: Any, spec: RenderSpec) -> str:
+        """The prompt of a render of ``persona``: the option, else the persona's caption."""
+        return self.options.prompt or persona_caption(persona, spec.background)
+
+    def persona_params(self, persona: Any, spec: RenderSpec) -> tuple[dict, dict]:
+        source, params = super().persona_params(persona, spec)
+        return source, {**params, "prompt": self.prompt_text(persona, spec)}
+
+    def prepare_guidance(self, guidance: Any, spec: RenderSpec) -> bool:
+        """Builds (or reuses) the loop's driving clip at ``spec``'s size first (CPU, no model; in
+        Dagster the ``driving_clip`` asset has built it already), then Tier 1 from it."""
+        from newsmotion_engine.guidance.driver import ensure_driving_clip
+
+        self._check_spec(spec)
+        _, clip_built = ensure_driving_clip(guidance, spec.width, spec.height)
+        return super().prepare_guidance(guidance, spec) or clip_built
 
     def kv_params(self, tier1_digest: str) -> tuple[dict, dict]:
         """The FP8 K/V file's key: the Tier-1 cache it was extracted from and what shapes the
@@ -138,12 +192,13 @@ class WanAnimate2Backend(DiffusersBackend):
 
     # ------------------------------------------------------------------ builds
     def _driving_frames(self, guidance: Any, spec: RenderSpec, plan: C.SegmentPlan, segment: int) -> np.ndarray:
-        """uint8 ``[L, H, W, 3]``: the loop's pose drawn DWPose-style, cyclic past the end."""
-        from newsmotion_engine.guidance.draw import draw_pose
+        """uint8 ``[L, H, W, 3]``: the segment's frames of the loop's 24 fps driving clip, cyclic
+        past the end."""
+        from newsmotion_engine.guidance.driver import load_driving_clip
 
-        kp = np.asarray(guidance.keypoints)
+        frames = load_driving_clip(guidance, spec.width, spec.height).frames
         start = plan.start(segment)
-        return np.stack([draw_pose(kp[(start + j) % kp.shape[0]], spec.width, spec.height) for j in range(plan.segment_frames)])
+        return np.stack([frames[(start + j) % frames.shape[0]] for j in range(plan.segment_frames)])
 
     def _build_guidance(self, path: Path, guidance: Any, spec: RenderSpec, plan: C.SegmentPlan, source: dict, params: dict) -> None:
         import torch
@@ -173,20 +228,20 @@ class WanAnimate2Backend(DiffusersBackend):
             tok, te = load_text_encoder(self.options, dev)
             try:
                 texts = {name: get_t5_prompt_embeds(te, tok, params[key], C.TEXT_TOKENS, dev).float().cpu()
-                         for name, key in (("prompt", "prompt"), ("negative", "negative_prompt"), ("ref", "prompt_ref"))}  # fmt: skip
+                         for name, key in (("negative", "negative_prompt"), ("ref", "prompt_ref"))}  # fmt: skip
             finally:
                 del te
                 if dev.type == "cuda":
                     torch.cuda.empty_cache()
-        artifacts = C.GuidanceArtifacts(torch.stack(conds).numpy(), clip.numpy(), gen.numpy(), texts["prompt"].numpy(),
-                                        texts["negative"].numpy(), texts["ref"].numpy())  # fmt: skip
+        artifacts = C.GuidanceArtifacts(torch.stack(conds).numpy(), clip.numpy(), gen.numpy(), texts["negative"].numpy(),
+                                        texts["ref"].numpy())  # fmt: skip
         C.write_guidance_artifacts(path, artifacts, source=source, params=params, extra=self._cache_extra())
 
     def _build_persona(self, path: Path, persona: Any, spec: RenderSpec, source: dict, params: dict) -> None:
         import torch
-        from diffusers.modular_pipelines.wan_animate_2.encoders import clip_visual_encode, encode_vae, get_i2v_mask
+        from diffusers.modular_pipelines.wan_animate_2.encoders import clip_visual_encode, encode_vae, get_i2v_mask, get_t5_prompt_embeds
 
-        from newsmotion_engine.render.wan_animate_2.components import load_image_encoder
+        from newsmotion_engine.render.wan_animate_2.components import load_image_encoder, load_text_encoder
 
         comps, dev = self.components, self.components.device
         frame = C.reference_frame(persona, spec.width, spec.height, spec.background)
@@ -199,8 +254,15 @@ class WanAnimate2Backend(DiffusersBackend):
                 tokens = clip_visual_encode(enc, pixels[0, :, 0], dev, enc.dtype).float().cpu()
             finally:
                 del enc
-        C.write_persona_artifacts(path, C.PersonaArtifacts(ref.numpy(), tokens.numpy()), source=source, params=params,
-                                  extra=self._cache_extra())  # fmt: skip
+            tok, te = load_text_encoder(self.options, dev)
+            try:
+                prompt = get_t5_prompt_embeds(te, tok, params["prompt"], C.TEXT_TOKENS, dev).float().cpu()
+            finally:
+                del te
+                if dev.type == "cuda":
+                    torch.cuda.empty_cache()
+        C.write_persona_artifacts(path, C.PersonaArtifacts(ref.numpy(), tokens.numpy(), prompt.numpy()), source=source,
+                                  params=params, extra={**self._cache_extra(), "prompt": params["prompt"]})  # fmt: skip
 
     def _prepare_kv_file(self, tier1: Path, plan: C.SegmentPlan, spec: RenderSpec) -> bool:
         from newsmotion_engine.render.wan_animate_2 import kv as K
@@ -292,6 +354,15 @@ class WanAnimate2Backend(DiffusersBackend):
             tips.append(f"a smaller kv_lru_gib (now {o.kv_lru_gib}) or reference_kv='extract'")
         return tips + self._unused_memory_accelerations("vae_tiling", "ffn_chunks")
 
+    def _model_frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
+        """The clip at 24 fps (``round(T * 24 / loop fps)`` frames, the pose resampled to match),
+        re-timed to the ``T`` frames asked for."""
+        from newsmotion_engine.guidance.driver import resample_loop
+
+        T = int(np.asarray(keypoints).shape[0])
+        n = model_frame_count(T, getattr(guidance, "fps", 30))
+        return retime_frames(self._frames(guidance, persona, resample_loop(keypoints, n), spec), n, T)
+
     def _frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
         import torch
 
@@ -378,6 +449,47 @@ class WanAnimate2Backend(DiffusersBackend):
         if self.kv_lru is not None:
             stats["kv_lru"] = self.kv_lru.stats()
         self.last_render = stats
+
+
+def retime_frames(frames: Iterator[np.ndarray], n: int, T: int) -> Iterator[np.ndarray]:
+    """``T`` frames from a seamless loop of ``n`` frames (``frames``, consumed once, in order):
+    output ``j`` sits at ``j * n / T`` and blends its two neighbours linearly (past the last
+    frame, towards frame 0). ``n == T`` passes the frames through. Holds three frames at most.
+
+    Raises:
+        RuntimeError: ``frames`` ended before ``n`` frames.
+    """
+    if n == T:
+        yield from frames
+        return
+    src = iter(frames)
+    kept: dict[int, np.ndarray] = {}
+    count = 0
+
+    def get(i: int) -> np.ndarray:
+        nonlocal count
+        while count <= i:
+            try:
+                kept[count] = next(src)
+            except StopIteration:
+                raise RuntimeError(f"retime: the backend emitted {count} frames, expected {n}") from None
+            count += 1
+            for old in [k for k in kept if 0 < k < count - 2]:
+                del kept[old]
+        return kept[i]
+
+    for j in range(T):
+        pos = j * n / T
+        i0 = int(pos)
+        w = pos - i0
+        a = get(i0)
+        if w < 1e-6:
+            yield a
+            continue
+        b = get(0) if i0 + 1 >= n else get(i0 + 1)
+        yield np.rint(a.astype(np.float32) * (1.0 - w) + b.astype(np.float32) * w).astype(np.uint8)
+    for _ in src:  # let the backend's generator finish (it records last_render at its end)
+        pass
 
 
 def _pixels(frames: np.ndarray):

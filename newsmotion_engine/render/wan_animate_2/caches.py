@@ -2,16 +2,17 @@
 arrays memory-mapped on load).
 
 - **Tier 1, per (loop, resolution)** ``{guidance_cache}/wan-animate-2/{W}x{H}/`` — the inputs of
-  every segment's reference-extraction pass plus the loop's text, none of which depend on the
-  persona (float32 ``.npy``):
+  every segment's reference-extraction pass plus the loop's persona-free text, none of which depend
+  on the persona (float32 ``.npy``):
 
   ``driving_condition.npy`` ``[S, 20, T_lat, h, w]``  per segment: the i2v mask (all frames known)
       stacked on the VAE latents of that segment's driving frames; the extract pass's hidden
       states are its channels 4: (so the latents are stored once);
-  ``clip_context.npy`` ``[1, N, 1280]``  CLIP penultimate features of the driving video's first frame;
+  ``clip_context.npy`` ``[1, N, 1280]``  CLIP penultimate features of the driving video's first
+      (real) frame;
   ``gen_condition.npy`` ``[20, T_lat, h, w]``  the first segment's generation-side conditioning
       (zero mask over the latents of an all-zero video);
-  ``prompt_embeds.npy`` / ``negative_embeds.npy`` / ``prompt_ref_embeds.npy`` ``[1, 512, D]``  UMT5.
+  ``negative_embeds.npy`` / ``prompt_ref_embeds.npy`` ``[1, 512, D]``  UMT5.
 
 - **Reference K/V, per (loop, resolution, model, segment)** ``.../{W}x{H}/kv/`` (only with
   ``reference_kv="fp8-file"``): ``kv_{k}.npy`` uint8 ``[L, 2, N_ref, heads, head_dim]`` (e4m3 bytes
@@ -19,14 +20,21 @@ arrays memory-mapped on load).
   ``[L, 2, N_ref, heads, 1]`` (one absmax scale per token and head).
 
 - **Tier 2, per (persona, resolution, background)** ``{persona_cache}/wan-animate-2/{W}x{H}/``:
-  ``ref_latents.npy`` ``[20, 1, h, w]`` (i2v mask + the reference image's latents) and
-  ``image_tokens.npy`` ``[1, N, 1280]`` (CLIP features of the reference image).
+  ``ref_latents.npy`` ``[20, 1, h, w]`` (i2v mask + the reference image's latents),
+  ``image_tokens.npy`` ``[1, N, 1280]`` (CLIP features of the reference image) and
+  ``prompt_embeds.npy`` ``[1, 512, D]`` (UMT5 of the prompt: the ``prompt`` option, else the
+  persona's caption, :mod:`.caption` — it describes the person, so it is the persona's; the
+  negative and reference prompts are the same for every persona and stay in Tier 1).
 
-Driving video: the loop's own (persona-free) keypoints drawn DWPose-style at W x H — see the
-backend module for why. Segments past the loop's end continue it cyclically (the loops are seamless).
+Driving video: the loop's driving clip (:mod:`newsmotion_engine.guidance.driver`: a real video of
+a person performing the loop at 24 fps — the user's own clip, the custom loop's source video, or
+the warp render of the fixed driver portrait for a canonical loop), read at W x H. It is
+persona-free, so Tier 1 stays per loop. Segments past its end continue it cyclically (the loops
+are seamless); its digest is part of Tier 1's params.
 
-Staleness (``params``): format version, size, segment plan, model identity, prompts, the parent
-cache's source sha256 (and the background for Tier 2; the transformer settings for the K/V).
+Staleness (``params``): format version, size, segment plan, model identity, the prompts each tier
+holds, the parent cache's source sha256, the driving clip's digest (Tier 1), the background
+(Tier 2) and the transformer settings (K/V).
 """
 
 from __future__ import annotations
@@ -67,7 +75,7 @@ __all__ = [
 ]
 
 BACKEND_DIR = "wan-animate-2"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 TEXT_TOKENS = 512
 VAE_SCALE = 8
 F32 = "float32"
@@ -78,7 +86,6 @@ GUIDANCE_SCHEMA = cachedir.CacheSchema(
         "driving_condition.npy": ArraySpec(F32, (None, 20, None, None, None)),
         "clip_context.npy": ArraySpec(F32, (1, None, None)),
         "gen_condition.npy": ArraySpec(F32, (20, None, None, None)),
-        "prompt_embeds.npy": ArraySpec(F32, (1, TEXT_TOKENS, None)),
         "negative_embeds.npy": ArraySpec(F32, (1, TEXT_TOKENS, None)),
         "prompt_ref_embeds.npy": ArraySpec(F32, (1, TEXT_TOKENS, None)),
     },
@@ -86,7 +93,8 @@ GUIDANCE_SCHEMA = cachedir.CacheSchema(
 PERSONA_SCHEMA = cachedir.CacheSchema(
     kind="wan-animate-2-persona",
     version=FORMAT_VERSION,
-    arrays={"ref_latents.npy": ArraySpec(F32, (20, 1, None, None)), "image_tokens.npy": ArraySpec(F32, (1, None, None))},
+    arrays={"ref_latents.npy": ArraySpec(F32, (20, 1, None, None)), "image_tokens.npy": ArraySpec(F32, (1, None, None)),
+            "prompt_embeds.npy": ArraySpec(F32, (1, TEXT_TOKENS, None))},
 )
 
 
@@ -106,7 +114,6 @@ class GuidanceArtifacts:
     driving_condition: np.ndarray  # [S, 20, T_lat, h, w]
     clip_context: np.ndarray  # [1, N, 1280]
     gen_condition: np.ndarray  # [20, T_lat, h, w]
-    prompt_embeds: np.ndarray  # [1, 512, D]
     negative_embeds: np.ndarray  # [1, 512, D]
     prompt_ref_embeds: np.ndarray  # [1, 512, D]
 
@@ -117,10 +124,11 @@ class GuidanceArtifacts:
 
 @dataclass
 class PersonaArtifacts:
-    """Tier 2 of one (persona, resolution, background, model)."""
+    """Tier 2 of one (persona, resolution, background, model, prompt)."""
 
     ref_latents: np.ndarray  # [20, 1, h, w]
     image_tokens: np.ndarray  # [1, N, 1280]
+    prompt_embeds: np.ndarray  # [1, 512, D]
 
 
 def guidance_artifacts_dir(guidance_path: Path, width: int, height: int, root: Path | None = None) -> Path:
@@ -166,7 +174,7 @@ def read_guidance_artifacts(cache_dir: Path, source: Mapping[str, Any], params: 
     _check_shape(cache_dir / "driving_condition.npy", a["driving_condition.npy"], (plan.segments, 20, t, h, w))
     _check_shape(cache_dir / "gen_condition.npy", a["gen_condition.npy"], (20, t, h, w))
     return GuidanceArtifacts(a["driving_condition.npy"], a["clip_context.npy"], a["gen_condition.npy"],
-                             a["prompt_embeds.npy"], a["negative_embeds.npy"], a["prompt_ref_embeds.npy"])  # fmt: skip
+                             a["negative_embeds.npy"], a["prompt_ref_embeds.npy"])  # fmt: skip
 
 
 def write_guidance_artifacts(cache_dir: Path, artifacts: GuidanceArtifacts, *, source: Mapping[str, Any],
@@ -175,7 +183,7 @@ def write_guidance_artifacts(cache_dir: Path, artifacts: GuidanceArtifacts, *, s
 
     def build(tmp: Path) -> None:
         _save(tmp, {"driving_condition.npy": artifacts.driving_condition, "clip_context.npy": artifacts.clip_context,
-                    "gen_condition.npy": artifacts.gen_condition, "prompt_embeds.npy": artifacts.prompt_embeds,
+                    "gen_condition.npy": artifacts.gen_condition,
                     "negative_embeds.npy": artifacts.negative_embeds, "prompt_ref_embeds.npy": artifacts.prompt_ref_embeds})  # fmt: skip
 
     cachedir.write_cache(cache_dir, build, schema=GUIDANCE_SCHEMA, source=source, params=params, extra=extra)
@@ -186,13 +194,14 @@ def read_persona_artifacts(cache_dir: Path, source: Mapping[str, Any], params: M
     loaded = cachedir.read_cache(cache_dir, PERSONA_SCHEMA, expected_source=source, expected_params=params)
     ref = loaded.arrays["ref_latents.npy"]
     _check_shape(cache_dir / "ref_latents.npy", ref, (20, 1, height // VAE_SCALE, width // VAE_SCALE))
-    return PersonaArtifacts(ref, loaded.arrays["image_tokens.npy"])
+    return PersonaArtifacts(ref, loaded.arrays["image_tokens.npy"], loaded.arrays["prompt_embeds.npy"])
 
 
 def write_persona_artifacts(cache_dir: Path, artifacts: PersonaArtifacts, *, source: Mapping[str, Any],
                             params: Mapping[str, Any], extra: Mapping[str, Any]) -> None:  # fmt: skip
     def build(tmp: Path) -> None:
-        _save(tmp, {"ref_latents.npy": artifacts.ref_latents, "image_tokens.npy": artifacts.image_tokens})
+        _save(tmp, {"ref_latents.npy": artifacts.ref_latents, "image_tokens.npy": artifacts.image_tokens,
+                    "prompt_embeds.npy": artifacts.prompt_embeds})
 
     cachedir.write_cache(cache_dir, build, schema=PERSONA_SCHEMA, source=source, params=params, extra=extra)
 

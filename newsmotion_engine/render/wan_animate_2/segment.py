@@ -88,7 +88,7 @@ def render_segment(
     with torch.no_grad():
         latents = D.denoise_segment(
             components.transformer, components.new_scheduler(), noise.to(dev), reference, kv,
-            prompt=as_tensor(guidance.prompt_embeds).to(dev, dtype),
+            prompt=as_tensor(persona.prompt_embeds).to(dev, dtype),
             negative=as_tensor(guidance.negative_embeds).to(dev, dtype) if use_cfg else None,
             image_tokens=as_tensor(persona.image_tokens).to(dev, dtype),
             steps=steps, cfg=strategy, geom=geom, generator=generator, dtype=dtype,

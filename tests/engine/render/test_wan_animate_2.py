@@ -27,10 +27,26 @@ def _render(backend, loop, persona, spec=SPEC):
     return np.stack(list(backend.frames(loop, persona, loop.keypoints, spec)))
 
 
+def _model_frames(loop) -> int:
+    """The loop's frame count at the model's 24 fps (13 frames at 30 fps -> 10)."""
+    from newsmotion_engine.guidance.driver import model_frame_count
+
+    return model_frame_count(loop.frames, loop.fps)
+
+
+def _render_model_rate(backend, loop, persona, spec=SPEC):
+    """Our frames as generated, at 24 fps, before the re-timing and the green screen (what the
+    stock pipeline outputs)."""
+    from newsmotion_engine.guidance.driver import resample_loop
+
+    return np.stack(list(backend._frames(loop, persona, resample_loop(loop.keypoints, _model_frames(loop)), spec)))
+
+
 def _stock_frames(backend, loop, persona, spec, *, schedule, steps, seed):
     """The stock modular pipeline on the backend's own transformer/VAE (and the same seeded
-    encoders), fed the same driving frames (the loop drawn and continued cyclically to whole
-    segments, so the stock zigzag padding adds nothing) and the same reference frame."""
+    encoders), fed the same driving frames (the loop's real 24 fps driving clip — the warp render
+    of the driver portrait — continued cyclically to whole segments, so the stock zigzag padding
+    adds nothing), the same prompt (the persona's caption) and the same reference frame."""
     import PIL.Image
     from diffusers.modular_pipelines import WanAnimate2Blocks, WanAnimate2DistilledBlocks
 
@@ -38,7 +54,7 @@ def _stock_frames(backend, loop, persona, spec, *, schedule, steps, seed):
     from newsmotion_engine.render.wan_animate_2.components import load_image_encoder, load_text_encoder
 
     o, comps = backend.options, backend.components
-    plan = backend.plan(loop.frames)
+    plan = backend.plan(_model_frames(loop))
     driving = [f for k in range(plan.segments) for f in backend._driving_frames(loop, spec, plan, k)[0 if k == 0 else 1 :]]
     ref = C.reference_frame(persona, spec.width, spec.height, spec.background)
     tok, te = load_text_encoder(o, comps.device)
@@ -46,12 +62,12 @@ def _stock_frames(backend, loop, persona, spec, *, schedule, steps, seed):
     pipe = blocks.init_pipeline()
     pipe.update_components(transformer=comps.transformer, vae=comps.vae, image_encoder=load_image_encoder(o, comps.device),
                            text_encoder=te, tokenizer=tok, scheduler=comps.new_scheduler())  # fmt: skip
-    prompt = backend.guidance_params(loop, spec, plan)[1]["prompt"]
+    prompt = backend.persona_params(persona, spec)[1]["prompt"]
     out = pipe(prompt=prompt, negative_prompt=o.negative_prompt, image=PIL.Image.fromarray(ref),
                driving_video=[PIL.Image.fromarray(f) for f in driving], height=spec.height, width=spec.width,
                segment_frame_length=plan.segment_frames, num_inference_steps=steps,
                generator=torch.Generator().manual_seed(seed), output_type="np")  # fmt: skip
-    return np.asarray(out.get("videos")[0])[: loop.frames]
+    return np.asarray(out.get("videos")[0])[: _model_frames(loop)]
 
 
 @pytest.mark.parametrize("schedule", ["distilled", "base"])
@@ -64,9 +80,9 @@ def test_parity_with_the_stock_modular_pipeline(pair, schedule):
     backend = _backend(schedule=schedule, continuation="pixel")
     backend.prepare_guidance(loop, SPEC)
     backend.prepare_persona(persona, SPEC)
-    ours = _render(backend, loop, persona).astype(np.float32) / 255.0
+    ours = _render_model_rate(backend, loop, persona).astype(np.float32) / 255.0
     stock = _stock_frames(backend, loop, persona, SPEC, schedule=schedule, steps=2, seed=SPEC.seed)
-    assert ours.shape == stock.shape == (loop.frames, SPEC.height, SPEC.width, 3)
+    assert ours.shape == stock.shape == (_model_frames(loop), SPEC.height, SPEC.width, 3)
     assert float(np.abs(ours - stock).max()) <= 0.6 / 255
     assert backend.last_render["uncond_passes"] == (4 if schedule == "base" else 0)  # 2 segments x 2 steps
 
@@ -83,9 +99,9 @@ def test_fit_segments_render_the_stock_pipeline_at_the_fitted_length(pair):
     assert _backend(segment_frames=81, fit_segments=True).plan(120).as_dict() == {"frames": 120, "segment_frames": 61, "prev_frames": 1, "segments": 2}
     backend.prepare_guidance(loop, SPEC)
     backend.prepare_persona(persona, SPEC)
-    ours = _render(backend, loop, persona).astype(np.float32) / 255.0
+    ours = _render_model_rate(backend, loop, persona).astype(np.float32) / 255.0
     stock = _stock_frames(backend, loop, persona, SPEC, schedule="distilled", steps=2, seed=SPEC.seed)
-    assert ours.shape == stock.shape == (loop.frames, SPEC.height, SPEC.width, 3)
+    assert ours.shape == stock.shape == (_model_frames(loop), SPEC.height, SPEC.width, 3)
     assert float(np.abs(ours - stock).max()) <= 0.6 / 255
     assert backend.describe()["fit_segments"] is True
     with pytest.raises(WanAnimate2ConfigError, match="fit_segments"):
@@ -288,7 +304,8 @@ def test_decoding_in_the_background_gives_the_same_frames(pair, device, tmp_path
 
     nod, persona = pair
     (tmp_path / "long").mkdir()
-    loop = dataclasses.replace(nod, loop_id="nod-19", keypoints=np.concatenate([nod.keypoints, nod.keypoints[:6]]), path=tmp_path / "long")
+    # At the model's 24 fps the 19 frames are generated as they are (no re-timing): 3 segments.
+    loop = dataclasses.replace(nod, loop_id="nod-19", keypoints=np.concatenate([nod.keypoints, nod.keypoints[:6]]), path=tmp_path / "long", fps=24)
     runs = {}
     for setting in ("off", "on"):
         backend = _backend(decode_overlap=setting, device=device)
