@@ -14,10 +14,11 @@ def test_definitions_load_with_expected_graph():
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert keys == {
         "guidance_cache", "backend_guidance_cache", "persona_cache", "backend_persona_cache", "render", "benchmarks",
-        "scorecard", "studio", "ab_comparison",
+        "scorecard", "studio", "ab_comparison", "driving_clip",
     }  # fmt: skip
     parents = lambda name: {k.to_user_string() for k in graph.get(dg.AssetKey(name)).parent_keys}  # noqa: E731
-    assert parents("backend_guidance_cache") == {"guidance_cache"}
+    assert parents("driving_clip") == {"guidance_cache"}
+    assert parents("backend_guidance_cache") == {"guidance_cache", "driving_clip"}
     assert parents("backend_persona_cache") == {"persona_cache"}
     assert parents("render") == {"guidance_cache", "backend_guidance_cache", "persona_cache", "backend_persona_cache"}
     assert parents("studio") == {"render", "scorecard", "ab_comparison"}
