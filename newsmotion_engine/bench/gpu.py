@@ -505,9 +505,18 @@ def bench_inputs(width: int, height: int, frames: int, root: Path) -> tuple[Benc
     ref[height // 4 :, width // 4 : 3 * width // 4] = rng.integers(60, 200, (height - height // 4, 3 * width // 4 - width // 4, 3), dtype=np.uint8)
     # A full matte and a portrait the size of the frame: the backend's reference frame is `ref` itself.
     mask = np.full((height, width), 255, np.uint8)
-    (root / "loop").mkdir(parents=True, exist_ok=True)
+    # wan-animate-2's driving clip: the moving astronaut photo at the model's 24 fps, dropped as the
+    # loop's own clip (guidance/driver.py; no persona build, so no mediapipe on the GPU machine).
+    # The loop says 24 fps, so the frames asked for are the frames generated (no re-timing).
+    from newsmotion_engine.guidance.driver import MODEL_FPS, user_clips_dir
+    from newsmotion_engine.samples import write_moving_photo_video
+
+    loop_dir = root / "motion" / "preprocessed" / "welcome"
+    loop_dir.mkdir(parents=True, exist_ok=True)
+    user_clips_dir(root / "motion").mkdir(parents=True, exist_ok=True)
+    write_moving_photo_video(user_clips_dir(root / "motion") / "welcome.mp4", frames=frames + 2, width=width, height=height, fps=MODEL_FPS)
     (root / "persona").mkdir(parents=True, exist_ok=True)
-    loop = BenchLoop("welcome", kp, root / "loop", _source(kp))
+    loop = BenchLoop("welcome", kp, loop_dir, {**_source(kp), "fps": MODEL_FPS})
     persona = BenchPersona("bench", ref, mask, np.zeros_like(mask), kp[0].copy(), root / "persona", _source(ref))
     return loop, persona
 

@@ -45,7 +45,7 @@ import cv2
 import numpy as np
 
 from newsmotion_engine import cachedir
-from newsmotion_engine.errors import BadInputError, CacheStaleError
+from newsmotion_engine.errors import BadInputError, CacheStaleError, NewsmotionError
 
 __all__ = [
     "DRIVER_BACKGROUND",
@@ -57,6 +57,7 @@ __all__ = [
     "ensure_driving_clip",
     "find_user_clip",
     "load_driving_clip",
+    "loop_fps",
     "model_frame_count",
     "resample_loop",
     "user_clips_dir",
@@ -119,6 +120,12 @@ def resample_loop(keypoints: np.ndarray, n: int) -> np.ndarray:
     return out.astype(np.float32)
 
 
+def loop_fps(guidance: Any) -> int:
+    """The loop's frame rate (a guidance cache's ``fps``; 30, the default loop rate, for a stand-in
+    without one)."""
+    return int(getattr(guidance, "fps", None) or (getattr(guidance, "metadata", None) or {}).get("fps") or 30)
+
+
 def driving_clip_dir(guidance_path: Path, width: int, height: int) -> Path:
     return Path(guidance_path) / "driving" / f"{width}x{height}"
 
@@ -154,7 +161,7 @@ def load_driving_clip(guidance: Any, width: int, height: int, fps: int | None = 
     default ``guidance.fps``). Never builds. Raises the :mod:`cachedir` errors."""
     path = driving_clip_dir(guidance.path, width, height)
     clip = _read(path, None, None)
-    want = model_frame_count(len(guidance.keypoints), fps or guidance.fps)
+    want = model_frame_count(len(guidance.keypoints), fps or loop_fps(guidance))
     loop = cachedir.cache_digest(guidance.metadata)
     if clip.metadata["source"].get("loop") != loop:
         raise CacheStaleError(path, "made for another version of the loop (its guidance cache was rebuilt)")
@@ -220,7 +227,14 @@ def _driver_persona(motion_dir: Path):
     image = home.persona_sources / f"{DRIVER_SAMPLE}.png"
     if not image.is_file():
         write_sample_portrait(DRIVER_SAMPLE, home.persona_sources)
-    persona, _ = ensure_persona(home, DRIVER_SAMPLE, image=image)
+    try:
+        persona, _ = ensure_persona(home, DRIVER_SAMPLE, image=image)
+    except ModuleNotFoundError as exc:  # mediapipe: the persona builder's detector
+        raise NewsmotionError(
+            f"building the driver persona {home.persona_dir(DRIVER_SAMPLE)} needs {exc.name} (not installed here, e.g. on "
+            f"the GPU machine): materialize driving_clip (or run `newsmotion render`) once on a machine that has it, "
+            f"or copy {home.root} from one"
+        ) from None
     return persona
 
 
@@ -241,7 +255,7 @@ def _plan(guidance: Any, width: int, height: int, fps: int | None) -> tuple[dict
     """(source, params, extra, produce) of the loop's clip: which origin, and what it depends on."""
     motion = _motion_dir(guidance)
     loop_id = str(guidance.loop_id)
-    n = model_frame_count(len(guidance.keypoints), fps or guidance.fps)
+    n = model_frame_count(len(guidance.keypoints), fps or loop_fps(guidance))
     loop = cachedir.cache_digest(guidance.metadata)
     params = {"format": FORMAT_VERSION, "fps": MODEL_FPS, "frames": n, "size": [width, height]}
     extra: dict[str, Any] = {"loop_id": loop_id, "fps": MODEL_FPS, "frames": n, "size": [width, height]}

@@ -51,7 +51,7 @@ import numpy as np
 
 from newsmotion_engine import cachedir
 from newsmotion_engine.errors import CacheError
-from newsmotion_engine.guidance.driver import MODEL_FPS, model_frame_count
+from newsmotion_engine.guidance.driver import MODEL_FPS, loop_fps, model_frame_count
 from newsmotion_engine.render.base import BACKGROUND_CHROMA_GREEN, BackendNeeds, RenderSpec
 from newsmotion_engine.render.diffusers_backend import DiffusersBackend, DiffusersOOMError
 from newsmotion_engine.render.wan_animate_2 import caches as C
@@ -135,7 +135,7 @@ class WanAnimate2Backend(DiffusersBackend):
 
     def _loop_frames(self, guidance: Any, spec: RenderSpec) -> int:
         """Tier 1 is planned for the loop's frames at the model's 24 fps (its driving clip's)."""
-        return model_frame_count(len(np.asarray(guidance.keypoints)), getattr(guidance, "fps", 30))
+        return model_frame_count(len(np.asarray(guidance.keypoints)), loop_fps(guidance))
 
     def _guidance_params_extra(self, spec: RenderSpec) -> dict[str, Any]:
         return {"prompt_ref": self.options.prompt_ref, "driving": "driving clip"}
@@ -360,7 +360,7 @@ class WanAnimate2Backend(DiffusersBackend):
         from newsmotion_engine.guidance.driver import resample_loop
 
         T = int(np.asarray(keypoints).shape[0])
-        n = model_frame_count(T, getattr(guidance, "fps", 30))
+        n = model_frame_count(T, loop_fps(guidance))
         return retime_frames(self._frames(guidance, persona, resample_loop(keypoints, n), spec), n, T)
 
     def _frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
