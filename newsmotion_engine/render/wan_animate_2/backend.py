@@ -80,6 +80,7 @@ class WanAnimate2Backend(DiffusersBackend):
     def __init__(self, options: WanAnimate2Options) -> None:
         super().__init__(options)
         self.kv_lru: Any = None  # kv.KVLru with reference_kv="gpu-lru"
+        self.last_prompt: str | None = None  # the prompt (caption) of the last render, for describe()
 
     # ------------------------------------------------------------------ lifecycle
     def _load_components(self) -> Any:
@@ -120,6 +121,7 @@ class WanAnimate2Backend(DiffusersBackend):
             "model_fps": MODEL_FPS,
             "retime": f"{MODEL_FPS} fps -> spec.fps by blending neighbouring generated frames",
             "chroma": o.chroma,
+            **({"prompt_used": self.last_prompt} if self.last_prompt else {}),
         }
 
     # ------------------------------------------------------------------ caches
@@ -361,6 +363,7 @@ class WanAnimate2Backend(DiffusersBackend):
 
         T = int(np.asarray(keypoints).shape[0])
         n = model_frame_count(T, loop_fps(guidance))
+        self.last_prompt = self.prompt_text(persona, spec)
         return retime_frames(self._frames(guidance, persona, resample_loop(keypoints, n), spec), n, T)
 
     def _frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:

@@ -105,6 +105,7 @@ def test_the_prompt_is_the_persona_caption_in_tier2_and_output_is_at_the_loop_fr
     assert len(frames) == loop.frames == 13 and frames[0].shape == (128, 64, 3)  # re-timed 10 -> 13
     info = backend.describe()
     assert "persona caption" in info["prompt"] and "driving clip" in info["driving_video"] and info["chroma"] == "matte"
+    assert info["prompt_used"] == caption
     # An explicit prompt is the persona tier's only: Tier 1 is reused, Tier 2 rebuilt.
     other = _backend(prompt="a presenter in a grey suit")
     assert not other.prepare_guidance(loop, SPEC) and other.prepare_persona(persona, SPEC)
