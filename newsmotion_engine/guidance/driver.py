@@ -276,7 +276,7 @@ def _plan(guidance: Any, width: int, height: int, fps: int | None) -> tuple[dict
         video = find_driving_video(Storage(motion.parent), loop_id)
         if video is None:
             raise BadInputError(Storage(motion.parent).driving_dir / f"{loop_id}.mp4",
-                                "the video loop "f"{loop_id!r} was extracted from is gone; put it back or drop a driving "
+                                f"the video loop {loop_id!r} was extracted from is gone; put it back or drop a driving "
                                 f"clip into {user_clips_dir(motion)}")  # fmt: skip
         if cachedir.sha256_file(video) != meta_source.get("sha256"):
             raise BadInputError(video, f"changed since loop {loop_id!r} was extracted from it; rebuild the loop's guidance cache first")
