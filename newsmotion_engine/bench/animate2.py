@@ -665,9 +665,11 @@ def _part_clip_stock(preset: str, dev_name: str, width: int, height: int, frames
     write()
     with tempfile.TemporaryDirectory(prefix="newsmotion-stock-") as tmp:
         loop, persona = _clip_inputs(width, height, frames, Path(tmp))
-        from newsmotion_engine.guidance.draw import draw_pose
+        from newsmotion_engine.guidance.driver import ensure_driving_clip
 
-        driving = [PIL.Image.fromarray(draw_pose(kp, width, height)) for kp in loop.keypoints]
+        # The same real driving frames the backend's Tier 1 is built from (the loop's 24 fps clip).
+        clip, _ = ensure_driving_clip(loop, width, height)
+        driving = [PIL.Image.fromarray(np.asarray(f)) for f in clip.frames]
         image = PIL.Image.fromarray(persona.portrait)
         _peak_reset(dev)
         t0 = time.perf_counter()
