@@ -282,6 +282,16 @@ def key_figures(result: dict) -> list[str]:
                  if isinstance(v, dict) and (ms := _number(v.get("ms"))) is not None]  # fmt: skip
         if timed:
             figures.append("VAE decode of one segment: " + ", ".join(timed))
+    if result.get("benchmark") == "chroma" and isinstance(result.get("portraits"), dict):
+        # bench/chroma.py: per persona and frame, the raw frame keyed vs the green-screen composite
+        frames = [f for p in result["portraits"].values() if isinstance(p, dict) for f in p.values() if isinstance(f, dict)]
+        def spread(stage: str, key: str) -> str | None:
+            values = [v for f in frames if (v := _number(_dig(f, f"{stage}.{key}"))) is not None]
+            return f"{min(values):.3f}-{max(values):.3f}" if values else None
+        exact, iou_before, iou_after = spread("after", "exact_background"), spread("before", "iou"), spread("after", "iou")
+        if exact and iou_before and iou_after:
+            figures.append(f"green screen of generated-like frames: background exact key {exact}, "
+                           f"matte iou {iou_before} raw -> {iou_after}")
     variants = _dig(result, "forward.variants")
     if isinstance(variants, dict) and _number(_dig(result, "forward_speedup_vs_stock")) is None:
         # A forward run without the stock baseline (e.g. CUDA graphs vs eager): its own times.
