@@ -178,6 +178,9 @@ class DiffusersOptions(BackendOptions):
     # "matte": every generated frame's person composited onto the exact spec.background
     # (render/chroma.py); "off": the model's raw frames.
     chroma: str = "matte"
+    # LoRAs fused into the transformer before any acceleration (render/lora.py): "PATH[:SCALE]",
+    # several comma- or semicolon-separated, or a list; normalized to a tuple of LoraSpec.
+    lora: Any = ()
 
     # ------------------------------------------------------------------ parsing
     @classmethod
@@ -243,6 +246,16 @@ class DiffusersOptions(BackendOptions):
         for name in required:
             if not isinstance(getattr(self, name), str):
                 raise self._bad(name, "use a string")
+
+    def _check_lora(self) -> None:
+        """``lora`` as a tuple of :class:`~newsmotion_engine.render.lora.LoraSpec` (the files are
+        read when the model loads)."""
+        from newsmotion_engine.render.lora import parse_lora_option
+
+        try:
+            object.__setattr__(self, "lora", parse_lora_option(self.lora))
+        except (TypeError, ValueError) as exc:
+            raise self._bad("lora", f"{exc} (PATH[:SCALE], several comma- or semicolon-separated, or a list)") from None
 
     def _ordered_accelerations(self) -> tuple[AccelConfig, ...]:
         """``accelerations`` checked and in the registry's application order."""

@@ -25,6 +25,7 @@ from typing import Any
 
 from newsmotion_engine.cachedir import sha256_json
 from newsmotion_engine.errors import BadInputError
+from newsmotion_engine.render.lora import fuse_loras
 from newsmotion_engine.render.wan_animate.config import RANDOM_WEIGHTS_LABEL, WanAnimateOptions
 
 __all__ = [
@@ -273,6 +274,8 @@ def assemble_render_components(opts: Any, components: type, *, check_folder: Cal
     vae_dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
     ident = identity(opts, device)
     transformer = build(opts, device, dtype)
+    # LoRAs fused here, before the registry applies any acceleration: FP8 quantizes the fused weights.
+    ident = fuse_loras(transformer, getattr(opts, "lora", ()), ident)
     vae = build_vae(opts, device, vae_dtype)
     return components(transformer, vae, scheduler_config(opts), ident, device, dtype, vae_dtype)
 

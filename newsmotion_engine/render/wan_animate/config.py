@@ -254,5 +254,6 @@ class WanAnimateOptions(DiffusersOptions):
         if self.prev_frames not in (1, 5) or isinstance(self.prev_frames, bool):
             raise self._bad("prev_frames", "use 1 or 5")
         self._check_strings(optional=("prompt", "model_path", "cache_root"), required=("negative_prompt",))
+        self._check_lora()
         object.__setattr__(self, "accelerations", self._ordered_accelerations())
         object.__setattr__(self, "guidance_scale", float(self.guidance_scale))

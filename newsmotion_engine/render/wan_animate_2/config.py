@@ -237,6 +237,7 @@ class WanAnimate2Options(DiffusersOptions):
         if not isinstance(self.kv_lru_gib, (int, float)) or isinstance(self.kv_lru_gib, bool) or self.kv_lru_gib <= 0:
             raise self._bad("kv_lru_gib", "use a positive number of GiB")
         self._check_strings(optional=("prompt", "model_path", "cache_root"), required=("negative_prompt", "prompt_ref"))
+        self._check_lora()
         configs = self._ordered_accelerations()
         for c in configs:
             if c.technique == "compile" and getattr(c, "fullgraph", False):
