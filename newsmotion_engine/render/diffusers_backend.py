@@ -32,6 +32,7 @@ from newsmotion_engine import cachedir
 from newsmotion_engine.errors import CacheError, NewsmotionError
 from newsmotion_engine.render.base import BackendCacheError, BackendNeeds, InvalidSpecError, RenderSpec
 from newsmotion_engine.render.diffusers_config import RANDOM_WEIGHTS_LABEL
+from newsmotion_engine.render.lora import steps_warning, warn_once
 
 __all__ = ["DiffusersBackend", "DiffusersOOMError", "check_size", "loop_prompt"]
 
@@ -120,6 +121,7 @@ class DiffusersBackend:
             "load_s": round(time.perf_counter() - t0, 3),
         }
         self._loaded()
+        warn_once(logging.getLogger(type(self).__module__), steps_warning(self.options))
         if comps.identity["weights"] == RANDOM_WEIGHTS_LABEL:
             logging.getLogger(type(self).__module__).warning(
                 "%s: preset %r with RANDOM WEIGHTS: frames are noise, for timing only", self.name, self.options.preset
@@ -160,6 +162,10 @@ class DiffusersBackend:
             info["accel_report"] = self.accel_report
         if self.last_render:
             info["last_render"] = self.last_render
+        if o.lora:
+            info["loras"] = [str(spec) for spec in o.lora]
+        if warning := steps_warning(o):
+            info["warning"] = warning
         if info["weights"] == RANDOM_WEIGHTS_LABEL:
             info["note"] = "random weights: frames are noise-shaped; use for timing and memory only"
         return info

@@ -51,10 +51,13 @@ __all__ = [
     "FEW_STEPS",
     "LoraSpec",
     "few_steps_warning",
+    "is_distilled_checkpoint",
     "fuse_loras",
     "lora_identity",
     "lora_state_dict",
     "parse_lora_option",
+    "steps_warning",
+    "warn_once",
 ]
 
 log = logging.getLogger(__name__)
@@ -271,3 +274,39 @@ def fuse_loras(transformer: Any, loras: Iterable[LoraSpec], identity: dict[str, 
     ident = {k: v for k, v in identity.items() if k != "digest"}
     ident["loras"] = lora_identity(loras)
     return {**ident, "digest": sha256_json(ident)[:16]}
+
+
+def is_distilled_checkpoint(opts: Any) -> bool:
+    """Whether the options' model samples in few steps by itself: a folder whose pipeline class is
+    a distilled one (``WanAnimate2DistilledModularPipeline``), or, with random weights, the
+    ``distilled`` schedule."""
+    if not opts.model_path:
+        return getattr(opts, "schedule", None) == "distilled"
+    import json
+
+    for name in ("modular_model_index.json", "model_index.json"):
+        try:
+            cls = json.loads((Path(opts.model_path) / name).read_text()).get("_class_name", "")
+        except (OSError, ValueError, AttributeError):
+            continue
+        return "Distilled" in str(cls)
+    return False
+
+
+def steps_warning(opts: Any) -> str | None:
+    """:func:`few_steps_warning` for a backend's options (their steps, LoRAs and checkpoint); None
+    for a preset's random weights (no checkpoint to distil)."""
+    if not opts.model_path:
+        return None
+    steps = getattr(opts, "num_steps", None) or opts.steps
+    return few_steps_warning(int(steps), opts.lora, is_distilled_checkpoint(opts))
+
+
+_warned: set[str] = set()
+
+
+def warn_once(logger: logging.Logger, message: str | None) -> None:
+    """Log ``message`` as a warning the first time this process sees it."""
+    if message and message not in _warned:
+        _warned.add(message)
+        logger.warning(message)

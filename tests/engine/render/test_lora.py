@@ -143,3 +143,28 @@ def test_few_steps_warning():
     assert few_steps_warning(4, (LoraSpec("/m/a"),), distilled=False) is None
     assert few_steps_warning(4, (), distilled=True) is None
     assert few_steps_warning(20, (), distilled=False) is None
+
+
+def test_steps_warning_from_options_and_describe(tmp_path, caplog):
+    import json
+    import logging
+
+    from newsmotion_engine.render.lora import steps_warning, warn_once
+    from newsmotion_engine.render.wan_animate.backend import WanAnimateBackend
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model_index.json").write_text(json.dumps({"_class_name": "WanAnimatePipeline"}))
+    opts = WanAnimateOptions(model_path=str(folder), steps=4)
+    assert "4 steps" in steps_warning(opts)
+    assert steps_warning(WanAnimateOptions(model_path=str(folder), steps=4, lora="/m/a.safetensors")) is None
+    assert steps_warning(WanAnimateOptions(preset="tiny", steps=2)) is None  # random weights: nothing to distil
+    (folder / "model_index.json").write_text(json.dumps({"_class_name": "WanAnimate2DistilledModularPipeline"}))
+    assert steps_warning(WanAnimate2Options(model_path=str(folder), steps=4)) is None
+    (folder / "model_index.json").write_text(json.dumps({"_class_name": "WanAnimate2ModularPipeline"}))
+    assert "4 steps" in steps_warning(WanAnimate2Options(model_path=str(folder), schedule="base", steps=4))
+    assert "4 steps" in WanAnimateBackend(opts).describe()["warning"]
+    with caplog.at_level(logging.WARNING):
+        warn_once(logging.getLogger("t"), "once only")
+        warn_once(logging.getLogger("t"), "once only")
+    assert [r.message for r in caplog.records].count("once only") == 1
