@@ -6,6 +6,7 @@ Examples::
     newsmotion guidance build --all
     newsmotion guidance extract my_take.mp4 --loop-id weather_point
     newsmotion caches --json
+    newsmotion model check /models/Wan2.2-Animate-14B-Diffusers
     newsmotion bench guidance --json bench/results/guidance.json
 
 Errors the user can fix (bad input, bad cache) print as one ``error:`` line and exit 1.
@@ -44,6 +45,8 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(persona_app, name="persona")
 studio_app = typer.Typer(help="The studio: a static offline site to judge renders side by side.", no_args_is_help=True)
 app.add_typer(studio_app, name="studio")
+model_app = typer.Typer(help="Model checkpoints.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
 
 # Output that is not a terminal (a pipe, a file, CI logs) is laid out this wide.
 PIPE_WIDTH = 10_000
@@ -785,6 +788,21 @@ def backends_cmd() -> None:
 
     for name in available_backends():
         console.print(name)
+
+
+@model_app.command("check")
+def model_check_cmd(folder: Annotated[Path, typer.Argument(help="A diffusers-format checkpoint folder.")]) -> None:
+    """Whether FOLDER is a usable checkpoint, for which backend: classes, configs, weights (headers only), defaults."""
+    from newsmotion_engine.render.model_check import check_model
+
+    found = check_model(folder)  # an unusable folder: one error line, exit 1
+    table = Table("component", "class", "config", "weights (safetensors headers)", title=f"{folder}: {found.backend} ({found.pipeline})")
+    for row in found.rows:
+        table.add_row(*row)
+    table.add_row("release", "", found.release, "")
+    for key, value in found.defaults.items():
+        table.add_row("default" if key != "warning" else "[yellow]warning[/]", key, str(value), "")
+    console.print(table)
 
 
 @app.command("scorecard")
