@@ -15,6 +15,9 @@ A subclass sets ``name``, ``needs``, ``options_class``, ``caches`` (its caches m
 plan, the artifact directories, readers and ``FORMAT_VERSION``) and ``oom_error``, and writes what
 differs: ``_load_components``, ``plan``, ``_build_guidance`` / ``_build_persona``, ``_frames``,
 ``_settings`` (its ``describe`` entries), ``_memory_tips`` and the small hooks below.
+
+``describe()["defaults"]`` is :meth:`~.diffusers_config.DiffusersOptions.model_defaults`: what
+every option left unset resolves to and where from (the model folder, or the preset).
 """
 
 from __future__ import annotations
@@ -48,15 +51,19 @@ class DiffusersOOMError(NewsmotionError, RuntimeError):
     """The GPU ran out of memory; the message names the settings that reduce memory."""
 
 
-def loop_prompt(guidance: Any, override: str | None = None) -> str:
-    """The text prompt for a loop: the option override, the canonical loop's prompt, or a default."""
-    if override:
-        return override
-    from newsmotion_engine.guidance.palette import canonical_loops
-    from newsmotion_engine.render.wan_animate.caches import DEFAULT_PROMPT
+def loop_prompt(guidance: Any, override: str | None = None, default: str | None = None) -> str:
+    """The text prompt for a loop: ``override`` (the ``prompt`` option) as given; ``"loop"``: the
+    canonical loop's own text (``default`` for a custom loop); unset: ``default``, Wan's animate
+    prompt unless given."""
+    from newsmotion_engine.render.wan_animate.config import LOOP_PROMPT, WAN_ANIMATE_PROMPT
 
-    spec = canonical_loops().get(getattr(guidance, "loop_id", ""))
-    return spec.prompt if spec is not None else DEFAULT_PROMPT
+    default = default or WAN_ANIMATE_PROMPT
+    if override == LOOP_PROMPT:
+        from newsmotion_engine.guidance.palette import canonical_loops
+
+        spec = canonical_loops().get(getattr(guidance, "loop_id", ""))
+        return spec.prompt if spec is not None else default
+    return override or default
 
 
 def check_size(backend: str, spec: RenderSpec) -> None:
@@ -155,6 +162,7 @@ class DiffusersBackend:
             "device": str(self.components.device) if self.components else o.device,
             "dtype": o.dtype,
             **self._settings(),
+            "defaults": o.model_defaults(),
         }
         if self.components is not None:
             info["model_digest"] = self.components.identity["digest"]

@@ -8,18 +8,27 @@ The flat keys (:data:`ACCELERATION_KEYS`; the table is in :mod:`.wan_animate.con
 configs of :mod:`newsmotion_engine.accel`. Those modules import torch, so they are imported only
 when such a key is used: importing this module stays cheap and an unknown key fails before torch
 loads.
+
+Defaults: an option left unset (``None``) takes the released model's value when a ``model_path`` is
+given (the reference code's defaults, the folder's scheduler and, for wan-animate-2, its pipeline
+class and guider), else the preset's (random weights). The preset is ignored with a model folder.
+:meth:`DiffusersOptions.model_defaults` lists what an unset option resolves to and where it came
+from; the backends' ``describe()`` shows it under ``"defaults"``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, UnknownAccelerationError, ordered
+from newsmotion_engine.errors import BadInputError
 from newsmotion_engine.render.base import BackendOptionError, BackendOptions
 
 __all__ = [
@@ -28,7 +37,9 @@ __all__ = [
     "DiffusersOptions",
     "FLAT_ACCELERATION_KEYS",
     "RANDOM_WEIGHTS_LABEL",
+    "WAN_NEGATIVE_PROMPT",
     "parse_accelerations",
+    "read_json",
 ]
 
 RANDOM_WEIGHTS_LABEL = "random weights"
@@ -36,6 +47,31 @@ DTYPES = ("bfloat16", "float16", "float32")
 _COMPILE = ("off", "blocks", "blocks-cudagraphs")
 _FP8 = ("off", "auto", "compute", "storage")
 _ACCEL = "newsmotion_engine.accel."
+# Wan2.2's default negative prompt (``sample_neg_prompt``, wan/configs/shared_config.py), which its
+# animate pipeline uses when none is given (it only acts with CFG, guidance_scale > 1). Roughly:
+# garish colours, overexposed, static, blurry details, subtitles, ... worst quality, low quality,
+# JPEG artefacts, ugly, mutilated, extra fingers, badly drawn hands and face, deformed limbs,
+# fused fingers, a motionless picture, a cluttered background, three legs, many people in the
+# background, walking backwards.
+WAN_NEGATIVE_PROMPT = (
+    "色调艳丽，过曝，静态，细节模糊不清，字幕，风格，作品，画作，画面，静止，整体发灰，最差质量，低质量，JPEG压缩残留，"
+    "丑陋的，残缺的，多余的手指，画得不好的手部，画得不好的脸部，畸形的，毁容的，形态畸形的肢体，手指融合，"
+    "静止不动的画面，杂乱的背景，三条腿，背景人很多，倒着走"
+)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from a model folder's config file; :class:`BadInputError` naming the file
+    when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise BadInputError(path, "missing from the model folder (incomplete download?)") from None
+    except (OSError, ValueError) as exc:
+        raise BadInputError(path, f"is not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise BadInputError(path, "is not a JSON object")
+    return data
 
 
 def _config_class(module: str, name: str) -> type:
@@ -166,11 +202,18 @@ class DiffusersOptions(BackendOptions):
     acceleration keys become typed configs, ``accelerations`` may carry typed configs too (a
     technique given both ways is an error), unknown keys raise with the list of known ones
     (before torch is imported), and ``model_path`` defaults to ``$<model_dir_env>``.
+
+    Defaults (see the module docstring): with a ``model_path`` the preset is ignored and an unset
+    option takes the released model's value (``released_segment_frames``, the folder's
+    ``scheduler/scheduler_config.json``...), else the preset's; :meth:`model_defaults` says what
+    each resolves to and where it came from.
     """
 
     config_error: ClassVar[type[BackendOptionError]] = BackendOptionError
     model_dir_env: ClassVar[str] = ""
     presets: ClassVar[Mapping[str, Any]] = {}
+    released_segment_frames: ClassVar[int] = 81  # frames per segment of the released model's reference code
+    default_scheduler: ClassVar[str] = ""  # scheduler class when the config names none (presets)
     model_path: str | None = None
     preset: str = "tiny"
     device: str = "auto"
@@ -273,8 +316,58 @@ class DiffusersOptions(BackendOptions):
         return self.presets[self.preset]  # type: ignore[attr-defined]
 
     @property
+    def defaults_source(self) -> str:
+        """Where an unset option's value comes from: the model folder, else the preset."""
+        return f"model folder {self.model_path}" if self.model_path else f"preset {self.preset!r} (random weights)"
+
+    @property
+    def default_segment_frames(self) -> int:
+        """Frames per segment when ``segment_frames`` is unset: the released model's with a model
+        folder, else the preset's."""
+        return self.released_segment_frames if self.model_path else self.preset_spec.segment_frames
+
+    @property
     def segment_length(self) -> int:
-        return self.segment_frames or self.preset_spec.segment_frames  # type: ignore[attr-defined]
+        return self.segment_frames or self.default_segment_frames  # type: ignore[attr-defined]
+
+    def folder_json(self, relative: str) -> dict[str, Any]:
+        """A config file of the model folder (``relative`` to ``model_path``), read and checked."""
+        if not self.model_path:
+            raise ValueError("no model_path: there is no folder to read")
+        return read_json(Path(self.model_path) / relative)
+
+    def preset_scheduler_config(self) -> dict[str, Any]:
+        """The scheduler config of a preset (random weights)."""
+        raise NotImplementedError
+
+    def scheduler_config(self) -> dict[str, Any]:
+        """The scheduler config: the folder's ``scheduler/scheduler_config.json`` (its
+        ``_class_name`` included), else the preset's."""
+        if self.model_path:
+            return self.folder_json("scheduler/scheduler_config.json")
+        return {"_class_name": self.default_scheduler, **self.preset_scheduler_config()}
+
+    @staticmethod
+    def scheduler_shift(config: Mapping[str, Any]) -> float | None:
+        """The flow shift a scheduler config sets (``flow_shift``: UniPC / DPM; ``shift``: flow-matching Euler)."""
+        for key in ("flow_shift", "shift"):
+            if isinstance(config.get(key), (int, float)):
+                return float(config[key])
+        return None
+
+    def model_defaults(self) -> dict[str, Any]:
+        """What the options left unset resolve to, and where from (``source``), for ``describe()``.
+        The subclass adds its own entries; a folder file that cannot be read is reported, not
+        raised (loading the folder raises)."""
+        info: dict[str, Any] = {"source": self.defaults_source, "segment_frames": self.default_segment_frames}
+        try:
+            config = self.scheduler_config()
+        except BadInputError as exc:
+            info["scheduler"] = f"unreadable: {exc}"
+        else:
+            info["scheduler"] = config.get("_class_name") or self.default_scheduler
+            info["shift"] = self.scheduler_shift(config)
+        return info
 
     def accel(self, config_type: type) -> Any:
         """The configured acceleration of ``config_type``, or None."""

@@ -2,6 +2,9 @@
 with random weights.
 
 The transformer, VAE and scheduler are the render-time components (:func:`load_render_components`).
+The VAE is float32 on every device, as Wan runs it (its encode and decode). The scheduler is the
+class the folder's ``scheduler/scheduler_config.json`` names, with that config (a preset: UniPC,
+Wan's default solver).
 The image encoder and text encoder are needed only while building caches
 (:func:`load_image_encoder`, :func:`load_text_encoder`), so a render process never holds them.
 
@@ -17,7 +20,6 @@ encoder and :func:`assemble_render_components`, with its own classes and schedul
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,7 @@ from typing import Any
 
 from newsmotion_engine.cachedir import sha256_json
 from newsmotion_engine.errors import BadInputError
+from newsmotion_engine.render.diffusers_config import read_json
 from newsmotion_engine.render.lora import fuse_loras
 from newsmotion_engine.render.wan_animate.config import RANDOM_WEIGHTS_LABEL, WanAnimateOptions
 
@@ -40,10 +43,12 @@ __all__ = [
     "load_text_encoder",
     "model_identity",
     "resolve_device",
+    "scheduler_class",
     "torch_dtype",
 ]
 
 RANDOM_SEED = 0
+VAE_DTYPE = "float32"  # Wan encodes and decodes in float32 (wan/modules/vae2_1.py)
 PIPELINE_CLASS = "WanAnimatePipeline"
 TRANSFORMER_CLASS = "WanAnimateTransformer3DModel"
 # Sub-folder -> files that must be there (a weight file is checked separately).
@@ -115,14 +120,19 @@ def check_folder_contents(path: Path, index: Path, *, required: Mapping[str, tup
         raise BadInputError(tconfig, f"describes {tcls!r}, not {transformer} (wrong architecture for {backend})")
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise BadInputError(path, f"is not readable JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise BadInputError(path, "is not a JSON object")
-    return data
+_read_json = read_json  # the folder's JSON configs, read and checked (BadInputError naming the file)
+
+
+def scheduler_class(config: Mapping[str, Any], default: str, where: Path | str = "scheduler/scheduler_config.json") -> type:
+    """The diffusers scheduler class ``config["_class_name"]`` names (``default`` when it names
+    none); :class:`BadInputError` naming ``where`` when diffusers has no such scheduler."""
+    import diffusers
+
+    name = config.get("_class_name") or default
+    cls = getattr(diffusers, str(name), None)
+    if not isinstance(cls, type) or not issubclass(cls, diffusers.SchedulerMixin):
+        raise BadInputError(where, f"names scheduler {name!r}, which diffusers {diffusers.__version__} does not have")
+    return cls
 
 
 def model_identity(opts: WanAnimateOptions, device: Any, model: str | None = None) -> dict[str, Any]:
@@ -141,6 +151,7 @@ def model_identity(opts: WanAnimateOptions, device: Any, model: str | None = Non
     else:
         ident = {"weights": RANDOM_WEIGHTS_LABEL, **({"model": model} if model else {}), "preset": opts.preset,
                  "seed": RANDOM_SEED, "init_device": getattr(device, "type", str(device))}  # fmt: skip
+    ident["vae_dtype"] = VAE_DTYPE  # the cached latents were VAE-encoded in this dtype
     return {**ident, "digest": sha256_json(ident)[:16]}
 
 
@@ -196,11 +207,11 @@ class RenderComponents:
     def weights_label(self) -> str:
         return RANDOM_WEIGHTS_LABEL if self.identity["weights"] == RANDOM_WEIGHTS_LABEL else f"folder {self.identity['path']}"
 
-    def new_scheduler(self):
-        """A fresh UniPC scheduler (its multistep state must never leak between renders)."""
-        from diffusers import UniPCMultistepScheduler
+    default_scheduler = "UniPCMultistepScheduler"
 
-        return UniPCMultistepScheduler.from_config(self.scheduler_config)
+    def new_scheduler(self):
+        """A fresh scheduler of the config's class (its multistep state must never leak between renders)."""
+        return scheduler_class(self.scheduler_config, self.default_scheduler).from_config(self.scheduler_config)
 
 
 def build_transformer(opts: Any, device: Any, dtype: Any, model_class: Any = None):
@@ -219,7 +230,8 @@ def build_transformer(opts: Any, device: Any, dtype: Any, model_class: Any = Non
 
 
 def build_vae(opts: Any, device: Any, dtype: Any):
-    """The Wan VAE (both backends): from the folder, or the preset with seeded random weights."""
+    """The Wan VAE (both backends; ``dtype``: float32 as Wan runs it): from the folder, or the
+    preset with seeded random weights."""
     from diffusers import AutoencoderKLWan
 
     if opts.model_path:
@@ -246,10 +258,13 @@ def channels_last_convs(module: Any, channels_last: bool | None = None) -> Any:
     return module
 
 
-def scheduler_config(opts: WanAnimateOptions) -> dict[str, Any]:
-    if opts.model_path:
-        return _read_json(Path(opts.model_path) / "scheduler" / "scheduler_config.json")
-    return dict(opts.preset_spec.scheduler)
+def scheduler_config(opts: Any) -> dict[str, Any]:
+    """The scheduler config (both backends): the folder's ``scheduler/scheduler_config.json``, else
+    the preset's, its class checked (:class:`BadInputError` naming the file)."""
+    config = opts.scheduler_config()
+    where = Path(opts.model_path) / "scheduler" / "scheduler_config.json" if opts.model_path else f"preset {opts.preset!r}"
+    scheduler_class(config, opts.default_scheduler, where)
+    return config
 
 
 def load_render_components(opts: WanAnimateOptions) -> RenderComponents:
@@ -264,20 +279,19 @@ def assemble_render_components(opts: Any, components: type, *, check_folder: Cal
     """``components(transformer, vae, scheduler config, identity, device, dtype, vae dtype)`` on
     the configured device, the folder checked first (``check_folder``) when there is one; ``build``
     makes the transformer. Both Wan backends load through this."""
-    import torch
-
     if opts.model_path:
         check_folder(Path(opts.model_path))
+    scheduler = scheduler_config(opts)  # checked before the weights load
     device = resolve_device(opts.device)
     dtype = torch_dtype(opts.dtype)
-    # The Wan VAE is numerically touchy in fp16; bf16 on a GPU, fp32 on the CPU (no bf16 conv speed there).
-    vae_dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+    # float32 as Wan runs it (bf16 moves the decoded pixels); the 14B VAE's weights are 0.47 GiB in fp32.
+    vae_dtype = torch_dtype(VAE_DTYPE)
     ident = identity(opts, device)
     transformer = build(opts, device, dtype)
     # LoRAs fused here, before the registry applies any acceleration: FP8 quantizes the fused weights.
     ident = fuse_loras(transformer, getattr(opts, "lora", ()), ident)
     vae = build_vae(opts, device, vae_dtype)
-    return components(transformer, vae, scheduler_config(opts), ident, device, dtype, vae_dtype)
+    return components(transformer, vae, scheduler, ident, device, dtype, vae_dtype)
 
 
 def load_image_encoder(opts: WanAnimateOptions, device: Any):

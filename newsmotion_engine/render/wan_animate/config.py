@@ -58,6 +58,14 @@ Presets build the named architecture with random weights when no model folder is
 
 Everything produced with random weights says so (``describe()["weights"]``, cache metadata, bench
 rows): such frames are noise-shaped and measure speed and numerical drift only.
+
+Defaults with a ``model_path`` are the released Wan2.2-Animate-14B's (Wan2.2's
+``wan/configs/wan_animate_14B.py`` and ``generate.py``; diffusers' ``WanAnimatePipeline`` agrees):
+77-frame segments, 20 steps, no CFG (guidance 1.0), one frame carried over, the scheduler class and
+its shift from the folder's ``scheduler/scheduler_config.json``, the prompt ``视频中的人在做动作``
+("the person in the video is moving") and Wan's default negative prompt. The official
+preprocessing resamples the driving video to 30 fps. The preset is then ignored; without a
+folder the preset's segment length and scheduler apply (steps, CFG and prompts are the same).
 """
 
 from __future__ import annotations
@@ -73,6 +81,7 @@ from newsmotion_engine.render.diffusers_config import (  # the flat keys and the
     DTYPES,
     FLAT_ACCELERATION_KEYS,
     RANDOM_WEIGHTS_LABEL,
+    WAN_NEGATIVE_PROMPT,
     DiffusersOptions,
 )
 from newsmotion_engine.render.diffusers_config import parse_accelerations as _parse_accelerations
@@ -83,6 +92,8 @@ __all__ = [
     "PRESETS",
     "Preset",
     "RANDOM_WEIGHTS_LABEL",
+    "WAN_ANIMATE_PROMPT",
+    "WAN_NEGATIVE_PROMPT",
     "WanAnimateConfigError",
     "WanAnimateOptions",
     "parse_accelerations",
@@ -90,6 +101,14 @@ __all__ = [
 
 MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR"
 NAME = "wan-animate"
+# The released model's defaults (Wan2.2 wan/configs/wan_animate_14B.py: frame_num, sample_steps,
+# sample_guide_scale, sample_fps, prompt).
+RELEASED_SEGMENT_FRAMES = 77
+RELEASED_STEPS = 20
+RELEASED_GUIDANCE = 1.0
+RELEASED_FPS = 30  # the official preprocessing resamples the driving video to 30 fps
+WAN_ANIMATE_PROMPT = "视频中的人在做动作"  # "the person in the video is moving"
+LOOP_PROMPT = "loop"  # prompt="loop": the canonical loop's own text instead
 
 
 class WanAnimateConfigError(BackendOptionError):
@@ -144,7 +163,7 @@ PRESETS: dict[str, Preset] = {
         vae=_vae(4, [1, 1, 1, 1], 1),
         image_encoder=dict(
             hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
-            image_size=32, patch_size=8, projection_dim=16,
+            image_size=224, patch_size=14, projection_dim=16,  # Wan's CLIP input size (caches.encode_image_tokens)
         ),  # fmt: skip
         text_encoder=dict(vocab_size=512, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, feed_forward_proj="gated-gelu"),
         scheduler=_SCHEDULER,
@@ -164,7 +183,7 @@ PRESETS: dict[str, Preset] = {
         vae=_vae(8, [1, 1, 1, 1], 1),
         image_encoder=dict(
             hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-            image_size=32, patch_size=8, projection_dim=32,
+            image_size=224, patch_size=14, projection_dim=32,  # Wan's CLIP input size (caches.encode_image_tokens)
         ),  # fmt: skip
         text_encoder=dict(vocab_size=512, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, feed_forward_proj="gated-gelu"),
         scheduler=_SCHEDULER,
@@ -211,15 +230,20 @@ class WanAnimateOptions(DiffusersOptions):
 
     Model:
         model_path: a diffusers-format Wan-Animate folder; default ``$NEWSMOTION_MODEL_DIR``; none ->
-            ``preset`` with random weights.
-        preset: ``"tiny"``, ``"smoke"`` or ``"14b"`` (architecture when there is no model folder).
+            ``preset`` with random weights. With a folder, unset options take the released
+            model's defaults (module docstring).
+        preset: ``"tiny"``, ``"smoke"`` or ``"14b"`` (architecture when there is no model folder;
+            ignored with one).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``... default ``"auto"`` (cuda when available).
         dtype: transformer compute dtype, ``"bfloat16"`` (default), ``"float16"`` or ``"float32"``.
     Sampling:
         steps: denoising steps (default 20); guidance_scale: CFG scale (1.0 = no CFG, the Wan
-        default); segment_frames: frames per segment (4k+1; default the preset's); prev_frames:
+        default); segment_frames: frames per segment (4k+1; default 77 with a model folder, else
+        the preset's); prev_frames:
         frames carried from one segment into the next (1 or 5); seed base comes from RenderSpec.
-        prompt: overrides the loop's prompt; negative_prompt: for CFG.
+        prompt: default Wan's animate prompt (:data:`WAN_ANIMATE_PROMPT`); ``"loop"``: the
+        canonical loop's own text; any other text is used as is. negative_prompt: for CFG;
+        default Wan's (:data:`WAN_NEGATIVE_PROMPT`).
     Accelerations:
         accelerations: typed configs (:mod:`newsmotion_engine.accel`), each off unless present,
             each removable through :mod:`newsmotion_engine.accel.registry`; kept in the
@@ -235,13 +259,15 @@ class WanAnimateOptions(DiffusersOptions):
     config_error: ClassVar[type[BackendOptionError]] = WanAnimateConfigError
     model_dir_env: ClassVar[str] = MODEL_DIR_ENV
     presets: ClassVar[Mapping[str, Preset]] = PRESETS
+    released_segment_frames: ClassVar[int] = RELEASED_SEGMENT_FRAMES
+    default_scheduler: ClassVar[str] = "UniPCMultistepScheduler"  # Wan's default solver (unipc)
     # model_path, preset, device, dtype: DiffusersOptions' fields (first, in this order)
-    steps: int = 20
-    guidance_scale: float = 1.0
+    steps: int = RELEASED_STEPS  # presets use the released model's too
+    guidance_scale: float = RELEASED_GUIDANCE
     segment_frames: int | None = None
     prev_frames: int = 1
     prompt: str | None = None
-    negative_prompt: str = ""
+    negative_prompt: str = WAN_NEGATIVE_PROMPT
     accelerations: tuple[AccelConfig, ...] = ()
     cache_root: str | None = None
 
@@ -257,3 +283,15 @@ class WanAnimateOptions(DiffusersOptions):
         self._check_lora()
         object.__setattr__(self, "accelerations", self._ordered_accelerations())
         object.__setattr__(self, "guidance_scale", float(self.guidance_scale))
+
+    def preset_scheduler_config(self) -> dict[str, Any]:
+        return dict(self.preset_spec.scheduler)
+
+    @property
+    def default_prompt(self) -> str:
+        """The prompt when ``prompt`` is unset: Wan's animate default."""
+        return WAN_ANIMATE_PROMPT
+
+    def model_defaults(self) -> dict[str, Any]:
+        return {**super().model_defaults(), "steps": RELEASED_STEPS, "guidance_scale": RELEASED_GUIDANCE, "prev_frames": 1,
+                "model_fps": RELEASED_FPS, "prompt": WAN_ANIMATE_PROMPT, "negative_prompt": WAN_NEGATIVE_PROMPT}  # fmt: skip

@@ -5,8 +5,11 @@ Render-time components (:func:`load_render_components`): transformer, VAE (its d
 encoder only for ``continuation="pixel"``), scheduler config. The image encoder and the text
 encoder are for cache building only (:func:`load_image_encoder`, :func:`load_text_encoder`).
 
-The scheduler is ``FlowMatchEulerDiscreteScheduler`` (flow shift 5): the stock denoise step passes
-``generator=`` to ``scheduler.step``, which the flow-matching Euler scheduler accepts.
+The scheduler is the class and config of the folder's ``scheduler/scheduler_config.json`` (a
+preset: ``FlowMatchEulerDiscreteScheduler``, shift 5). The stock denoise step (and ours) passes
+``generator=`` to ``scheduler.step``, so a scheduler whose ``step`` takes no generator (UniPC) is
+refused, naming the file. The guidance scale of a folder's ``guider/guider_config.json`` is checked
+at load too (the options read it, :meth:`~.config.WanAnimate2Options.cfg_scale`).
 
 The folder checks, the identity, the seeded builders, the text encoder and the assembly are
 wan-animate's (:mod:`..wan_animate.components`), given this model's classes and scheduler.
@@ -20,7 +23,7 @@ from typing import Any
 from newsmotion_engine.errors import BadInputError
 from newsmotion_engine.render.wan_animate import components as _wan
 from newsmotion_engine.render.wan_animate.components import load_text_encoder
-from newsmotion_engine.render.wan_animate_2.config import NAME, WanAnimate2Options
+from newsmotion_engine.render.wan_animate_2.config import NAME, PIPELINE_INDEX_FILES, WanAnimate2Options
 
 __all__ = [
     "RenderComponents",
@@ -34,7 +37,6 @@ __all__ = [
 RANDOM_SEED = _wan.RANDOM_SEED
 PIPELINE_CLASSES = ("WanAnimate2ModularPipeline", "WanAnimate2DistilledModularPipeline")
 TRANSFORMER_CLASS = "WanAnimate2Transformer3DModel"
-_INDEX_FILES = ("modular_model_index.json", "model_index.json")
 _REQUIRED = {
     "transformer": ("config.json",),
     "vae": ("config.json",),
@@ -49,7 +51,7 @@ def check_model_folder(path: Path) -> None:
     """Raise :class:`BadInputError` naming the first missing file, or a wrong architecture."""
     if not path.is_dir():
         raise BadInputError(path, "model folder does not exist (set model_path or NEWSMOTION_MODEL_DIR_ANIMATE2, or use a preset)")
-    index = next((path / n for n in _INDEX_FILES if (path / n).is_file()), None)
+    index = next((path / n for n in PIPELINE_INDEX_FILES if (path / n).is_file()), None)
     if index is None:
         raise BadInputError(path / "model_index.json", "missing from the Wan-Animate-2 model folder (no model_index.json or modular_model_index.json)")
     _wan.check_folder_contents(path, index, required=_REQUIRED, pipelines=PIPELINE_CLASSES, transformer=TRANSFORMER_CLASS,
@@ -64,17 +66,26 @@ def model_identity(opts: WanAnimate2Options, device: Any) -> dict[str, Any]:
 class RenderComponents(_wan.RenderComponents):
     """What a render uses; the object the acceleration registry applies configs to."""
 
-    def new_scheduler(self):
-        """A fresh scheduler (its state must never leak between segments)."""
-        from diffusers import FlowMatchEulerDiscreteScheduler
+    default_scheduler = WanAnimate2Options.default_scheduler
 
-        return FlowMatchEulerDiscreteScheduler.from_config(self.scheduler_config)
+    def new_scheduler(self):
+        """A fresh scheduler of the config's class (its state must never leak between segments)."""
+        return _wan.scheduler_class(self.scheduler_config, self.default_scheduler).from_config(self.scheduler_config)
 
 
 def scheduler_config(opts: WanAnimate2Options) -> dict[str, Any]:
-    if opts.model_path:
-        return _wan._read_json(Path(opts.model_path) / "scheduler" / "scheduler_config.json")
-    return {"num_train_timesteps": 1000, "shift": opts.preset_spec.flow_shift}
+    """The scheduler config (the folder's, else the preset's), its class checked: it must take the
+    ``generator`` the denoise step passes (:class:`BadInputError` naming the file)."""
+    import inspect
+
+    config = _wan.scheduler_config(opts)
+    cls = _wan.scheduler_class(config, opts.default_scheduler)
+    if "generator" not in inspect.signature(cls.step).parameters:
+        where = Path(opts.model_path) / "scheduler" / "scheduler_config.json" if opts.model_path else f"preset {opts.preset!r}"
+        raise BadInputError(where, f"names {cls.__name__}, whose step() takes no generator; the Wan-Animate-2 pipeline steps "
+                                   "with one (the released config names FlowMatchEulerDiscreteScheduler)")  # fmt: skip
+    opts.folder_guidance_scale()  # a bad guider config fails the load, not a render
+    return config
 
 
 def build_transformer(opts: WanAnimate2Options, device: Any, dtype: Any):

@@ -3,9 +3,17 @@ the reference K/V source, and :class:`WanAnimate2Options`.
 
 Schedules (diffusers 0.42.1's modular pipelines are the reference):
 
-- ``distilled`` (default): ``WanAnimate2DistilledModularPipeline``'s defaults, 10 steps, no CFG.
+- ``distilled``: ``WanAnimate2DistilledModularPipeline``'s defaults, 10 steps, no CFG.
 - ``base``: ``WanAnimate2ModularPipeline``'s defaults, 40 steps, CFG 3.0 (the unconditional branch
   uses the negative prompt and skips block 9, as the stock transformer does).
+
+Defaults: with a ``model_path`` the schedule is the folder's pipeline class (``_class_name`` of its
+``modular_model_index.json``, else ``model_index.json``), the guidance scale its guider's
+(``guider/guider_config.json`` when the folder has one, else the pipeline's), the scheduler the
+class and config of ``scheduler/scheduler_config.json``, 81-frame segments; the prompt is the
+persona's appearance-and-background caption (:mod:`.caption`), the negative prompt empty and the
+reference prompt ``人物动作的参考视频`` (the modular pipeline's defaults). Without a folder: the
+``distilled`` schedule and the preset's segment length and scheduler (flow-matching Euler, shift 5).
 
 Reference K/V (``reference_kv``): every segment's denoising passes read the per-layer K/V of the
 driving-video segment, which depend only on the loop (not the persona). Three sources:
@@ -48,12 +56,15 @@ so everywhere; frames are noise):
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from newsmotion_engine.accel.registry import AccelConfig
 from newsmotion_engine.render.base import BackendOptionError
+from newsmotion_engine.errors import BadInputError
 from newsmotion_engine.render.diffusers_config import DTYPES, RANDOM_WEIGHTS_LABEL, DiffusersOptions
 
 __all__ = [
@@ -70,6 +81,12 @@ __all__ = [
 
 NAME = "wan-animate-2"
 MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR_ANIMATE2"
+RELEASED_SEGMENT_FRAMES = 81  # the modular pipelines' segment_frame_length
+RELEASED_FPS = 24  # the modular pipelines' fps: the driving video is read at 24 fps
+PRESET_SCHEDULE = "distilled"  # without a model folder
+PIPELINE_INDEX_FILES = ("modular_model_index.json", "model_index.json")  # the first present names the pipeline
+GUIDER_CONFIG = "guider/guider_config.json"
+CAPTION_PROMPT = "persona caption (render/wan_animate_2/caption.py)"
 REFERENCE_PROMPT = "人物动作的参考视频"  # the stock pipeline's default `prompt_ref` ("reference video of a person's motion")
 ReferenceKV = Literal["extract", "fp8-file", "gpu-lru"]
 REFERENCE_KV: tuple[str, ...] = ("extract", "fp8-file", "gpu-lru")
@@ -93,6 +110,22 @@ SCHEDULES: dict[str, Schedule] = {
     "distilled": Schedule("distilled", 10, 1.0, "WanAnimate2DistilledModularPipeline"),
     "base": Schedule("base", 40, 3.0, "WanAnimate2ModularPipeline"),
 }
+_SCHEDULE_OF_PIPELINE = {s.stock_pipeline: s.name for s in SCHEDULES.values()}
+
+
+def folder_pipeline_class(model_path: str) -> tuple[str, Path] | None:
+    """``(pipeline class name, index file)`` of a model folder: the ``_class_name`` of its
+    ``modular_model_index.json``, else of its ``model_index.json``; None when it has neither or
+    the file is unreadable (loading the folder names the problem)."""
+    for name in PIPELINE_INDEX_FILES:
+        index = Path(model_path) / name
+        if index.is_file():
+            try:
+                cls = json.loads(index.read_text()).get("_class_name")
+            except (OSError, ValueError, AttributeError):
+                return None
+            return (cls, index) if isinstance(cls, str) else None
+    return None
 
 
 @dataclass(frozen=True)
@@ -155,12 +188,17 @@ class WanAnimate2Options(DiffusersOptions):
 
     Model:
         model_path: a diffusers-format Wan-Animate-2 folder (default ``$NEWSMOTION_MODEL_DIR_ANIMATE2``);
-            none -> ``preset`` with random weights. device: ``"auto"``/``"cpu"``/``"cuda[:n]"``.
+            none -> ``preset`` with random weights (the preset is ignored with a folder; unset
+            options then come from the folder, see the module docstring).
+            device: ``"auto"``/``"cpu"``/``"cuda[:n]"``.
         dtype: transformer compute dtype (default ``"bfloat16"``).
     Sampling:
-        schedule: ``"distilled"`` (10 steps, no CFG) or ``"base"`` (40 steps, CFG 3.0).
-        steps / guidance_scale: override the schedule's (guidance > 1 only on ``base``).
-        segment_frames: frames per segment (4k+1; default the preset's, 81 for the real sizes);
+        schedule: ``"distilled"`` (10 steps, no CFG) or ``"base"`` (40 steps, CFG 3.0); unset:
+            the model folder's pipeline class, ``"distilled"`` without a folder.
+        steps / guidance_scale: override the schedule's (guidance > 1 only on ``base``); unset
+            guidance: the folder's guider config when it has one, else the schedule's.
+        segment_frames: frames per segment (4k+1; default 81 with a model folder, else the
+            preset's: 9 for ``tiny``, 81 for the real sizes);
         fit_segments: OFF by default (a shorter generation length whose picture quality needs real
             weights to judge; ``newsmotion calibrate fit-segments``): each clip's segments shortened
             to the least ``4k+1`` that covers it in as many segments as ``segment_frames`` would
@@ -170,7 +208,10 @@ class WanAnimate2Options(DiffusersOptions):
         continuation: ``"latent"`` (default: the next segment's conditioning is built from the
             previous segment's last latent frame, no VAE encoder at render time) or ``"pixel"``
             (the stock way: VAE-encode the decoded last frame; for parity checks).
-        prompt / negative_prompt / prompt_ref: text (cached as embeddings in Tier 1).
+        prompt: unset (default): each persona's appearance-and-background caption
+            (:func:`.caption.persona_caption`, cached with the persona, Tier 2); negative_prompt
+            (default empty) / prompt_ref (default ``人物动作的参考视频``): the modular pipeline's
+            defaults (cached in Tier 1).
         decode_overlap: ``"off"`` (default), ``"on"`` or ``"auto"`` (on CUDA devices only): decode
             each segment in a worker thread on a side stream while the next segment denoises
             (latent continuation only; the same frames, :mod:`.decode_ahead`). Off by default: on
@@ -193,8 +234,10 @@ class WanAnimate2Options(DiffusersOptions):
     config_error: ClassVar[type[BackendOptionError]] = WanAnimate2ConfigError
     model_dir_env: ClassVar[str] = MODEL_DIR_ENV
     presets: ClassVar[Mapping[str, Preset]] = PRESETS
+    released_segment_frames: ClassVar[int] = RELEASED_SEGMENT_FRAMES
+    default_scheduler: ClassVar[str] = "FlowMatchEulerDiscreteScheduler"
     # model_path, preset, device, dtype: DiffusersOptions' fields (first, in this order)
-    schedule: str = "distilled"
+    schedule: str | None = None  # resolved in __post_init__ (the folder's pipeline class, else PRESET_SCHEDULE)
     steps: int | None = None
     guidance_scale: float | None = None
     segment_frames: int | None = None
@@ -215,6 +258,7 @@ class WanAnimate2Options(DiffusersOptions):
     def __post_init__(self) -> None:
         self._check_choice("preset", PRESETS)
         self._check_choice("dtype", DTYPES)
+        self._resolve_schedule()
         self._check_choice("schedule", SCHEDULES)
         if self.steps is not None:
             self._check_steps()
@@ -263,14 +307,58 @@ class WanAnimate2Options(DiffusersOptions):
         return tuple(dataclasses.replace(c, fullgraph=False) if c.technique == "compile" else c
                      for c in super().parse_flat_accelerations(flat))  # fmt: skip
 
+    def _resolve_schedule(self) -> None:
+        """An unset ``schedule`` from the folder's pipeline class (else :data:`PRESET_SCHEDULE`);
+        ``schedule_source`` says which."""
+        if self.schedule is not None:
+            object.__setattr__(self, "schedule_source", "option")
+            return
+        found = folder_pipeline_class(self.model_path) if self.model_path else None
+        schedule = _SCHEDULE_OF_PIPELINE.get(found[0]) if found else None
+        if schedule is None:  # no folder, or one the loader will refuse (it names the problem)
+            object.__setattr__(self, "schedule", PRESET_SCHEDULE)
+            object.__setattr__(self, "schedule_source", "preset" if not self.model_path else "default (folder index unreadable)")
+        else:
+            object.__setattr__(self, "schedule", schedule)
+            object.__setattr__(self, "schedule_source", f"{found[1].name} _class_name {found[0]}")
+
     @property
     def schedule_spec(self) -> Schedule:
-        return SCHEDULES[self.schedule]
+        return SCHEDULES[self.schedule]  # type: ignore[index]
 
     @property
     def num_steps(self) -> int:
         return self.steps if self.steps is not None else self.schedule_spec.steps
 
+    def folder_guidance_scale(self) -> float | None:
+        """The guidance scale of the folder's guider config (``guider/guider_config.json``), or
+        None without one. Raises :class:`BadInputError` naming an unreadable or invalid file."""
+        if not self.model_path or not (Path(self.model_path) / GUIDER_CONFIG).is_file():
+            return None
+        g = self.folder_json(GUIDER_CONFIG).get("guidance_scale")
+        if not isinstance(g, (int, float)) or isinstance(g, bool) or not 1.0 <= float(g) <= 30.0:
+            raise BadInputError(Path(self.model_path) / GUIDER_CONFIG, f"guidance_scale {g!r} is not a number 1..30")
+        return float(g)
+
     @property
     def cfg_scale(self) -> float:
-        return self.guidance_scale if self.guidance_scale is not None else self.schedule_spec.guidance_scale
+        if self.guidance_scale is not None:
+            return self.guidance_scale
+        folder = self.folder_guidance_scale()
+        return folder if folder is not None else self.schedule_spec.guidance_scale
+
+    def preset_scheduler_config(self) -> dict[str, Any]:
+        return {"num_train_timesteps": 1000, "shift": self.preset_spec.flow_shift}
+
+    def model_defaults(self) -> dict[str, Any]:
+        info = {**super().model_defaults(), "schedule": self.schedule, "schedule_from": self.schedule_source,
+                "steps": self.schedule_spec.steps}  # fmt: skip
+        try:
+            folder_g = self.folder_guidance_scale()
+        except BadInputError as exc:
+            info["guidance_scale"] = f"unreadable: {exc}"
+        else:
+            info["guidance_scale"] = folder_g if folder_g is not None else self.schedule_spec.guidance_scale
+            info["guidance_from"] = GUIDER_CONFIG if folder_g is not None else f"{self.schedule_spec.stock_pipeline} guider"
+        return {**info, "prev_frames": 1, "model_fps": RELEASED_FPS, "prompt": CAPTION_PROMPT, "negative_prompt": "",
+                "prompt_ref": REFERENCE_PROMPT}  # fmt: skip
