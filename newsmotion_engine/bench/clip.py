@@ -165,7 +165,7 @@ def _bench_stock(backend: Any, loop: Any, persona: Any, width: int, height: int,
     from PIL import Image
 
     from newsmotion_engine.bench.gpu import BENCH_PROMPT
-    from newsmotion_engine.guidance.draw import draw_pose
+    from newsmotion_engine.render.clip import retargeted_keypoints
     from newsmotion_engine.render.wan_animate import caches as C
     from newsmotion_engine.render.wan_animate.components import load_image_encoder, load_text_encoder
 
@@ -181,7 +181,8 @@ def _bench_stock(backend: Any, loop: Any, persona: Any, width: int, height: int,
     del txt_enc
     gc.collect()
     ref = persona.portrait
-    pose = [Image.fromarray(draw_pose(loop.keypoints[i], width, height)) for i in range(frames)]
+    # The pose video ours draws: the retargeted loop in Wan's style on the reference person.
+    pose = [Image.fromarray(f) for f in C.pose_frames(persona, retargeted_keypoints(loop, persona)[:frames], width, height)]
     size = int(comps.transformer.config.motion_encoder_size)
     face = [Image.fromarray(np.roll(np.asarray(Image.fromarray(ref).resize((size, size))), i, axis=1)) for i in range(frames)]
     pipe = WanAnimatePipeline(tokenizer=None, text_encoder=None, vae=comps.vae, scheduler=comps.new_scheduler(),

@@ -539,8 +539,8 @@ def _bench_render(opts: Any, width: int, height: int, frames: int, steps: int, l
 
     from newsmotion_engine.accel import registry
     from newsmotion_engine.accel.fp8 import module_weight_gib
-    from newsmotion_engine.guidance.draw import draw_pose
     from newsmotion_engine.render.base import RenderSpec
+    from newsmotion_engine.render.clip import retargeted_keypoints
     from newsmotion_engine.render.wan_animate import caches as C
     from newsmotion_engine.render.wan_animate import segment as S
     from newsmotion_engine.render.wan_animate.backend import WanAnimateBackend
@@ -568,11 +568,12 @@ def _bench_render(opts: Any, width: int, height: int, frames: int, steps: int, l
         tok, txt_enc = load_text_encoder(bopts, device)
         log(f"render components built in {time.perf_counter() - t0:.1f}s")
 
-        # Inputs: a synthetic reference image, pose video (drawn loop) and face video.
+        # Inputs: a synthetic reference image, the pose video the backend draws (the retargeted
+        # loop in Wan's style on the reference person, caches.pose_frames) and a face video.
         loop, persona = bench_inputs(width, height, frames, Path(tmp))
         spec = RenderSpec(width=width, height=height, seed=0)
         ref = persona.portrait
-        pose_frames = np.stack([draw_pose(loop.keypoints[i], width, height) for i in range(frames)])
+        pose_frames = C.pose_frames(persona, retargeted_keypoints(loop, persona), width, height)
         fsize = opts.preset_spec.transformer["motion_encoder_size"]
         face_frames = np.stack([np.roll(np.asarray(Image.fromarray(ref).resize((fsize, fsize))), i, axis=1) for i in range(frames)])
         t_lat = (frames - 1) // 4 + 1
@@ -635,8 +636,10 @@ def _bench_render(opts: Any, width: int, height: int, frames: int, steps: int, l
         comps.transformer.register_forward_pre_hook(lambda *_: calls.__setitem__("n", calls["n"] + 1))
 
         def ours(n_steps: int) -> S.SegmentResult:
-            # The shipped per-segment path, looked up at call time (a test spies on it).
-            return S.render_segment(comps, g, p, face_frames, plan=plan, segment=0, noise=noise, steps=n_steps,
+            # The shipped per-segment path, looked up at call time (a test spies on it), after the
+            # pose encode every render pays (the stock side's time includes its own).
+            gp = dataclasses.replace(g, pose_latents=C.encode_pose_latents(comps.vae, pose_frames, plan, device))
+            return S.render_segment(comps, gp, p, face_frames, plan=plan, segment=0, noise=noise, steps=n_steps,
                                     guidance_scale=guidance_scale)  # fmt: skip
 
         if device.type == "cuda" and any(isinstance(c, Compile) for c in accel):

@@ -63,7 +63,7 @@ def test_wan_animate_tiny_builds_its_sub_caches_once(astronaut_png, storage):
         persona = dg.materialize([backend_persona_cache], partition_key="anchor", instance=instance, resources=resources)
         assert _meta(loop, "backend_guidance_cache")["built"] == 1
         assert _meta(persona, "backend_persona_cache")["built"] == 1
-        assert "pose_latents" in _meta(loop, "backend_guidance_cache")["artifacts"]
+        assert "prompt_embeds" in _meta(loop, "backend_guidance_cache")["artifacts"]
         assert "ref_latents" in _meta(persona, "backend_persona_cache")["artifacts"]
         assert wan_caches.guidance_artifacts_dir(storage.guidance_dir("nod"), 64, 128).is_dir()
         assert wan_caches.persona_artifacts_dir(storage.persona_dir("anchor"), 64, 128).is_dir()

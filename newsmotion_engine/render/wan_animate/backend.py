@@ -1,5 +1,5 @@
-"""The ``wan-animate`` render backend: Wan2.2-Animate (diffusers components) driven by the cached
-pose latents, prompt embeddings, reference latents and image tokens.
+"""The ``wan-animate`` render backend: Wan2.2-Animate (diffusers components) driven by the clip's
+pose video, the cached prompt embeddings, reference latents and image tokens.
 
 Caches: the backend derives two sub-caches (see :mod:`.caches`) from the guidance and persona
 caches. :meth:`WanAnimateBackend.prepare_guidance` / :meth:`WanAnimateBackend.prepare_persona`
@@ -9,7 +9,9 @@ through the renderer resource. Renders only load: ``frames`` raises
 :class:`~newsmotion_engine.render.base.BackendCacheError` (missing / stale / corrupt, naming what
 to materialize) and builds nothing.
 
-Per render (``frames``): load both sub-caches, build the face video, then per inference segment
+Per render (``frames``): load both sub-caches, draw the pose video (the retargeted keypoints in
+Wan's training style, placed on the reference person: :func:`.caches.pose_frames`) and VAE-encode
+it per segment, build the face video, then per inference segment
 :func:`.segment.render_segment` (our denoising loop over the stock components, then decode),
 streaming frames out one by one.
 
@@ -52,7 +54,7 @@ class WanAnimateBackend(DiffusersBackend):
 
     name = NAME
     needs = BackendNeeds(
-        guidance=frozenset({"keypoints", "pose_latents", "prompt_embeds"}),
+        guidance=frozenset({"keypoints", "cond0_latents", "prompt_embeds"}),
         persona=frozenset({"portrait", "person_mask", "face_mask", "landmarks", "ref_latents", "image_tokens"}),
     )
     options_class = WanAnimateOptions
@@ -79,7 +81,8 @@ class WanAnimateBackend(DiffusersBackend):
             "prompt": o.prompt,
             "negative_prompt": o.negative_prompt,
             "accelerations": o.accel_summary(),
-            "pose_video": "loop keypoints drawn DWPose-style (Tier-1 guidance cache)",
+            "pose_video": "retargeted keypoints drawn in Wan-Animate's training style on the reference person, "
+                          "VAE-encoded per render",
             "face_video": "face crops of the warp backend's frames",
             "continuation": "latent (no VAE encode at render time)",
         }
@@ -102,24 +105,16 @@ class WanAnimateBackend(DiffusersBackend):
         return C.guidance_artifacts_dir(Path(guidance.path), spec.width, spec.height, self._cache_root(), spec.keyframes)
 
     def _guidance_params_extra(self, spec: RenderSpec) -> dict[str, Any]:
-        # The pose video is the keyframes' poses: its own sub-cache.
+        # The segment plan (cond0's length) follows the keyframe count: its own sub-cache.
         return {"keyframes": spec.keyframes} if spec.keyframes > 1 else {}
 
     def _build_guidance(self, path: Path, guidance: Any, spec: RenderSpec, plan: C.SegmentPlan, source: dict, params: dict) -> None:
         import torch
 
-        from newsmotion_engine.guidance.draw import draw_pose
         from newsmotion_engine.render.wan_animate.components import load_text_encoder
 
+        # No pose latents here: the pose video is drawn on the persona, so plan_clip encodes it.
         comps = self.components
-        kp = self._driving(guidance, spec)
-        T = kp.shape[0]
-        poses = []
-        for k in range(plan.segments):
-            start = plan.start(k)
-            # Cyclic continuation past the end: the loops are seamless.
-            frames = np.stack([draw_pose(kp[(start + j) % T], spec.width, spec.height) for j in range(plan.segment_frames)])
-            poses.append(C.vae_encode(comps.vae, C.to_video_tensor(frames), comps.device))
         zeros = torch.zeros(1, 3, plan.segment_frames, spec.height, spec.width)
         cond0 = torch.cat([C.i2v_mask(plan.latent_frames, spec.height // 8, spec.width // 8, 0),
                            C.vae_encode(comps.vae, zeros, comps.device)], dim=1)  # fmt: skip
@@ -130,7 +125,7 @@ class WanAnimateBackend(DiffusersBackend):
             del enc  # the text encoder lives only while building caches
             if comps.device.type == "cuda":
                 torch.cuda.empty_cache()
-        artifacts = C.GuidanceArtifacts(torch.cat(poses), cond0, emb[0:1], emb[1:2])
+        artifacts = C.GuidanceArtifacts(cond0, emb[0:1], emb[1:2])
         C.write_guidance_artifacts(path, artifacts, source=source, params=params, extra=self._cache_extra())
 
     def _build_persona(self, path: Path, persona: Any, spec: RenderSpec, source: dict, params: dict) -> None:
@@ -205,11 +200,15 @@ class WanAnimateBackend(DiffusersBackend):
     # thread, denoise_clip_segment on the GPU's main stream (in segment order: a continuation needs
     # the previous segment's latents), decode_clip_segment on a second stream with the encoder.
     def plan_clip(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> ClipWork:
-        """Stage 1 (CPU): load both sub-caches, build the face video, draw every segment's noise.
+        """Stage 1 (CPU): load both sub-caches, build the face video, draw the pose video and
+        VAE-encode it per segment (on the GPU, through a copy of the VAE that does not share the
+        decode stage's feature caches; ``pose_encode_s`` in the stats), draw every segment's noise.
 
         Raises:
             BackendCacheError: a sub-cache is missing or stale (nothing is built here).
         """
+        from dataclasses import replace
+
         import torch
 
         self.load()
@@ -224,11 +223,17 @@ class WanAnimateBackend(DiffusersBackend):
         device = self.components.device
         if getattr(device, "type", str(device)) == "cuda":  # the clip's own peak (peak_vram_gib), not the process's
             torch.cuda.reset_peak_memory_stats(device)
+        t1 = time.perf_counter()
+        # The pose video is drawn on the persona (the reference person): encoded per clip, not cached.
+        pose = C.pose_frames(persona, keypoints, spec.width, spec.height)
+        g = replace(g, pose_latents=C.encode_pose_latents(self.components.vae, pose, plan, device))
+        pose_encode_s = time.perf_counter() - t1
         gen = torch.Generator("cpu").manual_seed(spec.seed)
         noises = [torch.randn((1, 16, plan.latent_frames + 1, h, w), generator=gen, dtype=torch.float32) for _ in range(plan.segments)]
         stats: dict[str, Any] = {"segments": plan.segments, "denoise_s": 0.0, "decode_s": 0.0, "cond_passes": 0,
                                  "uncond_passes": 0, "plain_cfg_passes": 0, "teacache_computed": 0, "teacache_skipped": 0,
                                  "prep_s": time.perf_counter() - t0}  # fmt: skip
+        stats["pose_encode_s"] = round(pose_encode_s, 3)
         return ClipWork(plan=plan, frames=T, spec=spec, guidance=g, persona=p, faces=faces, noises=noises, stats=stats)
 
     def denoise_clip_segment(self, work: ClipWork, k: int) -> Any:

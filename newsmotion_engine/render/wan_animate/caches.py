@@ -5,16 +5,16 @@
   ``image_tokens.safetensors`` (CLIP penultimate hidden states, float32 ``[1, N, D]``). The reference
   image is the portrait composited over the render background and placed on the W x H frame as the
   warp backend places it.
-- **Guidance** ``{guidance_cache}/wan-animate/{W}x{H}/``: ``pose_latents.safetensors`` (one VAE
-  encoding per inference segment of the loop's DWPose drawing, float32 ``[S, 16, T_lat, H/8, W/8]``),
-  ``cond0_latents.safetensors`` (the first segment's conditioning: the all-zero video's latents with
-  a zero mask), and ``prompt_embeds.safetensors`` (``prompt`` and ``negative`` UMT5 embeddings,
-  ``[1, 512, D]``).
+- **Guidance** ``{guidance_cache}/wan-animate/{W}x{H}/``: ``cond0_latents.safetensors`` (the first
+  segment's conditioning: the all-zero video's latents with a zero mask) and
+  ``prompt_embeds.safetensors`` (``prompt`` and ``negative`` UMT5 embeddings, ``[1, 512, D]``).
 
-Pose video choice: the loop's own (persona-free) keypoints drawn DWPose-style at W x H, so the
-latents are a Tier-1 artifact shared by every persona; the retargeted pose is used for the face
-video (see ``backend``). Segments past the loop's end continue the loop cyclically (the loops are
-seamless), where the stock pipeline reflects.
+Pose video: not cached. As in Wan's animation mode (the driving pose retargeted to the reference,
+drawn on a canvas of the reference's size), it is the clip's retargeted keypoints drawn in Wan's
+training style (:mod:`newsmotion_engine.guidance.wan_pose`) where :func:`reference_frame` places
+the portrait (:func:`pose_frames`), so it depends on the persona: the backend VAE-encodes it per
+render (:func:`encode_pose_latents`, once per inference segment). Segments past the clip's end
+continue it cyclically (the loops are seamless), where the stock pipeline reflects.
 
 Staleness key (``params``): format version, resolution, segment plan, model identity digest, the
 parent cache's source sha256 (and the prompt / background that went in). Any difference ->
@@ -42,12 +42,14 @@ __all__ = [
     "GUIDANCE_SCHEMA",
     "PERSONA_SCHEMA",
     "GuidanceArtifacts",
+    "encode_pose_latents",
     "PersonaArtifacts",
     "SegmentPlan",
     "guidance_artifacts_dir",
     "i2v_mask",
     "persona_artifacts_dir",
     "plan_segments",
+    "pose_frames",
     "read_guidance_artifacts",
     "read_persona_artifacts",
     "reference_frame",
@@ -61,9 +63,11 @@ PERSONA_SCHEMA = cachedir.CacheSchema(
     kind="wan-animate-persona", version=FORMAT_VERSION, arrays={},
     files=("ref_latents.safetensors", "image_tokens.safetensors"),
 )  # fmt: skip
+# 2: the pose latents left the guidance sub-cache (encoded per render): older ones are rebuilt.
+GUIDANCE_SCHEMA_VERSION = 2
 GUIDANCE_SCHEMA = cachedir.CacheSchema(
-    kind="wan-animate-guidance", version=FORMAT_VERSION, arrays={},
-    files=("pose_latents.safetensors", "cond0_latents.safetensors", "prompt_embeds.safetensors"),
+    kind="wan-animate-guidance", version=GUIDANCE_SCHEMA_VERSION, arrays={},
+    files=("cond0_latents.safetensors", "prompt_embeds.safetensors"),
 )  # fmt: skip
 TEXT_TOKENS = 512
 VAE_SCALE_SPATIAL = 8
@@ -172,6 +176,42 @@ def reference_frame(persona: Any, width: int, height: int, background: tuple[int
     return out
 
 
+def pose_frames(persona: Any, keypoints: np.ndarray, width: int, height: int) -> np.ndarray:
+    """The pose video of a clip: uint8 ``[T, height, width, 3]``, ``keypoints`` (``[T, 133, 3]``,
+    retargeted to the persona: normalized to its portrait) drawn in Wan-Animate's training style
+    where :func:`reference_frame` places the portrait, so the skeleton lies on the reference
+    person and keeps its proportions at any output aspect ratio. The backend and the GPU benches'
+    stock side both draw through this."""
+    from newsmotion_engine.guidance.wan_pose import draw_wan_pose_video
+    from newsmotion_engine.render.warp import place_portrait
+
+    box = place_portrait(np.asarray(persona.portrait).shape[:2], width, height)
+    return draw_wan_pose_video(keypoints, width, height, box=box)
+
+
+def encode_pose_latents(vae: Any, frames: np.ndarray, plan: SegmentPlan, device: Any):
+    """One VAE encoding per inference segment of ``plan`` of the pose video ``frames`` (uint8
+    ``[T, H, W, 3]``; segment ``k`` covers frames ``plan.start(k) ...``, cyclically past the end)
+    -> float32 ``[S, 16, T_lat, H/8, W/8]`` on the CPU.
+
+    Encodes through a shallow copy of ``vae``: it shares the weights but has its own temporal
+    feature caches. diffusers' Wan VAE keeps those on the module and clears them at every encode
+    and decode, so an encode on the render queue's prepare thread would otherwise corrupt a
+    decode running on its finish thread at the same time.
+    """
+    import copy
+
+    import torch
+
+    encoder = copy.copy(vae)
+    n = int(frames.shape[0])
+    out = []
+    for k in range(plan.segments):
+        idx = [(plan.start(k) + j) % n for j in range(plan.segment_frames)]
+        out.append(vae_encode(encoder, to_video_tensor(frames[idx]), device))
+    return torch.cat(out)
+
+
 def to_video_tensor(frames: np.ndarray):
     """uint8 ``[T, H, W, 3]`` -> float32 ``[1, 3, T, H, W]`` in [-1, 1]."""
     import torch
@@ -246,12 +286,14 @@ def load_tensors(path: Path, expected: dict[str, tuple[int | None, ...]]) -> dic
 
 @dataclass
 class GuidanceArtifacts:
-    """The loop-side tensors of one (loop, resolution, model), float32 on the CPU."""
+    """The loop-side tensors of one (loop, resolution, model), float32 on the CPU, and the clip's
+    pose latents: ``None`` as read from the sub-cache, filled per render by the backend's
+    ``plan_clip`` (:func:`encode_pose_latents`; the pose video depends on the persona)."""
 
-    pose_latents: Any  # [S, 16, T_lat, h, w]: one VAE encoding of the drawn pose video per segment
     cond0_latents: Any  # [1, 20, T_lat, h, w]: mask + latents of the all-zero video (first segment)
     prompt_embeds: Any  # [1, 512, D_text]
     negative_embeds: Any  # [1, 512, D_text]
+    pose_latents: Any = None  # [S, 16, T_lat, h, w]: one VAE encoding of the pose video per segment
 
 
 @dataclass
@@ -272,10 +314,9 @@ def read_guidance_artifacts(cache_dir: Path, source: Mapping[str, Any], params: 
     """
     cachedir.read_cache(cache_dir, GUIDANCE_SCHEMA, expected_source=source, expected_params=params)
     h, w, t = height // VAE_SCALE_SPATIAL, width // VAE_SCALE_SPATIAL, plan.latent_frames
-    pose = load_tensors(cache_dir / "pose_latents.safetensors", {"pose_latents": (plan.segments, 16, t, h, w)})
     cond0 = load_tensors(cache_dir / "cond0_latents.safetensors", {"cond0_latents": (1, 20, t, h, w)})
     text = load_tensors(cache_dir / "prompt_embeds.safetensors", {"prompt": (1, TEXT_TOKENS, None), "negative": (1, TEXT_TOKENS, None)})
-    return GuidanceArtifacts(pose["pose_latents"], cond0["cond0_latents"], text["prompt"], text["negative"])
+    return GuidanceArtifacts(cond0["cond0_latents"], text["prompt"], text["negative"])
 
 
 def write_guidance_artifacts(cache_dir: Path, artifacts: GuidanceArtifacts, *, source: Mapping[str, Any],
@@ -284,7 +325,6 @@ def write_guidance_artifacts(cache_dir: Path, artifacts: GuidanceArtifacts, *, s
     meta = {"weights": str(extra.get("weights", ""))}
 
     def build(tmp: Path) -> None:
-        save_tensors(tmp / "pose_latents.safetensors", {"pose_latents": artifacts.pose_latents}, meta)
         save_tensors(tmp / "cond0_latents.safetensors", {"cond0_latents": artifacts.cond0_latents}, meta)
         save_tensors(tmp / "prompt_embeds.safetensors", {"prompt": artifacts.prompt_embeds, "negative": artifacts.negative_embeds}, meta)
 

@@ -1,6 +1,7 @@
 """wan-animate backend on the tiny preset (CPU, random weights): end to end through render_clip,
-the two-tier caches (built by prepare_*, only loaded by frames: no encoder at render time), and
-bad input. ``pair`` and ``encoder_calls`` come from this folder's conftest."""
+the two-tier caches (built by prepare_*, only loaded by frames: at render time only the VAE
+encodes the clip's pose video), the pose video's placement on the reference person, and bad
+input. ``pair`` and ``encoder_calls`` come from this folder's conftest."""
 
 from __future__ import annotations
 
@@ -47,8 +48,10 @@ def test_tiny_render_end_to_end_through_render_clip(pair, tmp_path):
     info = tele.backend_info
     assert info["weights"] == "random weights" and "random weights" in info["note"]
     assert info["last_render"]["segments"] == 2  # 13 frames in 9-frame segments overlapping by 1
+    assert info["last_render"]["pose_encode_s"] > 0 and "Wan-Animate's training style" in info["pose_video"]
     meta = json.loads((loop.path / "wan-animate" / "64x64" / "metadata.json").read_text())
     assert meta["weights"] == "random weights" and meta["params"]["size"] == [64, 64]
+    assert "pose_latents.safetensors" not in meta["files"] and not (loop.path / "wan-animate" / "64x64" / "pose_latents.safetensors").exists()
     assert meta["source"]["sha256"] == "a" * 64
     backend.close()
 
@@ -73,7 +76,9 @@ def test_frames_without_prepare_names_what_to_build_and_builds_nothing(pair, enc
     assert not (persona.path / "wan-animate").exists()
 
 
-def test_no_encoder_runs_at_render_time(pair, encoder_calls):
+def test_only_the_pose_video_is_encoded_at_render_time(pair, encoder_calls, monkeypatch):
+    from newsmotion_engine.render.wan_animate import caches as C
+
     loop, persona = pair
     backend = _backend()
     backend.load()
@@ -82,9 +87,15 @@ def test_no_encoder_runs_at_render_time(pair, encoder_calls):
     assert built["vae.encode"] > 0 and built["image_encoder"] == 1 and built["text_encoder"] == 1
     encoder_calls.calls.update({k: 0 for k in encoder_calls.calls})
     assert _prepare(backend, loop, persona) == (False, False)  # current: validated, not rebuilt
+    encoded = []
+    real = C.encode_pose_latents
+    monkeypatch.setattr(C, "encode_pose_latents", lambda vae, frames, plan, device: encoded.append((frames, plan)) or real(vae, frames, plan, device))
     frames = list(backend.frames(loop, persona, loop.keypoints, SPEC))
     assert len(frames) == 13 and frames[0].shape == (64, 64, 3) and frames[0].dtype == np.uint8
-    assert encoder_calls.calls == {"vae.encode": 0, "image_encoder": 0, "text_encoder": 0}
+    assert encoder_calls.calls["image_encoder"] == 0 and encoder_calls.calls["text_encoder"] == 0
+    # The pose video: drawn on the persona from the keypoints the render was given, one encode per clip.
+    assert len(encoded) == 1 and encoded[0][1].segments == 2
+    assert np.array_equal(encoded[0][0], C.pose_frames(persona, loop.keypoints, SPEC.width, SPEC.height))
     # Another resolution is another cache: built (encoders run), never the 64x64 one reused.
     assert _prepare(backend, loop, persona, RenderSpec(width=96, height=64)) == (True, True)
     assert encoder_calls.calls["vae.encode"] > 0
@@ -202,3 +213,82 @@ def test_channels_last_convs_only_on_cuda_by_default_and_decode_the_same():
         assert (D.decode_segment(vae, lat) - plain).abs().max() < 1e-4
         channels_last_convs(vae, False)
         assert torch.equal(D.decode_segment(vae, lat), plain)
+
+
+# ---------------------------------------------------------------------- pose video
+
+
+def _centroid(frame, colour):
+    ys, xs = np.nonzero((frame == np.array(colour, np.uint8)).all(axis=-1))
+    assert xs.size, f"colour {colour} not drawn"
+    return np.array([xs.mean(), ys.mean()])
+
+
+@pytest.mark.parametrize("width, height", [(288, 512), (720, 720), (512, 288)])
+def test_pose_video_lies_on_the_reference_person_unstretched(synth, width, height):
+    """The pose video is the retargeted pose drawn where the reference frame places the portrait:
+    the drawn shoulders and neck land on the persona's own (within a pixel or two), and at any
+    aspect ratio shoulder width : torso height is the persona's (no stretch)."""
+    from newsmotion_engine.render.clip import retargeted_keypoints
+    from newsmotion_engine.render.wan_animate import caches as C
+    from newsmotion_engine.render.warp import place_portrait
+    from newsmotion_engine.skeleton import BODY
+
+    # A persona of other proportions than the loop's rig (higher, broader shoulders).
+    persona = synth.make_persona(144, 256, neck_y=0.45, shoulder_half=0.2)
+    loop = synth.make_loop(13)
+    kp = retargeted_keypoints(loop, persona)
+    frame = C.pose_frames(persona, kp, width, height)[0]  # frame 0: the loop's rest pose
+    ox, oy, pw, ph = place_portrait(persona.portrait.shape[:2], width, height)
+    on_ref = lambda i: np.array([ox + persona.landmarks[i, 0] * pw, oy + persona.landmarks[i, 1] * ph])  # noqa: E731
+    r_sh, l_sh = on_ref(BODY["right_shoulder"]), on_ref(BODY["left_shoulder"])
+    # Wan's colours: right shoulder (255, 170, 0), left shoulder (85, 255, 0), neck (255, 85, 0).
+    assert np.abs(_centroid(frame, (255, 170, 0)) - r_sh).max() <= 1.5
+    assert np.abs(_centroid(frame, (85, 255, 0)) - l_sh).max() <= 1.5
+    assert np.abs(_centroid(frame, (255, 85, 0)) - (r_sh + l_sh) / 2).max() <= 1.5
+    # The loop's own rig would have put the shoulders elsewhere: the check can fail.
+    assert abs(loop.keypoints[0, BODY["right_shoulder"], 1] * height - r_sh[1]) > 10
+    # Proportions: shoulder width over neck-to-mid-hip height, drawn vs the persona's portrait.
+    neck = _centroid(frame, (255, 85, 0))
+    hips = (_centroid(frame, (0, 255, 170)) + _centroid(frame, (0, 85, 255))) / 2  # right, left hip
+    drawn = (_centroid(frame, (85, 255, 0))[0] - _centroid(frame, (255, 170, 0))[0]) / (hips[1] - neck[1])
+    lm = persona.landmarks[:, :2] * (144, 256)
+    own = (lm[BODY["left_shoulder"], 0] - lm[BODY["right_shoulder"], 0]) / (
+        (lm[BODY["left_hip"], 1] + lm[BODY["right_hip"], 1]) / 2 - (lm[BODY["left_shoulder"], 1] + lm[BODY["right_shoulder"], 1]) / 2)
+    assert drawn == pytest.approx(own, rel=0.03)
+
+
+def test_pose_encode_leaves_the_decode_caches_of_the_shared_vae_alone(pair):
+    """The render queue encodes a clip's pose video (prepare thread) while another clip decodes
+    (finish thread) with the same VAE, whose diffusers implementation keeps its temporal caches on
+    the module: the pose encode goes through a copy with its own caches, same latents."""
+    from newsmotion_engine.render.wan_animate import caches as C
+
+    loop, persona = pair
+    backend = _backend()
+    backend.load()
+    vae, device = backend.components.vae, backend.components.device
+    plan = backend.plan(13)
+    frames = C.pose_frames(persona, loop.keypoints, SPEC.width, SPEC.height)
+    in_use = vae._feat_map = [None] * vae._cached_conv_counts["decoder"]  # a decode's caches, mid-flight
+    lat = C.encode_pose_latents(vae, frames, plan, device)
+    assert vae._feat_map is in_use
+    assert lat.shape == (plan.segments, 16, plan.latent_frames, SPEC.height // 8, SPEC.width // 8)
+    idx = [(plan.start(1) + j) % 13 for j in range(plan.segment_frames)]  # the second segment wraps around
+    assert torch.equal(lat[1:2], C.vae_encode(vae, C.to_video_tensor(frames[idx]), device))
+    backend.close()
+
+
+def test_guidance_sub_cache_with_pose_latents_is_rebuilt(pair):
+    """A guidance sub-cache of the earlier format (pose latents inside, schema 1) is stale."""
+    loop, persona = pair
+    backend = _backend()
+    _prepare(backend, loop, persona)
+    meta_path = loop.path / "wan-animate" / "64x64" / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["schema_version"] = 1
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(BackendCacheStaleError, match="schema version 1"):
+        list(backend.frames(loop, persona, loop.keypoints, SPEC))
+    assert backend.prepare_guidance(loop, SPEC) is True
+    assert json.loads(meta_path.read_text())["schema_version"] == 2
