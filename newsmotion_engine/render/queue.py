@@ -5,17 +5,22 @@ A diffusion render is three kinds of work with different resources:
 1. **prepare** (CPU): load the sub-caches, build the face video (the warp backend's frames),
    draw the noise — ``backend.plan_clip``;
 2. **denoise** (GPU, main stream): every segment's denoising loop — ``backend.denoise_clip_segment``;
-   segments of one clip in order (a continuation starts from the previous segment's latents);
+   segments of one clip in order; a continuation segment starts from what the previous segment
+   left (wan-animate: its decoded tail, VAE-encoded), so it waits until the clip's work says it is
+   there (``work.wait_ready(k, timeout)``, when the work has it);
 3. **finish** (GPU decode on a second CUDA stream, then the CPU): VAE decode
    (``backend.decode_clip_segment``), the sparse-keyframe infill and the encoder — the ordinary
    :func:`~newsmotion_engine.render.clip.render_clip`, which writes the mp4 and its telemetry.
 
 Run one after the other, the GPU waits while a clip is prepared and while its frames are infilled
-and encoded. :func:`render_queue` runs them as a pipeline: while segment ``k`` denoises, segment
-``k - 1`` decodes on the other stream and the CPU infills and encodes ``k - 2``'s frames, and clip
-``j + 1`` is prepared while clip ``j`` denoises. Bounded queues keep at most one prepared clip and
-two denoised segments waiting (memory stays that of about one clip). The renderer resource owns
-the queue (``RendererResource.render_queue``).
+and encoded. :func:`render_queue` runs them as a pipeline: while segment ``k`` denoises, the CPU
+infills and encodes ``k - 1``'s frames, and clip ``j + 1`` is prepared while clip ``j`` denoises.
+Decode and denoise overlap where nothing orders them: a backend whose segments continue from the
+previous segment's latents decodes ``k - 1`` while ``k`` denoises; wan-animate's trained
+continuation reads segment ``k - 1``'s decoded frames, so within a clip segment ``k`` denoises after
+``k - 1``'s decode, and only a clip's last decode overlaps the next clip's first denoise. Bounded
+queues keep at most one prepared clip and two denoised segments waiting (memory stays that of
+about one clip). The renderer resource owns the queue (``RendererResource.render_queue``).
 
 A backend without the three stage methods (the warp backend renders frames on the CPU, its
 encoder already overlaps in a writer thread) renders its clips one after the other.
@@ -260,7 +265,10 @@ def _pipeline(backend: Any, jobs: Sequence[RenderJob], works: list[Any], finish:
             works.append(work)
             segments: queue.Queue = queue.Queue(maxsize=2)  # two denoised segments waiting at most
             finishing.put((job, work, segments))
+            ready = getattr(work, "wait_ready", None)  # a continuation that needs the previous decode
             for k in range(work.plan.segments):
+                while ready is not None and not stop.is_set() and not ready(k, _POLL_S):
+                    pass
                 if stop.is_set():
                     break
                 try:

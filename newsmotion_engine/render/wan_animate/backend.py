@@ -11,13 +11,17 @@ to materialize) and builds nothing.
 
 Per render (``frames``): load both sub-caches, draw the pose video (the retargeted keypoints in
 Wan's training style, placed on the reference person: :func:`.caches.pose_frames`) and VAE-encode
-it per segment, build the face video, then per inference segment
-:func:`.segment.render_segment` (our denoising loop over the stock components, then decode),
-streaming frames out one by one.
+it per segment, build the face video, then per inference segment our denoising loop over the
+stock components (:mod:`.segment`) and the decode, streaming frames out one by one. A segment
+after the first continues from the previous one as the model was trained
+(``continuation="frames"``): the previous segment's last ``prev_frames`` decoded frames,
+VAE-encoded with zero frames after them, the mask marking them known; the opt-in
+``continuation="latent"`` (EXPERIMENTAL, not as trained) puts the previous segment's last latents
+there instead and encodes nothing.
 
-Face video: square crops around the retargeted face keypoints of the ``warp`` backend's frames
-(which move the persona's own face along the loop), resized to the motion encoder's size, with a
-fixed crop size per clip (no zoom jitter).
+Face video: per frame, Wan's face crop (:func:`face_box`: the 68 landmarks' box at 1.3x its area,
+room above the brows) of the ``warp`` backend's frames (which move the persona's own face along
+the loop, so the landmarks are the retargeted keypoints), resized to the motion encoder's size.
 
 Lifecycle, sub-cache locations and keys, ``prepare_*`` / ``load_*`` and the out-of-memory message
 are :class:`~newsmotion_engine.render.diffusers_backend.DiffusersBackend`'s (shared with
@@ -26,6 +30,8 @@ wan-animate-2); this module holds what is wan-animate's own.
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -84,7 +90,9 @@ class WanAnimateBackend(DiffusersBackend):
             "pose_video": "retargeted keypoints drawn in Wan-Animate's training style on the reference person, "
                           "VAE-encoded per render",
             "face_video": "face crops of the warp backend's frames",
-            "continuation": "latent (no VAE encode at render time)",
+            "continuation": ("frames: the previous segment's last decoded frames, VAE-encoded (as trained)"
+                             if o.continuation == "frames" else
+                             "latent: the previous segment's last latents (EXPERIMENTAL, not as trained; no VAE encode)"),
         }
 
     # ------------------------------------------------------------------ caches
@@ -137,9 +145,9 @@ class WanAnimateBackend(DiffusersBackend):
         frame = C.reference_frame(persona, spec.width, spec.height, spec.background)
         ref = C.vae_encode(comps.vae, C.to_video_tensor(frame[None]), comps.device)
         ref_latents = torch.cat([C.i2v_mask(1, spec.height // 8, spec.width // 8, 1), ref], dim=1)
-        proc, enc = load_image_encoder(self.options, comps.device)
+        _, enc = load_image_encoder(self.options, comps.device)  # Wan's preprocessing, not the folder's processor
         try:
-            tokens = C.encode_image_tokens(proc, enc, frame, comps.device)
+            tokens = C.encode_image_tokens(enc, frame, comps.device)
         finally:
             del enc
         C.write_persona_artifacts(path, C.PersonaArtifacts(ref_latents, tokens), source=source, params=params,
@@ -147,7 +155,11 @@ class WanAnimateBackend(DiffusersBackend):
 
     # ------------------------------------------------------------------ face video
     def face_video(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> np.ndarray:
-        """uint8 ``[T, S, S, 3]``: crops of the warp backend's frames around the face."""
+        """uint8 ``[T, S, S, 3]`` (``S`` the motion encoder's size, 512 for the released model):
+        per frame, the box Wan's preprocessing cuts around the 68 face landmarks
+        (:func:`face_box`) out of the warp backend's frame, resized to ``S`` x ``S`` as Wan does
+        (bilinear, no aspect kept). The landmarks are the retargeted keypoints the warp frame was
+        drawn from; a frame without a face takes the nearest frame's box."""
         import cv2
 
         from newsmotion_engine.render.base import get_backend
@@ -160,25 +172,20 @@ class WanAnimateBackend(DiffusersBackend):
         kp = np.asarray(keypoints, np.float64)
         ox, oy, pw, ph = place_portrait(np.asarray(persona.portrait).shape[:2], spec.width, spec.height)
         face = kp[:, FACE_START : FACE_START + 68]
-        ok = face[..., 2] > 0.3
+        ok = face[..., 2] > 0  # every landmark there is (Wan's crop uses all 68, whatever their score)
         px = np.stack([ox + face[..., 0] * pw, oy + face[..., 1] * ph], axis=-1)
-        centres, extents = [], []
-        for t in range(kp.shape[0]):
-            pts = px[t][ok[t]] if ok[t].sum() >= 3 else None
-            if pts is None:
-                centres.append(centres[-1] if centres else (spec.width / 2, spec.height / 4))
-                continue
-            lo, hi = pts.min(axis=0), pts.max(axis=0)
-            centres.append(tuple((lo + hi) / 2))
-            extents.append(float(max(hi - lo)))
-        side = 1.6 * (float(np.median(extents)) if extents else spec.width / 4)
+        boxes = [face_box(px[t][ok[t]], spec.width, spec.height) if ok[t].sum() >= 3 else None for t in range(kp.shape[0])]
+        known = [t for t, b in enumerate(boxes) if b is not None]
+        if not known:  # no face anywhere: the upper middle of the frame
+            side = spec.width // 4
+            x0, y0 = (spec.width - side) // 2, max(0, spec.height // 4 - side // 2)
+            boxes = [(x0, x0 + side, y0, y0 + side)] * kp.shape[0]
+        else:
+            boxes = [boxes[min(known, key=lambda j, t=t: abs(j - t))] for t in range(kp.shape[0])]
         out = np.empty((kp.shape[0], size, size, 3), np.uint8)
         for t, frame in enumerate(self._warp.frames(guidance, persona, keypoints, spec)):
-            cx, cy = centres[t]
-            s = size / side
-            m = np.array([[s, 0, size / 2 - s * cx], [0, s, size / 2 - s * cy]], np.float64)
-            out[t] = cv2.warpAffine(frame, m, (size, size), flags=cv2.INTER_AREA if s < 1 else cv2.INTER_LINEAR,
-                                    borderMode=cv2.BORDER_REPLICATE)  # fmt: skip
+            x0, x1, y0, y1 = boxes[t]
+            out[t] = cv2.resize(np.ascontiguousarray(frame[y0:y1, x0:x1]), (size, size), interpolation=cv2.INTER_LINEAR)
         return out
 
     # ------------------------------------------------------------------ render
@@ -198,7 +205,8 @@ class WanAnimateBackend(DiffusersBackend):
     # frames() runs the three stages one after the other; the 3-stage render queue
     # (newsmotion_engine.render.queue) overlaps them across segments and clips: plan_clip on a CPU
     # thread, denoise_clip_segment on the GPU's main stream (in segment order: a continuation needs
-    # the previous segment's latents), decode_clip_segment on a second stream with the encoder.
+    # the previous segment's decoded tail, so it waits for that segment's decode), decode_clip_segment
+    # on a second stream with the encoder.
     def plan_clip(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> ClipWork:
         """Stage 1 (CPU): load both sub-caches, build the face video, draw the pose video and
         VAE-encode it per segment (on the GPU, through a copy of the VAE that does not share the
@@ -230,18 +238,25 @@ class WanAnimateBackend(DiffusersBackend):
         pose_encode_s = time.perf_counter() - t1
         gen = torch.Generator("cpu").manual_seed(spec.seed)
         noises = [torch.randn((1, 16, plan.latent_frames + 1, h, w), generator=gen, dtype=torch.float32) for _ in range(plan.segments)]
-        stats: dict[str, Any] = {"segments": plan.segments, "denoise_s": 0.0, "decode_s": 0.0, "cond_passes": 0,
+        stats: dict[str, Any] = {"segments": plan.segments, "continuation": self.options.continuation, "denoise_s": 0.0,
+                                 "decode_s": 0.0, "continuation_encode_s": 0.0, "cond_passes": 0,
                                  "uncond_passes": 0, "plain_cfg_passes": 0, "teacache_computed": 0, "teacache_skipped": 0,
                                  "prep_s": time.perf_counter() - t0}  # fmt: skip
         stats["pose_encode_s"] = round(pose_encode_s, 3)
-        return ClipWork(plan=plan, frames=T, spec=spec, guidance=g, persona=p, faces=faces, noises=noises, stats=stats)
+        return ClipWork(plan=plan, frames=T, spec=spec, guidance=g, persona=p, faces=faces, noises=noises, stats=stats,
+                        continuation=self.options.continuation)
 
     def denoise_clip_segment(self, work: ClipWork, k: int) -> Any:
-        """Stage 2 (GPU): denoise segment ``k`` of ``work`` (segments in order); its latents."""
+        """Stage 2 (GPU): denoise segment ``k`` of ``work`` (segments in order); its latents.
+
+        With ``continuation="frames"`` segment ``k > 0`` reads segment ``k - 1``'s decoded tail:
+        :meth:`decode_clip_segment` of ``k - 1`` must have started first (``work.wait_ready``).
+        """
         from newsmotion_engine.render.wan_animate import segment as S
 
         if k != work.denoised:
             raise ValueError(f"segment {k} denoised out of order (next is {work.denoised})")
+        conditioning = work.conditioning(k)
         o = self.options
         start = work.plan.start(k)
         idx = [(start + j) % work.frames for j in range(work.plan.segment_frames)]
@@ -249,25 +264,41 @@ class WanAnimateBackend(DiffusersBackend):
         with self._oom_explained(work.spec):
             latents, st = S.denoise_latents(self.components, work.guidance, work.persona, work.faces[idx], plan=work.plan,
                                             segment=k, noise=work.noises[k], steps=o.steps, guidance_scale=o.guidance_scale,
-                                            previous=work.previous)  # fmt: skip
+                                            conditioning=conditioning)  # fmt: skip
         work.timeline.append(("denoise", t0, time.perf_counter()))
         for key in st:
             if key in work.stats:
                 work.stats[key] += st[key]
-        work.previous = latents[:, :, 1:].cpu()
+        if work.continuation == "latent" and k + 1 < work.plan.segments:
+            work.set_conditioning(k + 1, S.latent_conditioning(work.guidance, work.plan, latents))
         work.denoised += 1
         return latents
 
     def decode_clip_segment(self, work: ClipWork, k: int, latents: Any) -> Iterator[np.ndarray]:
-        """Stage 3 (GPU decode, on the caller's current stream): segment ``k``'s new frames (its
-        first ``prev_frames`` repeat the previous segment's end; frames past the clip are dropped)."""
+        """Stage 3 (GPU decode, on the caller's current stream): segment ``k``'s new frames. Its
+        first ``prev_frames`` frames (after the first segment) are the ones it continued from, the
+        previous segment's last: not emitted again; frames past the clip are dropped.
+
+        With ``continuation="frames"`` the next segment's conditioning (this segment's decoded
+        tail, VAE-encoded) is built here, before the first frame is yielded, so the denoise stage
+        can go on while the frames are consumed.
+        """
+        from newsmotion_engine.render.wan_animate import denoise as D
         from newsmotion_engine.render.wan_animate import segment as S
 
         t0 = time.perf_counter()
         with self._oom_explained(work.spec):
-            video, decode_s = S.decode_frames(self.components, latents)
-        work.timeline.append(("decode", t0, time.perf_counter()))
-        work.stats["decode_s"] += decode_s
+            decoded = S.decode_video(self.components, latents)
+            video = D.to_frames(decoded)  # a host copy: synchronous
+            t1 = time.perf_counter()
+            work.timeline.append(("decode", t0, t1))
+            work.stats["decode_s"] += t1 - t0
+            if work.continuation == "frames" and k + 1 < work.plan.segments:
+                work.set_conditioning(k + 1, S.frame_conditioning(self.components, work.plan, decoded))
+                t2 = time.perf_counter()
+                work.timeline.append(("continuation", t1, t2))
+                work.stats["continuation_encode_s"] += t2 - t1
+        del decoded
         if k == work.plan.segments - 1:
             self._finish(work)
         for frame in video[0 if k == 0 else self.options.prev_frames :]:
@@ -280,7 +311,7 @@ class WanAnimateBackend(DiffusersBackend):
         stats = dict(work.stats)
         plain = stats["plain_cfg_passes"]
         stats["cfg_flops_saved"] = round(1 - (stats["cond_passes"] + stats["uncond_passes"]) / plain, 4) if plain else 0.0
-        for key in ("denoise_s", "decode_s", "prep_s"):
+        for key in ("denoise_s", "decode_s", "continuation_encode_s", "prep_s"):
             stats[key] = round(stats[key], 3)
         device = self.components.device if self.components is not None else None
         if getattr(device, "type", None) == "cuda":
@@ -290,11 +321,36 @@ class WanAnimateBackend(DiffusersBackend):
         self.last_render = stats
 
 
+FACE_AREA_SCALE = 1.3  # Wan's preprocessing: the face crop has 1.3x the area of the landmarks' box
+
+
+def face_box(points: np.ndarray, width: int, height: int) -> tuple[int, int, int, int] | None:
+    """Wan's face crop (its preprocessing's ``get_face_bboxes``) around face landmarks ``points``
+    (pixels ``[N, 2]``) on a ``width`` x ``height`` frame: the landmarks' box grown to
+    :data:`FACE_AREA_SCALE` times its area at the same aspect ratio, the extra width split evenly
+    left and right, three quarters of the extra height above (room above the brows) and one
+    below; clipped to the frame and truncated to whole pixels. ``(x0, x1, y0, y1)``, or ``None``
+    when the landmarks span no area."""
+    lo, hi = points.min(axis=0), points.max(axis=0)
+    w0, h0 = float(hi[0] - lo[0]), float(hi[1] - lo[1])
+    if w0 <= 0 or h0 <= 0:
+        return None
+    grow = math.sqrt(FACE_AREA_SCALE)  # same aspect ratio: each side grows by sqrt(area scale)
+    dw, dh = (grow - 1) * w0 / 2, (grow - 1) * h0 / 4
+    box = (int(max(lo[0] - dw, 0)), int(min(hi[0] + dw, width)), int(max(lo[1] - 3 * dh, 0)), int(min(hi[1] + dh, height)))
+    return box if box[1] > box[0] and box[3] > box[2] else None
+
+
 @dataclass
 class ClipWork:
     """One clip between the render stages: its plan, loaded sub-caches, face video, per-segment
-    noise, the previous segment's latents (continuation), stats and the GPU timeline
-    (``(stage, start, end)`` host times, for the render queue's idle figures)."""
+    noise, the continuation mode and the next segment's conditioning, stats and the GPU timeline
+    (``(stage, start, end)`` host times, for the render queue's idle figures).
+
+    Continuation: segment ``k > 0`` denoises from a conditioning the previous segment left here
+    (:meth:`set_conditioning`): with ``"frames"`` its decode stage builds it, with ``"latent"`` its
+    denoise stage. :meth:`wait_ready` lets the render queue's denoise thread wait for it.
+    """
 
     plan: C.SegmentPlan
     frames: int
@@ -304,7 +360,38 @@ class ClipWork:
     faces: np.ndarray
     noises: list[Any]
     stats: dict[str, Any]
-    previous: Any = None
+    continuation: str = "frames"
     denoised: int = 0
     emitted: int = 0
     timeline: list[tuple[str, float, float]] = field(default_factory=list)
+    _next: tuple[int, Any] | None = field(default=None, init=False, repr=False)  # (segment, its conditioning)
+    _ready: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
+
+    def set_conditioning(self, k: int, conditioning: Any) -> None:
+        """Hand segment ``k``'s conditioning (float32 ``[1, 20, T_lat, h, w]`` on the CPU) over."""
+        with self._ready:
+            self._next = (k, conditioning)
+            self._ready.notify_all()
+
+    def ready(self, k: int) -> bool:
+        """Whether segment ``k`` can denoise now (the first always can)."""
+        return k == 0 or (self._next is not None and self._next[0] == k)
+
+    def wait_ready(self, k: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for segment ``k``'s conditioning; whether it is there."""
+        with self._ready:
+            return self._ready.wait_for(lambda: self.ready(k), timeout)
+
+    def conditioning(self, k: int) -> Any:
+        """Segment ``k``'s conditioning (``None`` for the first: the cached one).
+
+        Raises:
+            ValueError: segment ``k - 1`` has not left it (not decoded yet, with ``"frames"``).
+        """
+        if k == 0:
+            return None
+        if not self.ready(k):
+            need = "decoded" if self.continuation == "frames" else "denoised"
+            raise ValueError(f"segment {k} cannot denoise before segment {k - 1} was {need} "
+                             f"(continuation={self.continuation!r} reads segment {k - 1}'s result)")  # fmt: skip
+        return self._next[1]

@@ -2,9 +2,10 @@
 
 - **Persona** ``{persona_cache}/wan-animate/{W}x{H}/``: ``ref_latents.safetensors`` (the reference
   image's VAE latents with the 4 i2v mask channels, float32 ``[1, 20, 1, H/8, W/8]``) and
-  ``image_tokens.safetensors`` (CLIP penultimate hidden states, float32 ``[1, N, D]``). The reference
-  image is the portrait composited over the render background and placed on the W x H frame as the
-  warp backend places it.
+  ``image_tokens.safetensors`` (CLIP penultimate hidden states of the whole reference frame
+  stretched to 224 x 224, as Wan preprocesses it: :func:`encode_image_tokens`; float32
+  ``[1, N, D]``). The reference image is the portrait composited over the render background and
+  placed on the W x H frame as the warp backend places it.
 - **Guidance** ``{guidance_cache}/wan-animate/{W}x{H}/``: ``cond0_latents.safetensors`` (the first
   segment's conditioning: the all-zero video's latents with a zero mask) and
   ``prompt_embeds.safetensors`` (``prompt`` and ``negative`` UMT5 embeddings, ``[1, 512, D]``).
@@ -59,8 +60,10 @@ __all__ = [
 
 BACKEND_DIR = "wan-animate"
 FORMAT_VERSION = 1
+# 2: CLIP sees the whole reference frame stretched to 224 x 224 (was centre-cropped): older ones are rebuilt.
+PERSONA_SCHEMA_VERSION = 2
 PERSONA_SCHEMA = cachedir.CacheSchema(
-    kind="wan-animate-persona", version=FORMAT_VERSION, arrays={},
+    kind="wan-animate-persona", version=PERSONA_SCHEMA_VERSION, arrays={},
     files=("ref_latents.safetensors", "image_tokens.safetensors"),
 )  # fmt: skip
 # 2: the pose latents left the guidance sub-cache (encoded per render): older ones are rebuilt.
@@ -249,15 +252,19 @@ def encode_prompts(tokenizer: Any, text_encoder: Any, texts: list[str], device: 
     return out.cpu()
 
 
-def encode_image_tokens(processor: Any, image_encoder: Any, frame: np.ndarray, device: Any):
-    """CLIP penultimate hidden states of one uint8 RGB frame -> float32 ``[1, N, D]`` on CPU."""
-    import torch
+def encode_image_tokens(image_encoder: Any, frame: np.ndarray, device: Any):
+    """CLIP penultimate hidden states of one uint8 RGB frame -> float32 ``[1, N, D]`` on CPU.
 
-    inputs = processor(images=[frame], return_tensors="pt")
-    pixels = inputs["pixel_values"].to(device=device, dtype=image_encoder.dtype)
+    Preprocessed as Wan does (its ``CLIPModel.visual``): the whole frame stretched to 224 x 224
+    (bicubic), then CLIP's mean / std; not ``CLIPImageProcessor``'s resize-and-centre-crop, which
+    keeps only the middle of a portrait frame. Through diffusers' ``clip_visual_encode``, the
+    function wan-animate-2's caches use."""
+    import torch
+    from diffusers.modular_pipelines.wan_animate_2.encoders import clip_visual_encode
+
+    pixels = to_video_tensor(frame[None])[0, :, 0].to(device)  # [3, H, W] in [-1, 1]
     with torch.no_grad():
-        out = image_encoder(pixel_values=pixels, output_hidden_states=True)
-    return out.hidden_states[-2].float().cpu()
+        return clip_visual_encode(image_encoder, pixels, device, image_encoder.dtype).float().cpu()
 
 
 def save_tensors(path: Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None) -> None:

@@ -109,6 +109,8 @@ RELEASED_GUIDANCE = 1.0
 RELEASED_FPS = 30  # the official preprocessing resamples the driving video to 30 fps
 WAN_ANIMATE_PROMPT = "视频中的人在做动作"  # "the person in the video is moving"
 LOOP_PROMPT = "loop"  # prompt="loop": the canonical loop's own text instead
+# "frames": as trained (decoded frames VAE-encoded); "latent": opt-in, not as trained.
+CONTINUATIONS = ("frames", "latent")
 
 
 class WanAnimateConfigError(BackendOptionError):
@@ -240,7 +242,13 @@ class WanAnimateOptions(DiffusersOptions):
         steps: denoising steps (default 20); guidance_scale: CFG scale (1.0 = no CFG, the Wan
         default); segment_frames: frames per segment (4k+1; default 77 with a model folder, else
         the preset's); prev_frames:
-        frames carried from one segment into the next (1 or 5); seed base comes from RenderSpec.
+        frames carried from one segment into the next (1 or 5; default 1, Wan's ``refert_num``
+        default); seed base comes from RenderSpec.
+        continuation: how a segment continues the previous one. ``"frames"`` (default, as the
+        model was trained): the previous segment's last ``prev_frames`` decoded frames,
+        VAE-encoded with zero frames after them, mask marking them known. ``"latent"``
+        (EXPERIMENTAL, not what the model was trained on): the previous segment's last denoised
+        latent frames put where those encoded frames go; no VAE encode at render time.
         prompt: default Wan's animate prompt (:data:`WAN_ANIMATE_PROMPT`); ``"loop"``: the
         canonical loop's own text; any other text is used as is. negative_prompt: for CFG;
         default Wan's (:data:`WAN_NEGATIVE_PROMPT`).
@@ -266,6 +274,7 @@ class WanAnimateOptions(DiffusersOptions):
     guidance_scale: float = RELEASED_GUIDANCE
     segment_frames: int | None = None
     prev_frames: int = 1
+    continuation: str = "frames"
     prompt: str | None = None
     negative_prompt: str = WAN_NEGATIVE_PROMPT
     accelerations: tuple[AccelConfig, ...] = ()
@@ -279,6 +288,7 @@ class WanAnimateOptions(DiffusersOptions):
         self._check_segment_frames(example=77)
         if self.prev_frames not in (1, 5) or isinstance(self.prev_frames, bool):
             raise self._bad("prev_frames", "use 1 or 5")
+        self._check_choice("continuation", CONTINUATIONS)
         self._check_strings(optional=("prompt", "model_path", "cache_root"), required=("negative_prompt",))
         self._check_lora()
         object.__setattr__(self, "accelerations", self._ordered_accelerations())

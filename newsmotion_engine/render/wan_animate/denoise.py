@@ -18,7 +18,8 @@ import torch
 
 from newsmotion_engine.accel.cfg import CFGStrategy
 
-__all__ = ["SegmentInputs", "decode_latents", "denoise_segment", "latent_continuation"]
+__all__ = ["SegmentInputs", "decode_latents", "decode_video", "denoise_segment", "frame_continuation", "latent_continuation",
+           "to_frames"]
 
 
 @dataclass
@@ -140,13 +141,30 @@ def _resized_inputs(inputs: SegmentInputs, size: tuple[int, int]) -> SegmentInpu
                                pose_latents=_resize(inputs.pose_latents, size))  # fmt: skip
 
 
+def frame_continuation(vae: Any, tail: torch.Tensor, segment_frames: int, mask: torch.Tensor) -> torch.Tensor:
+    """Conditioning of a continuation segment as the model was trained (Wan's ``animate.py``, the
+    stock pipeline's ``prepare_prev_segment_cond_latents``): the previous segment's last decoded
+    frames ``tail`` (``[1, 3, prev_frames, H, W]`` in [-1, 1], straight from the VAE decoder, no
+    uint8 rounding), followed by zero frames up to ``segment_frames``, VAE-encoded (distribution
+    mode, normalized), with ``mask`` (prev_frames known) in front -> float32 ``[1, 20, T_lat, h, w]``
+    on the CPU."""
+    from newsmotion_engine.render.wan_animate.caches import vae_encode
+
+    b, c, n, h, w = tail.shape
+    zeros = torch.zeros(b, c, segment_frames - n, h, w, dtype=tail.dtype, device=tail.device)
+    lat = vae_encode(vae, torch.cat([tail, zeros], dim=2), tail.device)
+    return torch.cat([mask.to(lat), lat], dim=1)
+
+
 def latent_continuation(cond0: torch.Tensor, previous: torch.Tensor, prev_frames: int, mask: torch.Tensor) -> torch.Tensor:
-    """Conditioning of a continuation segment without re-encoding pixels: the first-segment
+    """EXPERIMENTAL, not what the model was trained on (opt-in ``continuation="latent"``):
+    conditioning of a continuation segment without re-encoding pixels: the first-segment
     conditioning (all-zero video) whose first ``ceil(prev_frames / 4)`` latent frames are replaced
     by the previous segment's last denoised latent frames, with the mask marking them known.
 
-    The stock pipeline instead VAE-encodes the decoded last frame(s); this keeps the VAE encoder
-    out of render time at the cost of conditioning on a 4-frame latent rather than a 1-frame one.
+    The model reads that slot as the VAE encoding of ``prev_frames`` decoded frames
+    (:func:`frame_continuation`): here latent frame 0 (trained: one pixel frame) holds a 4-frame
+    latent, and with ``prev_frames=5`` the two latent frames cover the last 8 frames, not 5.
     """
     n = (prev_frames - 1) // 4 + 1
     lat = cond0[:, 4:].clone()
@@ -154,14 +172,24 @@ def latent_continuation(cond0: torch.Tensor, previous: torch.Tensor, prev_frames
     return torch.cat([mask.to(lat), lat], dim=1)
 
 
-def decode_latents(vae: Any, latents: torch.Tensor) -> np.ndarray:
-    """Denormalize and decode (skipping the reference latent frame) -> uint8 ``[T, H, W, 3]``."""
+def decode_video(vae: Any, latents: torch.Tensor) -> torch.Tensor:
+    """Denormalize and decode (skipping the reference latent frame) -> ``[1, 3, T, H, W]`` in
+    [-1, 1] (the VAE clamps), VAE dtype, on the VAE's device."""
     z = vae.config.z_dim
     lat = latents.to(vae.dtype)
     mean = torch.tensor(vae.config.latents_mean).view(1, z, 1, 1, 1).to(lat.device, lat.dtype)
     recip_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z, 1, 1, 1).to(lat.device, lat.dtype)
     lat = lat / recip_std + mean
     with torch.no_grad():
-        video = vae.decode(lat[:, :, 1:], return_dict=False)[0]  # [1, 3, T, H, W] in [-1, 1]
+        return vae.decode(lat[:, :, 1:], return_dict=False)[0]
+
+
+def to_frames(video: torch.Tensor) -> np.ndarray:
+    """``[1, 3, T, H, W]`` in [-1, 1] -> uint8 ``[T, H, W, 3]`` on the host (a synchronous copy)."""
     video = (video.float() / 2 + 0.5).clamp(0, 1)
     return (video[0].permute(1, 2, 3, 0) * 255).round().to(torch.uint8).cpu().numpy()
+
+
+def decode_latents(vae: Any, latents: torch.Tensor) -> np.ndarray:
+    """Denormalize and decode (skipping the reference latent frame) -> uint8 ``[T, H, W, 3]``."""
+    return to_frames(decode_video(vae, latents))

@@ -3,8 +3,9 @@
 :func:`render_segment` is the shipped per-segment path: ``WanAnimateBackend.frames`` calls it for
 every segment of a clip, and the GPU benchmark's "ours" side calls it for the segment it times
 (STYLE 13: the benchmark measures the code users run). It assembles the segment's inputs from the
-guidance and persona artifacts (the first segment's conditioning, or the latent continuation of
-the previous segment), builds the CFG strategy from the components' schedule (set by the
+guidance and persona artifacts and the segment's conditioning (the first segment's cached one, or
+a continuation's: :func:`frame_conditioning`, the previous segment's decoded tail VAE-encoded as
+the model was trained, or the opt-in :func:`latent_conditioning`), builds the CFG strategy from the components' schedule (set by the
 ``CFGSchedule`` acceleration; plain CFG without one), resets TeaCache's state (a new trajectory),
 denoises (:func:`denoise.denoise_segment`) and decodes.
 
@@ -28,9 +29,17 @@ import torch
 from newsmotion_engine.accel.cfg import CFGStrategy
 from newsmotion_engine.accel.teacache import reset_teacache, teacache_stats
 from newsmotion_engine.render.wan_animate import denoise
-from newsmotion_engine.render.wan_animate.caches import GuidanceArtifacts, PersonaArtifacts, SegmentPlan, i2v_mask, to_video_tensor
+from newsmotion_engine.render.wan_animate.caches import (
+    VAE_SCALE_SPATIAL,
+    GuidanceArtifacts,
+    PersonaArtifacts,
+    SegmentPlan,
+    i2v_mask,
+    to_video_tensor,
+)
 
-__all__ = ["SegmentResult", "decode_frames", "denoise_latents", "render_segment"]
+__all__ = ["SegmentResult", "decode_frames", "decode_video", "denoise_latents", "frame_conditioning", "latent_conditioning",
+           "render_segment"]
 
 
 @dataclass
@@ -54,7 +63,7 @@ def render_segment(
     noise: torch.Tensor,
     steps: int,
     guidance_scale: float,
-    previous: torch.Tensor | None = None,
+    conditioning: torch.Tensor | None = None,
 ) -> SegmentResult:
     """Denoise and decode segment ``segment`` of ``plan`` (:func:`denoise_latents`, then
     :func:`decode_frames`; the 3-stage render queue calls the two separately, on two streams).
@@ -66,11 +75,12 @@ def render_segment(
         face_frames: uint8 ``[plan.segment_frames, S, S, 3]`` face crops for this segment.
         noise: float32 ``[1, 16, 1 + T_lat, h, w]`` initial latents.
         steps, guidance_scale: sampling settings (guidance 1.0 = no unconditional pass).
-        previous: the previous segment's denoised latents without the reference frame
-            (``latents[:, :, 1:]``); required for every segment after the first.
+        conditioning: float32 ``[1, 20, T_lat, h, w]`` (mask + latents) of a continuation segment
+            (:func:`frame_conditioning` or :func:`latent_conditioning` of the previous one);
+            required for every segment after the first, which uses the cached one.
     """
     latents, stats = denoise_latents(components, guidance, persona, face_frames, plan=plan, segment=segment, noise=noise,
-                                     steps=steps, guidance_scale=guidance_scale, previous=previous)  # fmt: skip
+                                     steps=steps, guidance_scale=guidance_scale, conditioning=conditioning)  # fmt: skip
     video, decode_s = decode_frames(components, latents)
     return SegmentResult(latents=latents, video=video, stats={**stats, "decode_s": decode_s})
 
@@ -86,19 +96,15 @@ def denoise_latents(
     noise: torch.Tensor,
     steps: int,
     guidance_scale: float,
-    previous: torch.Tensor | None = None,
+    conditioning: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """The denoising half of :func:`render_segment`: final latents (on the device) and stats
     (``denoise_s``, CFG passes, TeaCache computed / skipped)."""
     dev, dtype = components.device, components.dtype
-    if segment > 0 and previous is None:
-        raise ValueError("render_segment: a continuation segment needs the previous segment's latents")
-    h, w = guidance.cond0_latents.shape[-2:]
-    if segment == 0:
-        cond = guidance.cond0_latents
-    else:
-        mask = i2v_mask(plan.latent_frames, h, w, plan.prev_frames)
-        cond = denoise.latent_continuation(guidance.cond0_latents, previous, plan.prev_frames, mask)
+    if segment > 0 and conditioning is None:
+        raise ValueError(f"render_segment: continuation segment {segment} needs its conditioning (frame_conditioning or "
+                         "latent_conditioning of the previous segment)")  # fmt: skip
+    cond = guidance.cond0_latents if segment == 0 else conditioning
     use_cfg = guidance_scale > 1.0
     inputs = denoise.SegmentInputs(
         reference_latents=torch.cat([persona.ref_latents, cond], dim=2).to(dev, torch.float32),
@@ -131,3 +137,29 @@ def decode_frames(components: Any, latents: torch.Tensor) -> tuple[np.ndarray, f
     t0 = time.perf_counter()
     video = denoise.decode_latents(components.vae, latents)  # ends in a copy to the host: synchronous
     return video, time.perf_counter() - t0
+
+
+def decode_video(components: Any, latents: torch.Tensor) -> torch.Tensor:
+    """The decoded segment before uint8 rounding: ``[1, 3, T, H, W]`` in [-1, 1] on the device
+    (what :func:`frame_conditioning` reads; :func:`denoise.to_frames` makes the frames)."""
+    return denoise.decode_video(components.vae, latents)
+
+
+def frame_conditioning(components: Any, plan: SegmentPlan, video: torch.Tensor) -> torch.Tensor:
+    """The next segment's conditioning as the model was trained: the last ``plan.prev_frames``
+    frames of this segment's decoded ``video`` (:func:`decode_video`), then zero frames,
+    VAE-encoded, with the mask marking ``prev_frames`` known -> float32 ``[1, 20, T_lat, h, w]`` on
+    the CPU (the copy synchronizes the stream it ran on)."""
+    h, w = video.shape[-2] // VAE_SCALE_SPATIAL, video.shape[-1] // VAE_SCALE_SPATIAL
+    mask = i2v_mask(plan.latent_frames, h, w, plan.prev_frames)
+    with torch.no_grad():
+        return denoise.frame_continuation(components.vae, video[:, :, -plan.prev_frames :], plan.segment_frames, mask)
+
+
+def latent_conditioning(guidance: GuidanceArtifacts, plan: SegmentPlan, latents: torch.Tensor) -> torch.Tensor:
+    """The opt-in ``continuation="latent"`` conditioning (EXPERIMENTAL, not what the model was
+    trained on: see :func:`denoise.latent_continuation`) from this segment's denoised ``latents``
+    (reference frame first); no VAE encode."""
+    h, w = guidance.cond0_latents.shape[-2:]
+    mask = i2v_mask(plan.latent_frames, h, w, plan.prev_frames)
+    return denoise.latent_continuation(guidance.cond0_latents, latents[:, :, 1:].cpu(), plan.prev_frames, mask)

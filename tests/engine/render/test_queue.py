@@ -164,3 +164,48 @@ def test_wan_animate_queue_matches_its_serial_render(tmp_path, synth, persona):
     assert len(first) == 9 and report.stage_s["denoise"] > 0 and report.stage_s["decode"] > 0
     assert 0 <= report.gpu_idle_fraction <= 1 and serial.mode == "serial"
     assert report.telemetry[1].backend_info["last_render"]["segments"] == 2
+
+
+@dataclass
+class _ContinuingWork(_Work):
+    """A clip whose segment ``k`` reads segment ``k - 1``'s decode (wan-animate's trained
+    continuation): ``wait_ready`` says when it may denoise."""
+
+    decoded: set = field(default_factory=set)
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def wait_ready(self, k, timeout):
+        with self.cond:
+            return self.cond.wait_for(lambda: k == 0 or k - 1 in self.decoded, timeout)
+
+
+class _Continuing(_Staged):
+    def plan_clip(self, guidance, persona, keypoints, spec):
+        w = super().plan_clip(guidance, persona, keypoints, spec)
+        return _ContinuingWork(w.clip, w.frames, w.plan)
+
+    def denoise_clip_segment(self, work, k):
+        if k > 0 and k - 1 not in work.decoded:
+            raise RuntimeError(f"segment {k} denoised before segment {k - 1} was decoded")
+        return super().denoise_clip_segment(work, k)
+
+    def decode_clip_segment(self, work, k, latents):
+        self._log("decode", work.clip, k)
+        with work.cond:
+            work.decoded.add(k)
+            work.cond.notify_all()
+        for j in range(4):
+            if 4 * k + j < work.frames:
+                yield np.full((SPEC.height, SPEC.width, 3), latents, np.uint8)
+
+
+def test_pipelined_waits_for_the_previous_decode_when_the_work_says_so(tmp_path, synth, persona):
+    """A continuation that reads the previous segment's decode: each segment denoises after that
+    decode (no deadlock, same frames); the next clip's first denoise still needs no wait."""
+    backend = _Continuing()
+    render_queue(backend, _jobs(synth, persona, tmp_path))
+    assert _levels(tmp_path / "a.mp4") == [0] * 4 + [40] * 4 + [80] * 2
+    assert _levels(tmp_path / "b.mp4") == [100] * 4 + [140] * 4 + [180] * 2
+    calls = backend.calls
+    for clip in "ab":
+        assert all(calls.index(("decode", clip, k - 1)) < calls.index(("denoise", clip, k)) for k in (1, 2))

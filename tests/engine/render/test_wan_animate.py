@@ -292,3 +292,253 @@ def test_guidance_sub_cache_with_pose_latents_is_rebuilt(pair):
         list(backend.frames(loop, persona, loop.keypoints, SPEC))
     assert backend.prepare_guidance(loop, SPEC) is True
     assert json.loads(meta_path.read_text())["schema_version"] == 2
+
+
+# ---------------------------------------------------------------------- segment continuation
+
+
+def _clip_loop(loop, frames):
+    """``loop`` as a ``frames``-frame clip (the loop repeated: it is seamless)."""
+    import dataclasses
+
+    return dataclasses.replace(loop, keypoints=np.ascontiguousarray(loop.keypoints[np.arange(frames) % len(loop.keypoints)]))
+
+
+def _stock_frames(backend, work, loop, persona, spec, noise1_seed):
+    """The stock ``WanAnimatePipeline`` on the inputs ``work`` holds (pose video, face video,
+    reference image, CLIP tokens, prompt embeddings, the first segment's noise; the second
+    segment's noise from a generator seeded ``noise1_seed``): float frames in [0, 1]."""
+    from diffusers import WanAnimatePipeline
+    from PIL import Image
+
+    from newsmotion_engine.render.wan_animate import caches as C
+
+    comps, o = backend.components, backend.options
+    pipe = WanAnimatePipeline(tokenizer=None, text_encoder=None, vae=comps.vae, scheduler=comps.new_scheduler(),
+                              image_processor=None, image_encoder=None, transformer=comps.transformer)  # fmt: skip
+    pipe.set_progress_bar_config(disable=True)
+    # The stock pipeline takes the reference image or CLIP tokens, not both, and would compute its
+    # own tokens through CLIPImageProcessor (centre crop, not Wan's whole-frame resize): it is
+    # handed ours instead.
+    pipe.encode_image = lambda image, device: work.persona.image_tokens.to(device)
+    pose = C.pose_frames(persona, loop.keypoints, spec.width, spec.height)
+    ref = C.reference_frame(persona, spec.width, spec.height, spec.background)
+    with torch.no_grad():
+        out = pipe(image=Image.fromarray(ref), pose_video=[Image.fromarray(f) for f in pose],
+                   face_video=[Image.fromarray(f) for f in work.faces], prompt_embeds=work.guidance.prompt_embeds,
+                   negative_prompt_embeds=work.guidance.negative_embeds,
+                   height=spec.height, width=spec.width, segment_frame_length=work.plan.segment_frames,
+                   prev_segment_conditioning_frames=work.plan.prev_frames, num_inference_steps=o.steps,
+                   guidance_scale=o.guidance_scale, latents=work.noises[0],
+                   generator=torch.Generator("cpu").manual_seed(noise1_seed), output_type="np")  # fmt: skip
+    return out.frames[0]
+
+
+def _ours(backend, work):
+    """Every frame of ``work`` through the backend's three stages, in order."""
+    frames = []
+    for k in range(work.plan.segments):
+        frames += list(backend.decode_clip_segment(work, k, backend.denoise_clip_segment(work, k)))
+    return np.stack(frames)
+
+
+@pytest.mark.parametrize("segment_frames, prev_frames, frames", [(9, 1, 17), (13, 5, 21)])
+def test_parity_with_the_stock_pipeline_at_cfg_over_two_segments(pair, segment_frames, prev_frames, frames):
+    """Our denoising (the backend's stages) against the stock ``WanAnimatePipeline`` fed the same
+    inputs, at guidance 3.0 over two segments, across the seam: the stock pipeline continues the
+    trained way (the previous segment's decoded tail, VAE-encoded), as ``continuation="frames"``
+    does, and drops the repeated ``prev_frames`` as we do. Clip lengths fill whole segments
+    (17 = 9 + 8, 21 = 13 + 8): the stock pipeline pads a clip by reflecting it, ours continues it
+    cyclically, so only a whole-segment clip gives both the same pose and face frames. The second
+    segment's noise is the stock pipeline's (its first draw from the generator it is given)."""
+    loop, persona = pair
+    clip = _clip_loop(loop, frames)
+    backend = _backend(guidance_scale=3.0, steps=3, segment_frames=segment_frames, prev_frames=prev_frames)
+    _prepare(backend, clip, persona)
+    work = backend.plan_clip(clip, persona, clip.keypoints, SPEC)
+    assert work.plan.segments == 2 and work.continuation == "frames"
+    work.noises[1] = torch.randn(work.noises[1].shape, generator=torch.Generator("cpu").manual_seed(7))
+    ours = _ours(backend, work)
+    stock = (np.clip(_stock_frames(backend, work, clip, persona, SPEC, 7), 0, 1) * 255).round().astype(np.uint8)
+    assert ours.shape == stock.shape == (frames, SPEC.height, SPEC.width, 3)
+    diff = np.abs(ours.astype(int) - stock.astype(int))
+    seam = segment_frames  # the first frame of the second segment's own
+    assert diff[:seam].max() <= 1 and diff[seam:].max() <= 1, (diff[:seam].max(), diff[seam:].max())
+    # Not equal by accident: the latent continuation (not as trained) leaves the stock pipeline at the seam.
+    latent = _backend(guidance_scale=3.0, steps=3, segment_frames=segment_frames, prev_frames=prev_frames, continuation="latent")
+    lwork = latent.plan_clip(clip, persona, clip.keypoints, SPEC)
+    lwork.noises[1] = work.noises[1]
+    other = _ours(latent, lwork)
+    assert np.array_equal(other[:seam], ours[:seam]) and np.abs(other[seam:].astype(int) - stock[seam:]).max() > 8
+
+
+def _spy_inputs(monkeypatch):
+    """Record the ``SegmentInputs`` of every segment the denoiser runs."""
+    from newsmotion_engine.render.wan_animate import denoise
+
+    seen, real = [], denoise.denoise_segment
+
+    def spy(transformer, scheduler, latents, inputs, **kw):
+        seen.append(inputs)
+        return real(transformer, scheduler, latents, inputs, **kw)
+
+    monkeypatch.setattr(denoise, "denoise_segment", spy)
+    return seen
+
+
+@pytest.mark.parametrize("prev_frames", [1, 5])
+def test_seam_conditioning_is_the_vae_encoding_of_the_decoded_tail(pair, monkeypatch, encoder_calls, prev_frames):
+    """Segment 2 reads, where the model was trained to read them, the VAE encoding of segment 1's
+    last ``prev_frames`` decoded frames (before uint8 rounding) followed by zero frames, with the
+    mask marking ``prev_frames`` pixel frames known; and it cannot denoise before that decode."""
+    from newsmotion_engine.render.wan_animate import caches as C
+    from newsmotion_engine.render.wan_animate import denoise
+
+    loop, persona = pair
+    seg = 9 if prev_frames == 1 else 13
+    clip = _clip_loop(loop, seg + (seg - prev_frames))
+    backend = _backend(segment_frames=seg, prev_frames=prev_frames)
+    _prepare(backend, clip, persona)
+    seen = _spy_inputs(monkeypatch)
+    work = backend.plan_clip(clip, persona, clip.keypoints, SPEC)
+    encoder_calls.calls.update({k: 0 for k in encoder_calls.calls})
+    lat0 = backend.denoise_clip_segment(work, 0)
+    assert not work.ready(1) and not work.wait_ready(1, 0.01)
+    with pytest.raises(ValueError, match="segment 1 cannot denoise before segment 0 was decoded"):
+        backend.denoise_clip_segment(work, 1)
+    first = list(backend.decode_clip_segment(work, 0, lat0))
+    assert work.ready(1) and len(first) == seg
+    assert encoder_calls.calls["vae.encode"] == 1  # the seam's one encode (none for the last segment)
+    list(backend.decode_clip_segment(work, 1, backend.denoise_clip_segment(work, 1)))
+    assert encoder_calls.calls["vae.encode"] == 1
+
+    vae = backend.components.vae
+    decoded = denoise.decode_video(vae, lat0)  # [1, 3, seg, H, W] in [-1, 1]
+    assert np.array_equal(denoise.to_frames(decoded), np.stack(first))  # the frames emitted are these
+    tail = decoded[:, :, -prev_frames:]
+    video = torch.cat([tail, torch.zeros(1, 3, seg - prev_frames, SPEC.height, SPEC.width)], dim=2)
+    t_lat, h, w = work.plan.latent_frames, SPEC.height // 8, SPEC.width // 8
+    expected = torch.cat([C.i2v_mask(t_lat, h, w, prev_frames), C.vae_encode(vae, video, "cpu")], dim=1)
+    cond = seen[1].reference_latents[:, :, 1:]  # after the reference image's latent frame
+    assert torch.equal(cond, expected)
+    # The mask: latent frame 0 (pixel frame 0) known; with 5 frames also latent frame 1 (pixels 1-4).
+    known = cond[0, :4].amax(dim=(0, 2, 3))
+    assert known.tolist() == [1.0] * ((prev_frames - 1) // 4 + 1) + [0.0] * (t_lat - (prev_frames - 1) // 4 - 1)
+    # The first segment read the cached all-zero conditioning, nothing known.
+    assert torch.equal(seen[0].reference_latents[:, :, 1:], work.guidance.cond0_latents)
+
+
+def test_latent_continuation_is_there_when_asked_for(pair, monkeypatch, encoder_calls):
+    """``continuation="latent"`` (not as trained): segment 2 reads segment 1's last denoised latent
+    frames where the encoded frames would go, ready as soon as segment 1 denoised, no VAE encode
+    for it; describe() says which continuation a render used."""
+    from newsmotion_engine.render.wan_animate import caches as C
+    from newsmotion_engine.render.wan_animate import denoise
+
+    loop, persona = pair
+    backend = _backend(continuation="latent")
+    _prepare(backend, loop, persona)
+    seen = _spy_inputs(monkeypatch)
+    work = backend.plan_clip(loop, persona, loop.keypoints, SPEC)
+    encoder_calls.calls.update({k: 0 for k in encoder_calls.calls})
+    lat0 = backend.denoise_clip_segment(work, 0)
+    assert work.ready(1)  # no decode needed
+    backend.denoise_clip_segment(work, 1)
+    assert encoder_calls.calls["vae.encode"] == 0
+    t_lat, h, w = work.plan.latent_frames, SPEC.height // 8, SPEC.width // 8
+    expected = denoise.latent_continuation(work.guidance.cond0_latents, lat0[:, :, 1:], 1, C.i2v_mask(t_lat, h, w, 1))
+    assert torch.equal(seen[1].reference_latents[:, :, 1:], expected)
+    assert torch.equal(expected[:, 4:, :1], lat0[:, :, -1:])  # the last latent frame, where frame 0's encoding goes
+    assert "not as trained" in backend.describe()["continuation"]
+    assert _backend().describe()["continuation"].startswith("frames:")
+    with pytest.raises(WanAnimateConfigError, match="continuation='pixels': use one of frames, latent"):
+        _backend(continuation="pixels")
+
+
+# ---------------------------------------------------------------------- face crops, CLIP input
+
+
+def test_face_box_is_wans_crop_rule():
+    """Hand-computed: a 100 x 100 landmark box grows to 1.3x its area (each side x sqrt(1.3)):
+    7.0 px left and right, 10.5 px above (three quarters of the extra height) and 3.5 below;
+    clipped to the frame; truncated to whole pixels."""
+    from newsmotion_engine.render.wan_animate.backend import face_box
+
+    pts = np.array([[100.0, 300.0], [200.0, 400.0], [150.0, 350.0]])
+    assert face_box(pts, 1000, 1000) == (92, 207, 289, 403)
+    x0, x1, y0, y1 = face_box(pts, 1000, 1000)
+    assert 1.29 < (x1 - x0) * (y1 - y0) / 100**2 < 1.33
+    assert face_box(np.array([[0.0, 0.0], [50.0, 20.0]]), 52, 30) == (0, 52, 0, 20)  # clipped at the edges
+    assert face_box(np.array([[5.0, 5.0], [5.0, 9.0]]), 64, 64) is None  # no area
+
+
+def test_face_video_is_a_per_frame_crop_around_the_face_landmarks(pair):
+    """Each face frame is the warp frame's :func:`face_box` around that frame's 68 retargeted face
+    landmarks, resized to the motion encoder's size (bilinear, as Wan); the box follows the face
+    frame by frame; a frame without a face takes the nearest frame's box."""
+    import cv2
+
+    from newsmotion_engine.render.wan_animate.backend import face_box
+    from newsmotion_engine.render.warp import place_portrait
+    from newsmotion_engine.skeleton import FACE_START
+
+    loop, persona = pair
+    kp = np.array(loop.keypoints, np.float64)
+    kp[:, FACE_START : FACE_START + 68, 1] += np.linspace(0, 0.1, len(kp))[:, None]  # the face moves down
+    kp[0, FACE_START : FACE_START + 68, 2] = 0  # no face in frame 0
+    spec = RenderSpec(width=128, height=128)
+    rng = np.random.default_rng(0)
+    warp_frames = rng.integers(0, 256, (len(kp), spec.height, spec.width, 3), dtype=np.uint8)
+
+    class Warp:
+        def frames(self, guidance, persona, keypoints, spec):
+            yield from warp_frames
+
+    backend = _backend()
+    backend.load()
+    backend._warp = Warp()
+    faces = backend.face_video(loop, persona, kp, spec)
+    size = backend.components.transformer.config.motion_encoder_size
+    assert faces.shape == (len(kp), size, size, 3) and faces.dtype == np.uint8
+    ox, oy, pw, ph = place_portrait(persona.portrait.shape[:2], spec.width, spec.height)
+    face = kp[:, FACE_START : FACE_START + 68]
+    boxes = [face_box(np.stack([ox + f[:, 0] * pw, oy + f[:, 1] * ph], axis=-1), spec.width, spec.height) for f in face]
+    boxes[0] = boxes[1]
+    assert len(set(boxes)) > len(kp) // 2  # per frame, not one box per clip
+    for t, (x0, x1, y0, y1) in enumerate(boxes):
+        expected = cv2.resize(np.ascontiguousarray(warp_frames[t, y0:y1, x0:x1]), (size, size), interpolation=cv2.INTER_LINEAR)
+        assert np.array_equal(faces[t], expected), t
+
+
+def test_clip_sees_the_whole_reference_frame_stretched_as_wan_does():
+    """The CLIP input is the whole frame resized to 224 x 224 (bicubic) with CLIP's mean / std, as
+    Wan's ``CLIPModel.visual`` preprocesses it: the top of a portrait frame (the head) reaches the
+    tokens, which a resize-and-centre-crop would cut off."""
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    from newsmotion_engine.render.wan_animate import caches as C
+
+    seen = []
+
+    class Encoder:
+        dtype = torch.float32
+
+        def __call__(self, pixel_values, output_hidden_states):
+            seen.append(pixel_values)
+            return type("Out", (), {"hidden_states": [pixel_values.flatten(2)[:, :, :5]] * 2})()
+
+    frame = np.random.default_rng(0).integers(0, 256, (128, 64, 3), dtype=np.uint8)  # portrait, 1:2
+    C.encode_image_tokens(Encoder(), frame, "cpu")
+    x = torch.from_numpy(frame).float().permute(2, 0, 1)[None] / 127.5 - 1
+    x = torch.nn.functional.interpolate(x, size=(224, 224), mode="bicubic", align_corners=False) * 0.5 + 0.5
+    mean = torch.tensor([0.48145466, 0.4578275, 0.40821073]).view(1, 3, 1, 1)
+    std = torch.tensor([0.26862954, 0.26130258, 0.27577711]).view(1, 3, 1, 1)
+    assert seen[0].shape == (1, 3, 224, 224) and torch.allclose(seen[0], (x - mean) / std, atol=1e-5)
+
+    torch.manual_seed(0)
+    enc = CLIPVisionModel(CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                           image_size=224, patch_size=14)).eval()  # fmt: skip
+    head = frame.copy()
+    head[:16] = 255 - head[:16]  # only the top eighth changes
+    a, b = C.encode_image_tokens(enc, frame, "cpu"), C.encode_image_tokens(enc, head, "cpu")
+    assert a.shape == (1, 257, 16) and not torch.allclose(a, b)
