@@ -164,7 +164,7 @@ def _bench_stock(backend: Any, loop: Any, persona: Any, width: int, height: int,
     from diffusers import WanAnimatePipeline
     from PIL import Image
 
-    from newsmotion_engine.bench.gpu import BENCH_PROMPT
+    from newsmotion_engine.bench.gpu import BENCH_PROMPT, stock_reference
     from newsmotion_engine.render.clip import retargeted_keypoints
     from newsmotion_engine.render.wan_animate import caches as C
     from newsmotion_engine.render.wan_animate.components import load_image_encoder, load_text_encoder
@@ -193,7 +193,7 @@ def _bench_stock(backend: Any, loop: Any, persona: Any, width: int, height: int,
     _peak_reset(dev)
     t0 = time.perf_counter()
     with torch.no_grad():
-        video = pipe(image=Image.fromarray(ref), pose_video=pose, face_video=face, prompt_embeds=emb[0:1].to(dev, dtype),
+        video = pipe(image=stock_reference(pipe, img_enc, persona, width, height), pose_video=pose, face_video=face, prompt_embeds=emb[0:1].to(dev, dtype),
                      height=height, width=width, segment_frame_length=77, num_inference_steps=steps, guidance_scale=1.0,
                      generator=torch.Generator("cpu").manual_seed(0), output_type="np").frames[0]  # fmt: skip
     _sync(dev)
