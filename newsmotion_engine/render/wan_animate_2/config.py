@@ -205,9 +205,11 @@ class WanAnimate2Options(DiffusersOptions):
             (120 frames: 2 x 61 instead of 2 x 81, 41 frames that the stock pipeline denoises and
             throws away are never rendered).
         prev_frames: frames carried into the next segment (the stock default 1).
-        continuation: ``"latent"`` (default: the next segment's conditioning is built from the
-            previous segment's last latent frame, no VAE encoder at render time) or ``"pixel"``
-            (the stock way: VAE-encode the decoded last frame; for parity checks).
+        continuation: ``"pixel"`` (default: as the model was trained and the stock pipeline
+            does, the next segment's conditioning is the VAE encoding of the previous segment's
+            last decoded frames) or ``"latent"`` (EXPERIMENTAL, not what the model was trained on:
+            the previous segment's last latent frame, no VAE encode at render time; its picture
+            quality needs real weights to judge).
         prompt: unset (default): each persona's appearance-and-background caption
             (:func:`.caption.persona_caption`, cached with the persona, Tier 2); negative_prompt
             (default empty) / prompt_ref (default ``人物动作的参考视频``): the modular pipeline's
@@ -243,7 +245,7 @@ class WanAnimate2Options(DiffusersOptions):
     segment_frames: int | None = None
     fit_segments: bool = False
     prev_frames: int = 1
-    continuation: str = "latent"
+    continuation: str = "pixel"
     decode_overlap: str = "off"
     prompt: str | None = None
     negative_prompt: str = ""

@@ -109,8 +109,9 @@ def test_fit_segments_render_the_stock_pipeline_at_the_fitted_length(pair):
 
 
 def test_renders_only_load_the_tiers_no_encoder_runs(pair, encoder_calls):
-    """prepare_* run the VAE encoder, CLIP and the text encoder; a render (latent continuation,
-    the default) runs none of them, and the Tier-1 arrays are memory-mapped."""
+    """prepare_* run the VAE encoder, CLIP and the text encoder; a render runs no CLIP or text
+    encoder, and the VAE encoder only once per seam (the default pixel continuation, as trained);
+    latent continuation (opt-in) runs none. The Tier-1 arrays are memory-mapped."""
     loop, persona = pair
     backend = _backend()
     assert backend.prepare_guidance(loop, SPEC) and backend.prepare_persona(persona, SPEC)
@@ -120,8 +121,15 @@ def test_renders_only_load_the_tiers_no_encoder_runs(pair, encoder_calls):
     g = backend.load_guidance(loop, SPEC)
     assert isinstance(g.driving_condition, np.memmap) and g.driving_condition.shape == (2, 20, 3, 16, 8)
     frames = _render(backend, loop, persona)
-    assert encoder_calls.calls == built  # zero encoder calls at render time
+    after = dict(encoder_calls.calls)
+    assert after.pop("vae.encode") == built["vae.encode"] + 1  # the one seam of two segments
+    assert after == {k: v for k, v in built.items() if k != "vae.encode"}
     assert frames.shape == (13, 128, 64, 3) and frames.dtype == np.uint8 and frames.std() > 0
+    latent = _backend(continuation="latent")
+    before = dict(encoder_calls.calls)
+    assert latent.describe()["continuation"] == "latent"
+    _render(latent, loop, persona)
+    assert encoder_calls.calls == before  # latent continuation: zero encoder calls at render time
     assert [k["source"] for k in backend.last_render["kv"]] == ["extract", "extract"]
     assert not backend.prepare_guidance(loop, SPEC) and not backend.prepare_persona(persona, SPEC)  # current: reused
 
@@ -308,7 +316,7 @@ def test_decoding_in_the_background_gives_the_same_frames(pair, device, tmp_path
     loop = dataclasses.replace(nod, loop_id="nod-19", keypoints=np.concatenate([nod.keypoints, nod.keypoints[:6]]), path=tmp_path / "long", fps=24)
     runs = {}
     for setting in ("off", "on"):
-        backend = _backend(decode_overlap=setting, device=device)
+        backend = _backend(decode_overlap=setting, device=device, continuation="latent")  # overlap needs it
         backend.prepare_guidance(loop, SPEC)
         backend.prepare_persona(persona, SPEC)
         runs[setting] = (_render(backend, loop, persona), backend.last_render)
@@ -335,7 +343,7 @@ def test_a_failed_background_decode_raises_in_the_render(pair, monkeypatch):
     from newsmotion_engine.render.wan_animate_2 import denoise as D
 
     loop, persona = pair
-    backend = _backend(decode_overlap="on")
+    backend = _backend(decode_overlap="on", continuation="latent")
     backend.prepare_guidance(loop, SPEC)
     backend.prepare_persona(persona, SPEC)
 
