@@ -181,6 +181,7 @@ _HEADLINES = (
     ("animate2_clip_s_stock", "stock distilled pipeline {:.4g} s"),
     ("animate2_clip_speedup_vs_stock", "{:.3g}x stock"),
     ("animate2_clip_peak_gib", "peak {:.3g} GiB"),
+    ("ours.peak_gib", "peak {:.3g} GiB"),
     ("animate2_clip_peak_gib_stock", "stock peak {:.4g} GiB"),
     ("ours.profile_one_forward.forward_ms", "one cached forward {:.5g} ms"),
     ("ours.profile_one_forward.gpu_busy_ms", "GPU busy {:.5g} ms"),
