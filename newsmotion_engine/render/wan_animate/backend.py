@@ -34,6 +34,7 @@ import math
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,9 +209,10 @@ class WanAnimateBackend(DiffusersBackend):
     # the previous segment's decoded tail, so it waits for that segment's decode), decode_clip_segment
     # on a second stream with the encoder.
     def plan_clip(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> ClipWork:
-        """Stage 1 (CPU): load both sub-caches, build the face video, draw the pose video and
-        VAE-encode it per segment (on the GPU, through a copy of the VAE that does not share the
-        decode stage's feature caches; ``pose_encode_s`` in the stats), draw every segment's noise.
+        """Stage 1 (CPU): load both sub-caches, build the face video (on a worker thread,
+        ``face_video_s`` in the stats) while the pose video is drawn and VAE-encoded per segment
+        (on the GPU, through a copy of the VAE that does not share the decode stage's feature
+        caches; ``pose_encode_s``), draw every segment's noise.
 
         Raises:
             BackendCacheError: a sub-cache is missing or stale (nothing is built here).
@@ -226,16 +228,25 @@ class WanAnimateBackend(DiffusersBackend):
         t0 = time.perf_counter()
         g = self.load_guidance(guidance, spec, T)
         p = self.load_persona(persona, spec)
-        faces = self.face_video(guidance, persona, keypoints, spec)
         h, w = spec.height // 8, spec.width // 8
         device = self.components.device
         if getattr(device, "type", str(device)) == "cuda":  # the clip's own peak (peak_vram_gib), not the process's
             torch.cuda.reset_peak_memory_stats(device)
-        t1 = time.perf_counter()
-        # The pose video is drawn on the persona (the reference person): encoded per clip, not cached.
-        pose = C.pose_frames(persona, keypoints, spec.width, spec.height)
-        g = replace(g, pose_latents=C.encode_pose_latents(self.components.vae, pose, plan, device))
-        pose_encode_s = time.perf_counter() - t1
+
+        def timed_face_video() -> tuple[np.ndarray, float]:
+            t = time.perf_counter()
+            return self.face_video(guidance, persona, keypoints, spec), time.perf_counter() - t
+
+        # The face video (CPU: the warp backend's frames, cropped) is built on a worker thread
+        # while the pose video is drawn and VAE-encoded (GPU); its error, if any, is raised as is.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="wan-animate-face") as pool:
+            face_job = pool.submit(timed_face_video)
+            t1 = time.perf_counter()
+            # The pose video is drawn on the persona (the reference person): encoded per clip, not cached.
+            pose = C.pose_frames(persona, keypoints, spec.width, spec.height)
+            g = replace(g, pose_latents=C.encode_pose_latents(self.components.vae, pose, plan, device))
+            pose_encode_s = time.perf_counter() - t1
+            faces, face_video_s = face_job.result()
         gen = torch.Generator("cpu").manual_seed(spec.seed)
         noises = [torch.randn((1, 16, plan.latent_frames + 1, h, w), generator=gen, dtype=torch.float32) for _ in range(plan.segments)]
         stats: dict[str, Any] = {"segments": plan.segments, "continuation": self.options.continuation, "denoise_s": 0.0,
@@ -243,6 +254,7 @@ class WanAnimateBackend(DiffusersBackend):
                                  "uncond_passes": 0, "plain_cfg_passes": 0, "teacache_computed": 0, "teacache_skipped": 0,
                                  "prep_s": time.perf_counter() - t0}  # fmt: skip
         stats["pose_encode_s"] = round(pose_encode_s, 3)
+        stats["face_video_s"] = round(face_video_s, 3)  # beside the pose encode, not after it
         return ClipWork(plan=plan, frames=T, spec=spec, guidance=g, persona=p, faces=faces, noises=noises, stats=stats,
                         continuation=self.options.continuation)
 
@@ -279,33 +291,62 @@ class WanAnimateBackend(DiffusersBackend):
         first ``prev_frames`` frames (after the first segment) are the ones it continued from, the
         previous segment's last: not emitted again; frames past the clip are dropped.
 
+        The decode streams (:func:`.denoise.stream_decode`): frames come out one latent frame's
+        worth at a time while the GPU decodes the next, so the consumer's CPU work (infill, matte,
+        encoder) overlaps the decode. The frames are exactly the whole decode's.
+
         With ``continuation="frames"`` the next segment's conditioning (this segment's decoded
-        tail, VAE-encoded) is built here, before the first frame is yielded, so the denoise stage
-        can go on while the frames are consumed.
+        tail, VAE-encoded) is built here, from the decoder's output before uint8 rounding, before
+        the segment's first frame is yielded: such a segment decodes whole first (the next
+        denoise waits on its tail, not on the consumer); the clip's last segment streams.
         """
         from newsmotion_engine.render.wan_animate import denoise as D
         from newsmotion_engine.render.wan_animate import segment as S
 
-        t0 = time.perf_counter()
-        with self._oom_explained(work.spec):
-            decoded = S.decode_video(self.components, latents)
-            video = D.to_frames(decoded)  # a host copy: synchronous
-            t1 = time.perf_counter()
-            work.timeline.append(("decode", t0, t1))
-            work.stats["decode_s"] += t1 - t0
-            if work.continuation == "frames" and k + 1 < work.plan.segments:
-                work.set_conditioning(k + 1, S.frame_conditioning(self.components, work.plan, decoded))
-                t2 = time.perf_counter()
-                work.timeline.append(("continuation", t1, t2))
-                work.stats["continuation_encode_s"] += t2 - t1
-        del decoded
-        if k == work.plan.segments - 1:
-            self._finish(work)
-        for frame in video[0 if k == 0 else self.options.prev_frames :]:
-            if work.emitted >= work.frames:
+        plan = work.plan
+        successor = work.continuation == "frames" and k + 1 < plan.segments
+        # decode_s: the decoder's own time (CUDA: GPU time from events around each chunk's kernels,
+        # so the consumer's CPU work between chunks is not counted; CPU: the calls' wall time).
+        # The timeline models the decode stream in order: a chunk runs from when it was issued or
+        # the previous chunk ended, whichever is later, for its GPU time.
+        chunks = D.stream_decode(self.components.vae, latents, lookahead=int(latents.shape[2]) if successor else 1)
+        skip = 0 if k == 0 else self.options.prev_frames
+        tail: list[Any] = []  # the decoded chunks (device) that hold the last prev_frames frames
+        index, gpu_free = 0, 0.0
+        while True:
+            with self._oom_explained(work.spec):
+                chunk = next(chunks, None)
+            if chunk is None:
                 break
-            work.emitted += 1
-            yield np.ascontiguousarray(frame)
+            began = max(chunk.enqueued_at, gpu_free)
+            gpu_free = began + chunk.decode_s
+            work.timeline.append(("decode", began, gpu_free))
+            work.stats["decode_s"] += chunk.decode_s
+            if successor:
+                tail.append(chunk.video)
+                while sum(int(v.shape[2]) for v in tail[1:]) >= plan.prev_frames:
+                    tail.pop(0)
+                if chunk.last:
+                    t1 = time.perf_counter()
+                    with self._oom_explained(work.spec):
+                        decoded_tail = _cat_time(tail)
+                        work.set_conditioning(k + 1, S.frame_conditioning(self.components, plan, decoded_tail))
+                    t2 = time.perf_counter()
+                    work.timeline.append(("continuation", t1, t2))
+                    work.stats["continuation_encode_s"] += t2 - t1
+                    del decoded_tail, tail[:]
+            if chunk.last and k == plan.segments - 1:
+                self._finish(work)
+            frames = chunk.frames
+            del chunk
+            for frame in frames:
+                index += 1
+                if index <= skip:
+                    continue
+                if work.emitted >= work.frames:
+                    break
+                work.emitted += 1
+                yield np.ascontiguousarray(frame)
 
     def _finish(self, work: ClipWork) -> None:
         stats = dict(work.stats)
@@ -319,6 +360,13 @@ class WanAnimateBackend(DiffusersBackend):
 
             stats["peak_vram_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
         self.last_render = stats
+
+
+def _cat_time(videos: list[Any]) -> Any:
+    """``videos`` (``[1, 3, n, H, W]`` each) joined along time."""
+    import torch
+
+    return videos[0] if len(videos) == 1 else torch.cat(videos, dim=2)
 
 
 FACE_AREA_SCALE = 1.3  # Wan's preprocessing: the face crop has 1.3x the area of the landmarks' box

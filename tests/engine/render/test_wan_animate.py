@@ -542,3 +542,154 @@ def test_clip_sees_the_whole_reference_frame_stretched_as_wan_does():
     head[:16] = 255 - head[:16]  # only the top eighth changes
     a, b = C.encode_image_tokens(enc, frame, "cpu"), C.encode_image_tokens(enc, head, "cpu")
     assert a.shape == (1, 257, 16) and not torch.allclose(a, b)
+
+
+# ---------------------------------------------------------------------- streaming decode and the prepare stage
+
+
+def _latents(latent_frames, seed=0):
+    """Random denoised latents of ``latent_frames`` frames, reference frame first."""
+    g = torch.Generator("cpu").manual_seed(seed)
+    return torch.randn(1, 16, latent_frames + 1, SPEC.height // 8, SPEC.width // 8, generator=g)
+
+
+@pytest.mark.parametrize("latent_frames", [1, 2, 3, 5])
+def test_streamed_decode_is_the_whole_decode_bit_for_bit(latent_frames):
+    """``stream_decode`` repeats diffusers' ``AutoencoderKLWan._decode`` latent frame by latent
+    frame with its own feature cache: the decoded video (before rounding) and the uint8 frames are
+    exactly ``vae.decode``'s, whatever the lookahead; the VAE's own caches are left alone. This
+    guards against diffusers changing its decode."""
+    from newsmotion_engine.render.wan_animate import denoise
+
+    backend = _backend()
+    backend.load()
+    vae = backend.components.vae
+    lat = _latents(latent_frames, latent_frames)
+    whole = denoise.decode_video(vae, lat)
+    assert denoise.streaming_unsupported(vae, lat) is None
+    in_use = vae._feat_map = [None] * vae._cached_conv_counts["decoder"]  # someone else's decode, mid-flight
+    for lookahead in (1, 2, latent_frames + 1):
+        chunks = list(denoise.stream_decode(vae, lat, lookahead=lookahead))
+        assert [c.video.shape[2] for c in chunks] == [1] + [4] * (latent_frames - 1)
+        assert [c.last for c in chunks] == [False] * (latent_frames - 1) + [True]
+        assert torch.equal(torch.cat([c.video for c in chunks], dim=2), whole)
+        assert np.array_equal(np.concatenate([c.frames for c in chunks]), denoise.to_frames(whole))
+        assert all(c.decode_s > 0 for c in chunks)
+    assert vae._feat_map is in_use and all(f is None for f in in_use)
+    assert torch.is_grad_enabled()  # no grad mode leaks out of the generator
+    backend.close()
+
+
+def test_streamed_decode_falls_back_to_the_whole_decode_and_says_why(monkeypatch, caplog):
+    """A VAE the stream cannot follow (tiling on, decode wrapped on the instance, attributes
+    missing) is decoded whole, as one chunk, with the reason logged once."""
+    import logging
+    import types
+
+    from newsmotion_engine.render.wan_animate import denoise
+
+    monkeypatch.setattr(denoise, "_warned", set())
+    backend = _backend()
+    backend.load()
+    vae = backend.components.vae
+    lat = _latents(3)
+    whole = denoise.decode_video(vae, lat)
+    assert "lacks post_quant_conv, decoder, _cached_conv_counts" in denoise.streaming_unsupported(types.SimpleNamespace(config=None, dtype=None), lat)
+    vae.enable_tiling()
+    try:
+        assert denoise.streaming_unsupported(vae, lat) == "VAE tiling is on (tiled decode)"
+        with caplog.at_level(logging.WARNING, logger=denoise.__name__):
+            chunks = list(denoise.stream_decode(vae, lat))
+            list(denoise.stream_decode(vae, lat))
+    finally:
+        vae.disable_tiling()
+    assert len(chunks) == 1 and chunks[0].last and torch.equal(chunks[0].video, whole)
+    assert np.array_equal(chunks[0].frames, denoise.to_frames(whole))
+    assert [r.getMessage() for r in caplog.records if r.name == denoise.__name__] == ["wan-animate: decoding each segment whole, not streamed: VAE tiling is on (tiled decode)"]
+    monkeypatch.setattr(vae, "decode", lambda *a, **k: type(vae).decode(vae, *a, **k))
+    assert "replaced on the instance" in denoise.streaming_unsupported(vae, lat)
+    backend.close()
+
+
+class _RecordingSink:
+    """A ``render_clip`` sink that keeps the frames."""
+
+    def __init__(self, path, width, height, fps, **_):
+        self.frames, self.encoder, self.mux_ms, self.wait_ms = [], "none (test)", 0.0, 0.0
+
+    def write(self, frame):
+        self.frames.append(frame.copy())
+
+    def __enter__(self):
+        _RecordingSink.last = self
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.mark.parametrize("options, frames, keyframes", [({}, 13, 1), ({"segment_frames": 13, "prev_frames": 5}, 21, 1), ({}, 40, 3)])
+def test_streaming_decode_changes_no_frame_of_a_render(pair, monkeypatch, tmp_path, options, frames, keyframes):
+    """Whole renders through ``render_clip`` (two segments continuing the trained way; prev 1 and
+    5, where the tail spans two decoded chunks; sparse keyframes with the infill consuming the
+    frames as they come): the same frames and the same seam conditioning with the decode
+    streamed as with each segment decoded whole (the fallback, forced here)."""
+    from newsmotion_engine.render.wan_animate import denoise
+    from newsmotion_engine.render.wan_animate import segment as S
+
+    loop, persona = pair
+    clip = _clip_loop(loop, frames)
+    spec = RenderSpec(width=64, height=64, keyframes=keyframes)
+    seams, real = [], S.frame_conditioning
+    monkeypatch.setattr(S, "frame_conditioning", lambda *a: seams.append(real(*a)) or seams[-1])
+    backend = _backend(**options)
+    _prepare(backend, clip, persona, spec)
+
+    def render(name):
+        seams.clear()
+        render_clip(clip, persona, backend, spec, tmp_path / f"{name}.mp4", sink=_RecordingSink)
+        return np.stack(_RecordingSink.last.frames), list(seams), dict(backend.last_render)
+
+    streamed, streamed_seams, stats = render("streamed")
+    monkeypatch.setattr(denoise, "streaming_unsupported", lambda vae, latents: "forced by the test")
+    whole, whole_seams, _ = render("whole")
+    assert stats["segments"] == 2 and len(streamed_seams) == 1 and streamed.shape == (frames, 64, 64, 3)
+    assert np.array_equal(streamed, whole)
+    assert torch.equal(streamed_seams[0], whole_seams[0])
+    assert stats["decode_s"] > 0 and stats["face_video_s"] > 0 and stats["pose_encode_s"] > 0
+    backend.close()
+
+
+def test_face_video_is_built_beside_the_pose_encode_and_its_error_propagates(pair, monkeypatch):
+    """plan_clip builds the face video on a worker thread while the pose video is encoded (the
+    face video here waits for the encode to start: run one after the other, it would time out);
+    an error there is raised by plan_clip with its own message."""
+    import threading
+
+    from newsmotion_engine.render.wan_animate import caches as C
+
+    loop, persona = pair
+    backend = _backend()
+    _prepare(backend, loop, persona)
+    encoding, real_encode, real_face = threading.Event(), C.encode_pose_latents, backend.face_video
+
+    def encode(*a, **k):
+        encoding.set()
+        return real_encode(*a, **k)
+
+    def face_video(*a):
+        assert encoding.wait(30), "the face video was not built beside the pose encode"
+        return real_face(*a)
+
+    monkeypatch.setattr(C, "encode_pose_latents", encode)
+    monkeypatch.setattr(backend, "face_video", face_video)
+    work = backend.plan_clip(loop, persona, loop.keypoints, SPEC)
+    assert work.faces.shape[0] == 13 and work.stats["face_video_s"] > 0 and work.stats["pose_encode_s"] > 0
+
+    def broken(*a):
+        raise RuntimeError("warp frame 3: portrait too small")
+
+    monkeypatch.setattr(backend, "face_video", broken)
+    with pytest.raises(RuntimeError, match=r"^warp frame 3: portrait too small$"):
+        backend.plan_clip(loop, persona, loop.keypoints, SPEC)
+    backend.close()
