@@ -11,6 +11,8 @@ A diffusion render is three kinds of work with different resources:
 3. **finish** (GPU decode on a second CUDA stream, then the CPU): VAE decode
    (``backend.decode_clip_segment``), the sparse-keyframe infill and the encoder — the ordinary
    :func:`~newsmotion_engine.render.clip.render_clip`, which writes the mp4 and its telemetry.
+   A backend may stream its decode (wan-animate: a few frames at a time, the next ones decoding
+   while the infill and the encoder take these), so this stage's CPU work overlaps its GPU work.
 
 Run one after the other, the GPU waits while a clip is prepared and while its frames are infilled
 and encoded. :func:`render_queue` runs them as a pipeline: while segment ``k`` denoises, the CPU
@@ -28,7 +30,8 @@ encoder already overlaps in a writer thread) renders its clips one after the oth
 Errors: the first failure of any stage stops the queue, the clip in flight leaves nothing at its
 target (``render_clip``'s guarantee), clips finished before it stay, and the error propagates with
 its own message. ``QueueReport.gpu_idle_fraction`` is the share of the wall time in which no GPU
-stage was running (from the stages' host-side timeline; every GPU stage synchronizes at its end).
+stage was running (from the stages' host-side timeline: every GPU stage synchronizes at its end,
+except a streamed decode, whose chunks the backend places by their GPU time).
 
 Example::
 

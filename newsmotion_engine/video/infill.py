@@ -52,6 +52,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -659,7 +660,9 @@ class Infiller:
         background, config: as :class:`KeyframePair`. Mattes: give one with every keyframe or none.
         device: ``None`` (default): warps and blends with OpenCV on the CPU; a torch device
             (``"cuda"``, ``"cpu"``): the same maths in torch
-            (:mod:`newsmotion_engine.video.infill_torch`); the flow is DIS on the CPU either way.
+            (:mod:`newsmotion_engine.video.infill_torch`), on CUDA on a stream of its own (so it
+            never waits for the renderer's work on the caller's stream); the flow is DIS on the
+            CPU either way.
 
     ``stats``: ``flow_ms`` and ``warp_ms`` (totals), ``pairs`` (flows computed), ``infilled``.
 
@@ -680,6 +683,7 @@ class Infiller:
     ) -> None:
         self.schedule = keyframe_schedule(frames, ratio, loop=loop)
         self.device = device
+        self._stream: Any = None  # CUDA only: see _own_stream
         self.background = tuple(int(c) for c in _check_background(background))
         self.config = config or InfillConfig()
         self.stats: dict[str, float] = {}
@@ -722,10 +726,27 @@ class Infiller:
         else:
             from newsmotion_engine.video.infill_torch import at_torch
 
-            out = [at_torch(pair, j / pair.gap, before=before, after=after, device=self.device)[0] for j in range(1, pair.gap)]
+            with self._own_stream():
+                out = [at_torch(pair, j / pair.gap, before=before, after=after, device=self.device)[0] for j in range(1, pair.gap)]
         self.stats["warp_ms"] += (time.perf_counter() - t0) * 1e3
         self.stats["infilled"] += len(out)
         return out
+
+    def _own_stream(self) -> Any:
+        """On a CUDA device, the infill's own stream (every torch op of this stage runs on it,
+        the pairs' uploaded arrays included): each in-between's copy to the host then waits for
+        the infill's kernels only, not for what the renderer queued on its stream meanwhile (a
+        streaming VAE decode of the next frames). Elsewhere nothing."""
+        if self._stream is None:
+            import torch
+
+            device = torch.device(self.device)
+            if device.type != "cuda":
+                return contextlib.nullcontext()
+            self._stream = torch.cuda.Stream(device=device)
+        import torch
+
+        return torch.cuda.stream(self._stream)
 
     def push(self, keyframe: np.ndarray, alpha: np.ndarray | None = None) -> list[np.ndarray]:
         """Add the next keyframe (frame ``next_keyframe``); returns the frames to emit now."""
