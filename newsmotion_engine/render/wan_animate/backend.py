@@ -11,8 +11,10 @@ to materialize) and builds nothing.
 
 Per render (``frames``): load both sub-caches, draw the pose video (the retargeted keypoints in
 Wan's training style, placed on the reference person: :func:`.caches.pose_frames`) and VAE-encode
-it per segment, build the face video, then per inference segment our denoising loop over the
-stock components (:mod:`.segment`) and the decode, streaming frames out one by one. A segment
+it per segment, build the face video (on a worker thread, beside that encode), then per
+inference segment our denoising loop over the stock components (:mod:`.segment`) and the decode,
+streamed one latent frame (four frames) at a time while the GPU decodes the next
+(:func:`.denoise.stream_decode`: the same frames as the whole decode). A segment
 after the first continues from the previous one as the model was trained
 (``continuation="frames"``): the previous segment's last ``prev_frames`` decoded frames,
 VAE-encoded with zero frames after them, the mask marking them known; the opt-in
