@@ -123,6 +123,14 @@ class _StageView:
         return self._backend.describe()
 
     def frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
+        from newsmotion_engine.render.chroma import composite_frames
+
+        # The green screen the backend's own frames() applies (chroma="matte" unless "off"): a
+        # clip through the queue is the same clip as one rendered directly.
+        mode = getattr(getattr(self._backend, "options", None), "chroma", "off")
+        yield from composite_frames(self._decoded(keypoints), spec.background, mode)
+
+    def _decoded(self, keypoints: np.ndarray) -> Iterator[np.ndarray]:
         work = self._work
         if len(keypoints) != work.frames:
             raise RuntimeError(f"the queue prepared {work.frames} driving frames, render_clip asks for {len(keypoints)}")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from newsmotion_engine.render import BackendNeeds, RenderSpec, get_backend
+from newsmotion_engine.render.clip import render_clip
 from newsmotion_engine.render.queue import RenderJob, is_staged, render_queue
 from newsmotion_engine.videoio import iter_frames
 
@@ -143,7 +144,7 @@ def test_an_unstaged_backend_renders_one_clip_after_the_other(tmp_path, synth, p
     assert report.mode == "serial (not staged)" and report.gpu_idle_fraction is None and len(report.telemetry) == 1
 
 
-def test_wan_animate_queue_matches_its_serial_render(tmp_path, synth, persona):
+def test_wan_animate_queue_matches_its_serial_render(tmp_path, synth, persona, monkeypatch):
     backend = get_backend("wan-animate", preset="tiny", steps=1, device="cpu", dtype="float32", segment_frames=5,
                           cache_root=str(tmp_path / "caches"))  # fmt: skip
     backend.load()
@@ -164,6 +165,18 @@ def test_wan_animate_queue_matches_its_serial_render(tmp_path, synth, persona):
     assert len(first) == 9 and report.stage_s["denoise"] > 0 and report.stage_s["decode"] > 0
     assert 0 <= report.gpu_idle_fraction <= 1 and serial.mode == "serial"
     assert report.telemetry[1].backend_info["last_render"]["segments"] == 2
+    # The same clip rendered directly (backend.frames: the green screen applied) is the queue's clip.
+    render_clip(jobs[0].guidance, persona, backend, SPEC, tmp_path / "a-direct.mp4")
+    assert all(np.array_equal(x, y) for x, y in zip(first, iter_frames(tmp_path / "a-direct.mp4")))
+    # ... and it went through the green screen (random-weight noise keys as all person, so the
+    # pixels alone cannot show it): every generated frame was matted onto the key.
+    from newsmotion_engine.render import chroma
+
+    matted = []
+    real = chroma.chroma_composite
+    monkeypatch.setattr(chroma, "chroma_composite", lambda frame, key: matted.append(tuple(key)) or real(frame, key))
+    render_queue(backend, [RenderJob(jobs[0].guidance, persona, SPEC, tmp_path / "a-again.mp4")])
+    assert matted == [tuple(SPEC.background)] * 9
 
 
 @dataclass
