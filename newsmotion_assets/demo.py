@@ -293,6 +293,11 @@ def key_figures(result: dict) -> list[str]:
         if exact and iou_before and iou_after:
             figures.append(f"green screen of generated-like frames: background exact key {exact}, "
                            f"matte iou {iou_before} raw -> {iou_after}")
+    cases = result.get("cases") if result.get("bench") == "cuda_stream_decode_check" else None
+    if isinstance(cases, list) and cases:  # bench/cuda_stream_decode_check.py
+        diffs = [d for c in cases if isinstance(c, dict) and (d := _number(c.get("max_abs_diff_u8"))) is not None]
+        figures.append(f"streamed vs whole VAE decode on {result.get('device', '?')}: max |diff| "
+                       f"{max(diffs) if diffs else float('nan'):.0f}/255 over {len(cases)} cases")
     variants = _dig(result, "forward.variants")
     if isinstance(variants, dict) and _number(_dig(result, "forward_speedup_vs_stock")) is None:
         # A forward run without the stock baseline (e.g. CUDA graphs vs eager): its own times.
