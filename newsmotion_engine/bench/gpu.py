@@ -859,7 +859,7 @@ def backend_smoke(preset: str = "smoke", *, device: str = "auto", width: int = 2
     """A whole clip through the shipped backend entry points (options mapping -> ``get_backend`` ->
     ``prepare_guidance`` / ``prepare_persona`` -> ``frames``) on the bench's synthetic loop and
     persona, with ``options`` (flat keys, as the CLI's ``-o``): every acceleration path plus the
-    face video and the latent continuation between segments (``frames`` over one segment).
+    face video and the continuation between segments (``frames`` over one segment).
     Returns ``{"frames", "wall_s", "backend"}`` (``backend``: ``describe()``)."""
     from newsmotion_engine.render import get_backend
     from newsmotion_engine.render.base import RenderSpec
