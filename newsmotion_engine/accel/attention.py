@@ -95,10 +95,8 @@ FP8_VARIANTS: dict[str, Fp8Variant] = {
     "int8qk-bf16pv": Fp8Variant(qk_int8=True, pv_fp8=False),
 }
 # The variant "fp8-triton" uses unless told otherwise: the fastest one under the bench's 0.05
-# error threshold on the H200 (BENCHMARKS.md, third session, 2026-11-30: kernel 149-154 ms vs
-# cuDNN 203-208 ms at [1, 75600, 40, 128], error 0.040 / 0.038 on flat / sharp softmax). "fp8"
-# (e4m3 Q K) is no faster and fails the threshold (0.054 / 0.093); "int8qk-bf16pv" is the most
-# accurate (0.013 / 0.025) and still beats cuDNN (178-184 ms).
+# error threshold in the kernel sweep (docs/benchmarks.md). "fp8" (e4m3 Q K) is no faster and fails
+# the threshold; "int8qk-bf16pv" is the most accurate and still beats cuDNN.
 DEFAULT_FP8_VARIANT = "int8qk-fp8pv"
 
 

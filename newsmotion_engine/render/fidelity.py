@@ -8,10 +8,9 @@ found are compared with the retargeted keypoints the backend was given.
 
 Each compared frame is read as a still (``static_image_mode``, no tracking between frames). The
 extractor's video mode tracks landmarks from frame to frame, and on a clip that does not move at
-all it drifts: the rest frame repeated 30 times, a perfect render of a still loop, scored
-``pck_body`` 0.475 on the sample cameraman (torso 0.05), 0.862 on grace-hopper, 0.933 on the
-astronaut in video mode, and 1.0 on all three read as stills (measured with
-:func:`measure_frames`; see BENCHMARKS.md, issue 12). A measurement that fails a perfect render
+all it drifts: a perfect render of a still loop (the rest frame repeated) scores well under 1 in
+video mode and 1.0 read as stills (measured with :func:`measure_frames`; docs/benchmarks.md).
+A measurement that fails a perfect render
 judges the tracker, not the backend; read as stills, every frame and the rest frame of the
 calibration are read the same way.
 
