@@ -45,6 +45,7 @@ from newsmotion_engine.errors import (
     CacheStaleError,
     NewsmotionError,
 )
+from newsmotion_engine.video.spec import BACKGROUND_CHROMA_GREEN, MAX_KEYFRAME_RATIO
 
 __all__ = [
     "BACKGROUND_CHROMA_GREEN",
@@ -65,15 +66,11 @@ __all__ = [
     "validate_options",
 ]
 
-# Broadcast chroma green, #00B140.
-BACKGROUND_CHROMA_GREEN: tuple[int, int, int] = (0, 177, 64)
 
 MIN_SIZE = 64
 MAX_SIZE = 4096
 MIN_FPS = 1
 MAX_FPS = 120
-# Sparse keyframes (RenderSpec.keyframes): the highest ratio the infill stage takes.
-MAX_KEYFRAME_RATIO = 8
 
 
 class InvalidSpecError(NewsmotionError, ValueError):

@@ -63,7 +63,7 @@ import cv2
 import numpy as np
 
 from newsmotion_engine.errors import NewsmotionError
-from newsmotion_engine.render.base import BACKGROUND_CHROMA_GREEN, MAX_KEYFRAME_RATIO
+from newsmotion_engine.video.spec import BACKGROUND_CHROMA_GREEN, MAX_KEYFRAME_RATIO
 
 __all__ = [
     "MAX_RATIO",
