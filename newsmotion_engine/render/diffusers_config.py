@@ -60,6 +60,29 @@ WAN_NEGATIVE_PROMPT = (
 )
 
 
+# A diffusers model folder's index files; the first present names the pipeline.
+PIPELINE_INDEX_FILES = ("modular_model_index.json", "model_index.json")
+
+
+def pipeline_index(model_path: str | Path) -> Path | None:
+    """The model folder's index file (:data:`PIPELINE_INDEX_FILES`, first present), or None."""
+    return next((Path(model_path) / n for n in PIPELINE_INDEX_FILES if (Path(model_path) / n).is_file()), None)
+
+
+def folder_pipeline_class(model_path: str | Path) -> tuple[str, Path] | None:
+    """``(pipeline class name, index file)`` of a model folder: the ``_class_name`` of its
+    :func:`pipeline_index`; None when it has none or the file is unreadable (loading the folder
+    names the problem)."""
+    index = pipeline_index(model_path)
+    if index is None:
+        return None
+    try:
+        cls = json.loads(index.read_text()).get("_class_name")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return (cls, index) if isinstance(cls, str) else None
+
+
 def read_json(path: Path) -> dict[str, Any]:
     """A JSON object from a model folder's config file; :class:`BadInputError` naming the file
     when it is missing, unreadable or not an object."""

@@ -282,15 +282,10 @@ def is_distilled_checkpoint(opts: Any) -> bool:
     ``distilled`` schedule."""
     if not opts.model_path:
         return getattr(opts, "schedule", None) == "distilled"
-    import json
+    from newsmotion_engine.render.diffusers_config import folder_pipeline_class
 
-    for name in ("modular_model_index.json", "model_index.json"):
-        try:
-            cls = json.loads((Path(opts.model_path) / name).read_text()).get("_class_name", "")
-        except (OSError, ValueError, AttributeError):
-            continue
-        return "Distilled" in str(cls)
-    return False
+    found = folder_pipeline_class(opts.model_path)
+    return found is not None and "Distilled" in found[0]
 
 
 def steps_warning(opts: Any) -> str | None:

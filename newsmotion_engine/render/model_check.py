@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from newsmotion_engine.errors import BadInputError
+from newsmotion_engine.render.diffusers_config import pipeline_index, read_json
 
 __all__ = ["ModelCheck", "check_model", "safetensors_summary"]
 
-_INDEX_FILES = ("modular_model_index.json", "model_index.json")
 _COMPONENTS = ("transformer", "vae", "image_encoder", "text_encoder", "scheduler", "tokenizer", "image_processor")
 # Config keys worth showing per component (the architecture at a glance).
 _SIZES = {
@@ -53,16 +53,6 @@ class ModelCheck:
     rows: list[tuple[str, str, str, str]] = field(default_factory=list)
     release: str = ""
     defaults: dict[str, Any] = field(default_factory=dict)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise BadInputError(path, f"is not readable JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise BadInputError(path, "is not a JSON object")
-    return data
 
 
 def safetensors_summary(files: list[Path]) -> dict[str, Any]:
@@ -108,7 +98,7 @@ def _component_row(root: Path, name: str) -> tuple[str, str, str, str] | None:
         return None
     config_file = next((folder / n for n in ("config.json", "scheduler_config.json", "tokenizer_config.json", "preprocessor_config.json")
                         if (folder / n).is_file()), None)  # fmt: skip
-    config = _read_json(config_file) if config_file else {}
+    config = read_json(config_file) if config_file else {}
     cls = config.get("_class_name") or (config.get("architectures") or [None])[0] or config.get("tokenizer_class") \
         or config.get("image_processor_type") or "?"  # fmt: skip
     sizes = ", ".join(f"{k}={config[k]}" for k in _SIZES.get(name, ()) if k in config)
@@ -121,10 +111,10 @@ def _backend_of(root: Path) -> tuple[str, str, Path]:
 
     if not root.is_dir():
         raise BadInputError(root, "is not a folder (give a diffusers-format checkpoint folder)")
-    index = next((root / n for n in _INDEX_FILES if (root / n).is_file()), None)
+    index = pipeline_index(root)
     if index is None:
         raise BadInputError(root / "model_index.json", "missing: not a diffusers checkpoint folder (no model_index.json or modular_model_index.json)")
-    cls = _read_json(index).get("_class_name")
+    cls = read_json(index).get("_class_name")
     if cls == wan.PIPELINE_CLASS:
         return "wan-animate", cls, index
     if cls in wan2.PIPELINE_CLASSES:
@@ -137,7 +127,7 @@ def _release_text(backend: str, root: Path) -> str:
     from newsmotion_engine.render.released import RELEASES, released_config
 
     theirs = released_config(backend, "transformer/config.json")
-    ours = _read_json(root / "transformer" / "config.json")
+    ours = read_json(root / "transformer" / "config.json")
     differ = sorted(k for k in theirs if not k.startswith("_") and k in ours and ours[k] != theirs[k])
     repo = RELEASES[backend][1]
     if not differ:
@@ -153,7 +143,7 @@ def _defaults(backend: str, root: Path) -> dict[str, Any]:
     opts = options.from_mapping({"model_path": str(root)})
     steps = getattr(opts, "num_steps", None) or opts.steps
     cfg = getattr(opts, "cfg_scale", None) or opts.guidance_scale
-    scheduler = _read_json(root / "scheduler" / "scheduler_config.json")
+    scheduler = read_json(root / "scheduler" / "scheduler_config.json")
     shift = next((scheduler[k] for k in ("flow_shift", "shift") if k in scheduler), None)
     out = {"segment frames": opts.segment_length, "steps": steps, "CFG": cfg,
            "scheduler": f"{scheduler.get('_class_name', '?')}" + (f" (shift {shift})" if shift is not None else "")}  # fmt: skip

@@ -38,7 +38,7 @@ from newsmotion_engine.render.wan_animate.caches import (
     to_video_tensor,
 )
 
-__all__ = ["SegmentResult", "decode_frames", "decode_video", "denoise_latents", "frame_conditioning", "latent_conditioning",
+__all__ = ["SegmentResult", "decode_frames", "denoise_latents", "frame_conditioning", "latent_conditioning",
            "render_segment"]
 
 
@@ -139,15 +139,9 @@ def decode_frames(components: Any, latents: torch.Tensor) -> tuple[np.ndarray, f
     return video, time.perf_counter() - t0
 
 
-def decode_video(components: Any, latents: torch.Tensor) -> torch.Tensor:
-    """The decoded segment before uint8 rounding: ``[1, 3, T, H, W]`` in [-1, 1] on the device
-    (what :func:`frame_conditioning` reads; :func:`denoise.to_frames` makes the frames)."""
-    return denoise.decode_video(components.vae, latents)
-
-
 def frame_conditioning(components: Any, plan: SegmentPlan, video: torch.Tensor) -> torch.Tensor:
     """The next segment's conditioning as the model was trained: the last ``plan.prev_frames``
-    frames of this segment's decoded ``video`` (:func:`decode_video`), then zero frames,
+    frames of this segment's decoded ``video`` (before uint8 rounding), then zero frames,
     VAE-encoded, with the mask marking ``prev_frames`` known -> float32 ``[1, 20, T_lat, h, w]`` on
     the CPU (the copy synchronizes the stream it ran on)."""
     h, w = video.shape[-2] // VAE_SCALE_SPATIAL, video.shape[-1] // VAE_SCALE_SPATIAL

@@ -23,7 +23,8 @@ from typing import Any
 from newsmotion_engine.errors import BadInputError
 from newsmotion_engine.render.wan_animate import components as _wan
 from newsmotion_engine.render.wan_animate.components import load_text_encoder
-from newsmotion_engine.render.wan_animate_2.config import NAME, PIPELINE_INDEX_FILES, WanAnimate2Options
+from newsmotion_engine.render.diffusers_config import pipeline_index
+from newsmotion_engine.render.wan_animate_2.config import NAME, WanAnimate2Options
 
 __all__ = [
     "RenderComponents",
@@ -51,7 +52,7 @@ def check_model_folder(path: Path) -> None:
     """Raise :class:`BadInputError` naming the first missing file, or a wrong architecture."""
     if not path.is_dir():
         raise BadInputError(path, "model folder does not exist (set model_path or NEWSMOTION_MODEL_DIR_ANIMATE2, or use a preset)")
-    index = next((path / n for n in PIPELINE_INDEX_FILES if (path / n).is_file()), None)
+    index = pipeline_index(path)
     if index is None:
         raise BadInputError(path / "model_index.json", "missing from the Wan-Animate-2 model folder (no model_index.json or modular_model_index.json)")
     _wan.check_folder_contents(path, index, required=_REQUIRED, pipelines=PIPELINE_CLASSES, transformer=TRANSFORMER_CLASS,

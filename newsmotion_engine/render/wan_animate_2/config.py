@@ -56,7 +56,6 @@ so everywhere; frames are noise):
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +64,12 @@ from typing import Any, ClassVar, Literal
 from newsmotion_engine.accel.registry import AccelConfig
 from newsmotion_engine.render.base import BackendOptionError
 from newsmotion_engine.errors import BadInputError
-from newsmotion_engine.render.diffusers_config import DTYPES, RANDOM_WEIGHTS_LABEL, DiffusersOptions
+from newsmotion_engine.render.diffusers_config import (
+    DTYPES,
+    RANDOM_WEIGHTS_LABEL,
+    DiffusersOptions,
+    folder_pipeline_class,
+)
 
 __all__ = [
     "NAME",
@@ -84,7 +88,6 @@ MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR_ANIMATE2"
 RELEASED_SEGMENT_FRAMES = 81  # the modular pipelines' segment_frame_length
 RELEASED_FPS = 24  # the modular pipelines' fps: the driving video is read at 24 fps
 PRESET_SCHEDULE = "distilled"  # without a model folder
-PIPELINE_INDEX_FILES = ("modular_model_index.json", "model_index.json")  # the first present names the pipeline
 GUIDER_CONFIG = "guider/guider_config.json"
 CAPTION_PROMPT = "persona caption (render/wan_animate_2/caption.py)"
 REFERENCE_PROMPT = "人物动作的参考视频"  # the stock pipeline's default `prompt_ref` ("reference video of a person's motion")
@@ -111,21 +114,6 @@ SCHEDULES: dict[str, Schedule] = {
     "base": Schedule("base", 40, 3.0, "WanAnimate2ModularPipeline"),
 }
 _SCHEDULE_OF_PIPELINE = {s.stock_pipeline: s.name for s in SCHEDULES.values()}
-
-
-def folder_pipeline_class(model_path: str) -> tuple[str, Path] | None:
-    """``(pipeline class name, index file)`` of a model folder: the ``_class_name`` of its
-    ``modular_model_index.json``, else of its ``model_index.json``; None when it has neither or
-    the file is unreadable (loading the folder names the problem)."""
-    for name in PIPELINE_INDEX_FILES:
-        index = Path(model_path) / name
-        if index.is_file():
-            try:
-                cls = json.loads(index.read_text()).get("_class_name")
-            except (OSError, ValueError, AttributeError):
-                return None
-            return (cls, index) if isinstance(cls, str) else None
-    return None
 
 
 @dataclass(frozen=True)
