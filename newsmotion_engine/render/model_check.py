@@ -143,8 +143,8 @@ def _defaults(backend: str, root: Path) -> dict[str, Any]:
     opts = options.from_mapping({"model_path": str(root)})
     steps = getattr(opts, "num_steps", None) or opts.steps
     cfg = getattr(opts, "cfg_scale", None) or opts.guidance_scale
-    scheduler = read_json(root / "scheduler" / "scheduler_config.json")
-    shift = next((scheduler[k] for k in ("flow_shift", "shift") if k in scheduler), None)
+    scheduler = opts.scheduler_config()  # the folder's, as the backend reads it
+    shift = opts.scheduler_shift(scheduler)
     out = {"segment frames": opts.segment_length, "steps": steps, "CFG": cfg,
            "scheduler": f"{scheduler.get('_class_name', '?')}" + (f" (shift {shift})" if shift is not None else "")}  # fmt: skip
     from newsmotion_engine.render.lora import steps_warning
