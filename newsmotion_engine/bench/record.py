@@ -1,0 +1,104 @@
+"""The one on-disk format of a benchmark result: a :class:`BenchResult` per benchmark, one file
+``benchmarks/results/<name>.json`` each (git keeps the earlier runs).
+
+A reader takes the figures people read from ``headline`` (label with its unit -> value, in display
+order) and anything else from ``data`` (the bench's full output), so no reader needs to know the
+shape of a particular bench's output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from newsmotion_engine.cachedir import file_mode
+
+SCHEMA = "newsmotion.bench_result"
+VERSION = 1
+
+_REPO = Path(__file__).resolve().parents[2]
+# The committed results of a checkout (absent in an installed package).
+RESULTS_DIR = _REPO / "benchmarks" / "results"
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    name: str  # the benchmark's id; its file is benchmarks/results/<name>.json
+    title: str  # one line: what was measured, on what (shape, settings)
+    created_at: str  # ISO-8601 UTC of the measurement
+    device: str  # e.g. "NVIDIA H100 80GB HBM3", "cpu (2 cores)"
+    commit: str | None  # git commit of the measured tree when known
+    command: str  # the command that reproduces it
+    headline: dict[str, float | int | str]  # label (unit in it) -> value, in display order
+    data: dict[str, Any]  # the bench's full output
+    weights: str | None = None  # "random weights" for diffusion benches; None without model weights
+
+    def to_json(self) -> str:
+        return json.dumps({"schema": SCHEMA, "version": VERSION, **asdict(self)}, indent=2, default=str) + "\n"
+
+
+class NotABenchResult(ValueError):
+    """A file that is not a benchmark result record (or not one this version reads)."""
+
+
+def current_commit() -> str | None:
+    """``git rev-parse HEAD`` of the checkout this package runs from, or None outside one."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=_REPO, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
+
+
+def write_result(path: Path, result: BenchResult) -> Path:
+    """Write ``result`` to ``path`` atomically (a temporary sibling renamed into place), so a reader
+    never sees half a record."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        os.fchmod(fd, file_mode())
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(result.to_json())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_result(path: Path) -> BenchResult:
+    """The record in ``path``; :class:`NotABenchResult` naming the file when it is not one."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise NotABenchResult(f"{path}: not a benchmark result ({exc})") from exc
+    if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:
+        raise NotABenchResult(f"{path}: not a benchmark result (no \"schema\": \"{SCHEMA}\")")
+    if raw.get("version") != VERSION:
+        raise NotABenchResult(f"{path}: benchmark result version {raw.get('version')!r}, this reader reads {VERSION}")
+    names = {f.name for f in fields(BenchResult)}
+    required = {f.name for f in fields(BenchResult) if f.name != "weights"}
+    missing = sorted(required - raw.keys())
+    unknown = sorted(raw.keys() - names - {"schema", "version"})
+    if missing or unknown:
+        raise NotABenchResult(f"{path}: benchmark result with missing fields {missing} / unknown fields {unknown}")
+    if not isinstance(raw["headline"], dict) or not isinstance(raw["data"], dict):
+        raise NotABenchResult(f"{path}: benchmark result whose headline or data is not an object")
+    return BenchResult(**{k: raw[k] for k in names if k in raw})
+
+
+def read_results(directory: Path) -> list[BenchResult]:
+    """Every record ``*.json`` in ``directory``, sorted by name (none when it does not exist)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted((read_result(p) for p in directory.glob("*.json")), key=lambda r: r.name)
