@@ -34,6 +34,7 @@ from newsmotion_engine.render.prepare import PreparedCaches
     group_name="motion",
     kinds={"python", "pytorch"},
     pool="gpu",
+    # A backfill is one run: the backend loads once for all its partitions.
     backfill_policy=dg.BackfillPolicy.single_run(),
     automation_condition=eager_after_valid_upstream(),
     description="The render backend's loop-side tensors (wan-animate: pose latents, first-segment "
@@ -52,6 +53,7 @@ def backend_guidance_cache(
     group_name="appearance",
     kinds={"python", "pytorch"},
     pool="gpu",
+    # A backfill is one run: the backend loads once for all its partitions.
     backfill_policy=dg.BackfillPolicy.single_run(),
     automation_condition=eager_after_valid_upstream(),
     description="The render backend's persona-side tensors (wan-animate: reference-image latents, "

@@ -21,6 +21,8 @@ from newsmotion_engine.guidance.cache import ensure_guidance, load_guidance
     partitions_def=loop_partitions,
     group_name="motion",
     kinds={"python", "numpy"},
+    # One partition per run: a run reports one data version, this loop's cache digest.
+    backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=1),
     retry_policy=TRANSIENT_RETRY,
     description="Raw whole-body keypoints of one motion loop (COCO-WholeBody 133, normalized), "
     "authored procedurally or extracted from a driving video; storage/motion/preprocessed/{loop}/.",

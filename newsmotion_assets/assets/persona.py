@@ -35,6 +35,8 @@ class PersonaConfig(dg.Config):
     partitions_def=persona_partitions,
     group_name="appearance",
     kinds={"python", "numpy"},
+    # One partition per run: a run reports one data version, this persona's cache digest.
+    backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=1),
     retry_policy=TRANSIENT_RETRY,
     description="One anchor's normalized portrait, person matte, face mask and 133 landmarks; "
     "storage/motion/persona_caches/{persona}/. Source portrait: storage/personas/sources/{persona}.*; "
