@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 
 import dagster as dg  # noqa: E402
 
-from newsmotion_engine.guidance.palette import LOOP_IDS  # noqa: E402
+from newsmotion_engine.guidance.catalogue import LOOP_IDS  # noqa: E402
 from newsmotion_engine.render.telemetry import RenderTelemetry  # noqa: E402
 from newsmotion_engine.samples import astronaut_rgb  # noqa: E402
 from newsmotion_engine.storage import Storage  # noqa: E402

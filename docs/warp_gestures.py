@@ -18,7 +18,7 @@ import cv2
 import numpy as np
 
 from newsmotion_engine.guidance.cache import ensure_guidance
-from newsmotion_engine.guidance.palette import LOOP_IDS
+from newsmotion_engine.guidance.catalogue import LOOP_IDS
 from newsmotion_engine.persona.cache import load_persona
 from newsmotion_engine.render import RenderSpec, get_backend, retarget
 from newsmotion_engine.render.clip import loop_canvas_size

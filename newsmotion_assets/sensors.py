@@ -26,8 +26,9 @@ from newsmotion_assets.partitions import loop_partitions, persona_partitions
 from newsmotion_assets.resources import StorageResource
 from newsmotion_engine.cachedir import load_status, sha256_file
 from newsmotion_engine.errors import BadInputError, InvalidIdError
-from newsmotion_engine.guidance import palette
 from newsmotion_engine.guidance.cache import VIDEO_SUFFIXES, load_guidance, loop_source
+from newsmotion_engine.guidance.catalogue import LOOP_IDS, is_canonical
+from newsmotion_engine.guidance.choreography import PALETTE_VERSION
 from newsmotion_engine.ids import slugify, validate_id
 from newsmotion_engine.persona.cache import current_params, image_source, load_persona
 from newsmotion_engine.persona.image import probe_portrait, read_portrait
@@ -49,7 +50,7 @@ def _loop_name_problem(path) -> str | None:
         validate_id(path.stem, "loop id")
     except InvalidIdError as exc:
         return f"file name cannot be a loop id: {exc}"
-    if palette.is_canonical(path.stem):
+    if is_canonical(path.stem):
         return f"{path.stem!r} is a canonical loop; rename the video to add a custom loop"
     return None
 
@@ -79,15 +80,15 @@ def loop_sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -
     # the instance is new): every video on disk ends up a loop.
     videos = {e.path.name: e for e in scan.ready}
     videos.update({e.path.name: e for e in scan.settled if e.path.stem not in known})
-    wanted = list(palette.LOOP_IDS) + [e.path.stem for e in videos.values()]
+    wanted = list(LOOP_IDS) + [e.path.stem for e in videos.values()]
     new_ids = [loop_id for loop_id in dict.fromkeys(wanted) if loop_id not in known]
     materialized = context.instance.get_materialized_partitions(guidance_cache.key)
     requests = [
         # Run keys make each request once per content: canonical loops per palette version, driving
         # videos per (size, mtime) — a replaced video is extracted again. A canonical loop already
         # materialized with a current cache (by `make demo` in this instance) is not requested.
-        dg.RunRequest(partition_key=loop_id, run_key=f"canonical:{loop_id}:{palette.PALETTE_VERSION}")
-        for loop_id in palette.LOOP_IDS
+        dg.RunRequest(partition_key=loop_id, run_key=f"canonical:{loop_id}:{PALETTE_VERSION}")
+        for loop_id in LOOP_IDS
         if not (loop_id in materialized and _guidance_current(storage.store, loop_id))
     ] + [
         dg.RunRequest(partition_key=e.path.stem, run_key=f"video:{e.path.name}:{e.size}:{e.mtime_ns}")

@@ -117,15 +117,15 @@ def human_bytes(n: int | float) -> str:
 @loops_app.command("list")
 def loops_list() -> None:
     """List the canonical loops and custom loops from driving videos."""
-    from newsmotion_engine.guidance import palette
     from newsmotion_engine.guidance.cache import driving_loop_ids, find_driving_video
+    from newsmotion_engine.guidance.catalogue import canonical_loops, is_canonical
 
     store = Storage.from_env()
     table = Table("loop", "source", "description")
-    for loop_id, spec in palette.canonical_loops().items():
+    for loop_id, spec in canonical_loops().items():
         table.add_row(loop_id, "canonical", spec.description)
     for loop_id in driving_loop_ids(store):
-        if not palette.is_canonical(loop_id):
+        if not is_canonical(loop_id):
             table.add_row(loop_id, "driving video", str(find_driving_video(store, loop_id)))
     console.print(table)
 
@@ -167,13 +167,13 @@ def guidance_extract(
     """Add a custom loop: extract whole-body keypoints from VIDEO, cache them, and keep the video in
     motion/driving/ so the loop is rebuilt if the video changes."""
     from newsmotion_engine import cachedir
-    from newsmotion_engine.guidance import palette
     from newsmotion_engine.guidance.cache import VIDEO_SUFFIXES, ensure_guidance, find_driving_video
+    from newsmotion_engine.guidance.catalogue import is_canonical
     from newsmotion_engine.ids import validate_id
 
     store = Storage.from_env()
     validate_id(loop_id, "loop id")
-    if palette.is_canonical(loop_id):
+    if is_canonical(loop_id):
         raise NewsmotionError(f"loop id {loop_id!r} is a canonical loop; choose another id")
     if not video.is_file():
         raise BadInputError(video, "driving video not found")

@@ -268,7 +268,7 @@ def bench_fidelity(
 ) -> dict[str, Any]:
     """Render and measure; returns the JSON-able result (see the module docstring)."""
     from newsmotion_engine.bench.common import machine_info
-    from newsmotion_engine.guidance import palette
+    from newsmotion_engine.guidance.catalogue import canonical_loops
     from newsmotion_engine.guidance.cache import ensure_guidance
     from newsmotion_engine.persona.cache import ensure_persona
     from newsmotion_engine.render import RenderSpec, get_backend
@@ -278,7 +278,7 @@ def bench_fidelity(
 
     say = log or (lambda _m: None)
     portraits = portraits or list(SAMPLE_PORTRAITS)
-    loops = loops or list(palette.canonical_loops())
+    loops = loops or list(canonical_loops())
     config = FidelityConfig(stride=stride)
     started = time.perf_counter()
     for loop_id in loops:

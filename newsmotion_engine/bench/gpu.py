@@ -496,7 +496,7 @@ def bench_inputs(width: int, height: int, frames: int, root: Path) -> tuple[Benc
     """The bench's synthetic segment: the ``welcome`` loop's first ``frames`` frames (cyclically)
     and a reference image filling the frame (random texture over chroma green), as cache
     stand-ins under ``root`` that the backend's ``prepare_*`` turn into its sub-caches."""
-    from newsmotion_engine.guidance.palette import author_loop
+    from newsmotion_engine.guidance.choreography import author_loop
 
     kp = author_loop("welcome")
     kp = np.ascontiguousarray(kp[np.arange(frames) % len(kp)])

@@ -27,7 +27,7 @@ def bench_guidance(
     from newsmotion_engine.guidance import draw
     from newsmotion_engine.bench.suites import private_storage
     from newsmotion_engine.guidance.cache import ensure_guidance, load_guidance
-    from newsmotion_engine.guidance.palette import author_loop
+    from newsmotion_engine.guidance.choreography import author_loop
     from newsmotion_engine.samples import write_moving_photo_video
 
     with private_storage() as store:

@@ -126,7 +126,7 @@ class _Loop:
 
 
 def _warp_clip(loop_id: str, persona: Any, width: int, height: int, frames: int | None, background: tuple[int, int, int]) -> Clip:
-    from newsmotion_engine.guidance.palette import author_loop
+    from newsmotion_engine.guidance.choreography import author_loop
     from newsmotion_engine.render.base import RenderSpec, get_backend
     from newsmotion_engine.render.clip import DEFAULT_LOOP_CANVAS
     from newsmotion_engine.render.retarget import retarget
@@ -442,7 +442,7 @@ def bench_infill(
         face_psnr_db, face_ssim, worst_frame, hold_psnr_db, ...}}], "speed": {...}, "targets": ...}``.
         ``hold_psnr_db`` is the baseline of repeating the nearer keyframe.
     """
-    from newsmotion_engine.guidance.palette import LOOP_IDS
+    from newsmotion_engine.guidance.catalogue import LOOP_IDS
     from newsmotion_engine.render.base import BACKGROUND_CHROMA_GREEN
 
     say = log or (lambda _m: None)

@@ -119,7 +119,7 @@ def driving_loop_ids(storage: Storage) -> list[str]:
 
 def all_loop_ids(storage: Storage) -> list[str]:
     """Canonical loops first, then custom loops from driving videos."""
-    from newsmotion_engine.guidance.palette import LOOP_IDS
+    from newsmotion_engine.guidance.catalogue import LOOP_IDS
 
     return list(LOOP_IDS) + [i for i in driving_loop_ids(storage) if i not in LOOP_IDS]
 
@@ -127,42 +127,43 @@ def all_loop_ids(storage: Storage) -> list[str]:
 def check_loop_exists(storage: Storage, loop_id: str) -> None:
     """Cheap existence check (no hashing): ``loop_id`` is a valid id and a canonical loop or a
     dropped driving video; else :class:`NewsmotionError` listing what exists."""
-    from newsmotion_engine.guidance import palette
+    from newsmotion_engine.guidance.catalogue import is_canonical
 
     validate_id(loop_id, "loop id")
-    if not palette.is_canonical(loop_id) and find_driving_video(storage, loop_id) is None:
+    if not is_canonical(loop_id) and find_driving_video(storage, loop_id) is None:
         raise _unknown_loop(storage, loop_id)
 
 
 def _unknown_loop(storage: Storage, loop_id: str) -> NewsmotionError:
-    from newsmotion_engine.guidance import palette
+    from newsmotion_engine.guidance.catalogue import LOOP_IDS
 
     return NewsmotionError(
-        f"unknown loop {loop_id!r}: not a canonical loop ({', '.join(palette.LOOP_IDS)}) and no driving "
+        f"unknown loop {loop_id!r}: not a canonical loop ({', '.join(LOOP_IDS)}) and no driving "
         f"video {storage.driving_dir / (loop_id + '.mp4')}"
     )
 
 
 def loop_source(storage: Storage, loop_id: str, *, video: Path | None = None, fps: int = DEFAULT_FPS) -> LoopSource:
     """Resolve a loop id to its source: an explicit ``video``, a dropped driving video, or the
-    canonical palette. A video is hashed here (the source digest), so call this once per use.
+    canonical catalogue. A video is hashed here (the source digest), so call this once per use.
     Unknown ids raise :class:`NewsmotionError` listing what exists."""
-    from newsmotion_engine.guidance import palette
+    from newsmotion_engine.guidance import choreography, rig
+    from newsmotion_engine.guidance.catalogue import is_canonical
 
     validate_id(loop_id, "loop id")
     video = video or find_driving_video(storage, loop_id)
     if video is not None:
         return _video_source(loop_id, Path(video), fps)
-    if palette.is_canonical(loop_id):
-        frames = round(fps * palette.DEFAULT_SECONDS)
-        params = palette.authoring_params(loop_id, fps, frames)
+    if is_canonical(loop_id):
+        frames = round(fps * choreography.DEFAULT_SECONDS)
+        params = choreography.authoring_params(loop_id, fps, frames)
         return LoopSource(
             loop_id=loop_id,
             kind="procedural",
             source={"kind": "procedural", "sha256": cachedir.sha256_json(params)},
-            extractor={"name": "newsmotion-palette", "version": palette.PALETTE_VERSION, "params": params},
-            produce=lambda progress: _authored(palette.author_loop(loop_id, fps=fps, frames=frames), progress),
-            frame_size=(palette.FRAME_WIDTH, palette.FRAME_HEIGHT),
+            extractor={"name": "newsmotion-palette", "version": choreography.PALETTE_VERSION, "params": params},
+            produce=lambda progress: _authored(choreography.author_loop(loop_id, fps=fps, frames=frames), progress),
+            frame_size=(rig.FRAME_WIDTH, rig.FRAME_HEIGHT),
         )
     raise _unknown_loop(storage, loop_id)
 

@@ -15,7 +15,7 @@ touching it. Stroke widths scale with the image size (DWPose's widths are for ~5
 
 Example::
 
-    from newsmotion_engine.guidance.palette import author_loop
+    from newsmotion_engine.guidance.choreography import author_loop
     from newsmotion_engine.guidance.draw import draw_pose, png_bytes
 
     kp = author_loop("welcome")                      # [120, 133, 3]

@@ -59,7 +59,7 @@ def loop_prompt(guidance: Any, override: str | None = None, default: str | None 
 
     default = default or WAN_ANIMATE_PROMPT
     if override == LOOP_PROMPT:
-        from newsmotion_engine.guidance.palette import canonical_loops
+        from newsmotion_engine.guidance.catalogue import canonical_loops
 
         spec = canonical_loops().get(getattr(guidance, "loop_id", ""))
         return spec.prompt if spec is not None else default

@@ -8,7 +8,7 @@ from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.partitions import loop_partitions, persona_partitions
 from newsmotion_assets.resources import StorageResource
 from newsmotion_assets.sensors import loop_sensor, persona_inbox_sensor
-from newsmotion_engine.guidance.palette import LOOP_IDS
+from newsmotion_engine.guidance.catalogue import LOOP_IDS
 from newsmotion_engine.persona.sources import add_persona, install_source
 
 

@@ -227,7 +227,7 @@ def test_tables_are_complete_when_piped(astronaut_png):
     from typer.testing import CliRunner
 
     from newsmotion_engine.cli import app
-    from newsmotion_engine.guidance import palette
+    from newsmotion_engine.guidance.catalogue import canonical_loops
 
     runner = CliRunner()
     long_id = "astronaut_anchor_with_a_rather_long_name"
@@ -243,5 +243,5 @@ def test_tables_are_complete_when_piped(astronaut_png):
     assert long_id in outputs["scorecard"] and long_id in outputs["caches"] and long_id in outputs["persona list"]
     created = json.loads(runner.invoke(app, ["caches", "--json"]).output)
     assert all(r["created"] in outputs["caches"] for r in created if r["created"])
-    for spec in palette.canonical_loops().values():
+    for spec in canonical_loops().values():
         assert spec.description in outputs["loops list"]

@@ -14,7 +14,7 @@ from newsmotion_engine.guidance.draw import (
     png_bytes,
     stroke_sizes,
 )
-from newsmotion_engine.guidance.palette import author_loop
+from newsmotion_engine.guidance.choreography import author_loop
 
 B = sk.BODY
 W, H = 360, 640  # small enough to be quick, large enough to see geometry

@@ -104,7 +104,7 @@ def test_confidences_are_averaged_for_the_neck_and_toes():
 
 
 def test_realistic_frame_is_sparser_than_the_display_drawing_and_has_no_face_dots():
-    from newsmotion_engine.guidance.palette import author_loop
+    from newsmotion_engine.guidance.choreography import author_loop
 
     kp = author_loop("welcome")[0]
     wan = draw_wan_pose(kp, 720, 1280)

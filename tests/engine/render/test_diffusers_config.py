@@ -95,7 +95,7 @@ def test_wan_animate_scheduler_class_and_config_come_from_the_folder(tmp_path):
 
 
 def test_wan_animate_prompts_default_to_wans():
-    from newsmotion_engine.guidance.palette import canonical_loops
+    from newsmotion_engine.guidance.catalogue import canonical_loops
     from newsmotion_engine.render.diffusers_backend import loop_prompt
 
     class Loop:

@@ -1,5 +1,5 @@
-"""The authored loop palette: format, determinism, seamlessness, and that each loop moves the parts
-it claims to move."""
+"""The choreography of the canonical loops: format, determinism, seamlessness, and that each loop
+moves the parts it claims to move."""
 
 from __future__ import annotations
 
@@ -11,20 +11,18 @@ import pytest
 
 from newsmotion_engine import skeleton as sk
 from newsmotion_engine.errors import NewsmotionError
-from newsmotion_engine.guidance import palette
-from newsmotion_engine.guidance.palette import (
+from newsmotion_engine.guidance import choreography
+from newsmotion_engine.guidance.catalogue import LOOP_IDS
+from newsmotion_engine.guidance.choreography import (
     DEFAULT_FPS,
     DEFAULT_SECONDS,
-    LOOP_IDS,
     PALETTE_VERSION,
-    LoopSpec,
     author_loop,
     authoring_params,
-    canonical_loops,
-    is_canonical,
 )
+from newsmotion_engine.guidance.rig import FRAME_HEIGHT, FRAME_WIDTH
 
-FRAME = np.array([palette.FRAME_WIDTH, palette.FRAME_HEIGHT], dtype=np.float64)
+FRAME = np.array([FRAME_WIDTH, FRAME_HEIGHT], dtype=np.float64)
 B = sk.BODY
 CHIN = sk.FACE_START + 8  # iBUG jaw point 8 is the chin
 LEFT_MOUTH, RIGHT_MOUTH = sk.FACE_START + 54, sk.FACE_START + 48
@@ -38,22 +36,6 @@ def loops() -> dict[str, np.ndarray]:
 def px(kp: np.ndarray) -> np.ndarray:
     """Keypoint x, y in pixels of the 720x1280 authoring frame."""
     return kp[..., :2].astype(np.float64) * FRAME
-
-
-def test_loop_ids_and_specs():
-    assert LOOP_IDS == ("welcome", "breaking_alert", "left_gesture", "right_gesture", "deep_thought", "nod", "signoff")
-    specs = canonical_loops()
-    assert tuple(specs) == LOOP_IDS
-    for loop_id, spec in specs.items():
-        assert isinstance(spec, LoopSpec) and spec.loop_id == loop_id
-        assert spec.title and spec.description and len(spec.prompt) > 20
-    assert len({s.description for s in specs.values()}) == len(LOOP_IDS)
-    assert all(is_canonical(i) for i in LOOP_IDS)
-    assert not is_canonical("wave") and not is_canonical("Welcome")
-    # Callers get a copy: mutating it cannot change the palette.
-    specs.pop("nod")
-    assert "nod" in canonical_loops()
-    assert DEFAULT_FPS == 30 and DEFAULT_SECONDS == 4.0 and PALETTE_VERSION
 
 
 @pytest.mark.parametrize("loop_id", LOOP_IDS)
@@ -76,6 +58,10 @@ def test_shape_dtype_range_and_presence(loops, loop_id):
     assert (kp[:, B["left_shoulder"], 1] < kp[:, B["left_hip"], 1]).all()
     assert (kp[:, B["left_shoulder"], 0] > kp[:, B["right_shoulder"], 0]).all()
     assert (kp[:, B["left_eye"], 0] > kp[:, B["right_eye"], 0]).all()
+
+
+def test_defaults():
+    assert DEFAULT_FPS == 30 and DEFAULT_SECONDS == 4.0 and PALETTE_VERSION
 
 
 def test_deterministic():
@@ -108,13 +94,13 @@ def test_periodic_spline_wraps_smoothly():
     values = np.array([2.0, -1.0, 5.0, 0.5])
     eps = 1e-6
     phase = np.array([1 - 2 * eps, 1 - eps, 0.0, eps])
-    v = palette._periodic_pchip(times, values, np.where(phase >= 1, phase - 1, phase))
+    v = choreography._periodic_pchip(times, values, np.where(phase >= 1, phase - 1, phase))
     assert abs(v[1] - v[2]) < 1e-4
     slope_before, slope_after = (v[1] - v[0]) / eps, (v[3] - v[2]) / eps
     assert slope_before == pytest.approx(slope_after, rel=1e-3, abs=1e-3)
-    dense = palette._periodic_pchip(times, values, np.linspace(0, 1, 2001, endpoint=False))
+    dense = choreography._periodic_pchip(times, values, np.linspace(0, 1, 2001, endpoint=False))
     assert dense.min() >= values.min() - 1e-9 and dense.max() <= values.max() + 1e-9
-    np.testing.assert_allclose(palette._periodic_pchip(times, values, times), values)
+    np.testing.assert_allclose(choreography._periodic_pchip(times, values, times), values)
 
 
 def test_every_loop_starts_in_the_rest_pose(loops):
@@ -151,7 +137,7 @@ def test_right_gesture_is_the_mirror(loops):
     left = px(loops["left_gesture"])
     right = px(loops["right_gesture"])
     rw, lw = right[:, B["right_wrist"]], left[:, B["left_wrist"]]
-    np.testing.assert_allclose(rw[:, 0], palette.FRAME_WIDTH - lw[:, 0], atol=0.5)
+    np.testing.assert_allclose(rw[:, 0], FRAME_WIDTH - lw[:, 0], atol=0.5)
     np.testing.assert_allclose(rw[:, 1], lw[:, 1], atol=0.5)
     assert right[:, B["nose"], 0].min() - right[0, B["nose"], 0] < -20
 
