@@ -10,13 +10,11 @@ once (``$NEWSMOTION_STORAGE``, else ``./storage``) and hands it to every asset a
 resource.
 """
 
-import json
 import os
 import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 from rich.console import Console
@@ -36,6 +34,7 @@ from newsmotion_assets.assets.reports import scorecard
 from newsmotion_assets.checks import guidance_cache_valid, persona_cache_valid
 from newsmotion_assets.partitions import loop_partitions, persona_partitions
 from newsmotion_assets.resources import RendererResource, StorageResource, release_warm_backends
+from newsmotion_engine.bench.record import BenchResult
 from newsmotion_engine.bench.suites import sample_portrait
 from newsmotion_engine.cli import PipeConsole
 from newsmotion_engine.errors import NewsmotionError
@@ -134,10 +133,14 @@ def run_demo(instance: dg.DagsterInstance | None = None, renderer: RendererResou
     console.print(f"[bold]demo wall time: {time.perf_counter() - started:.1f} s[/]")
 
 
-def _print_scorecard(store: Storage) -> None:
-    from newsmotion_engine.bench.scorecard import build_scorecard
+def _warn(message: str) -> None:
+    console.print(f"[yellow]warning:[/] {escape(message)}")
 
-    frame = build_scorecard(store, on_skip=lambda message: console.print(f"[yellow]warning:[/] {escape(message)}"))
+
+def _print_scorecard(store: Storage) -> None:
+    from newsmotion_engine.bench.scorecard import bench_results, bench_results_dir, build_scorecard
+
+    frame = build_scorecard(store, on_skip=_warn)
     renders = frame[frame["kind"] == "render"]
     columns = RenderTelemetry.SUMMARY
     table = Table(*(c.replace("_", " ") for c in columns))
@@ -149,6 +152,11 @@ def _print_scorecard(store: Storage) -> None:
         console.print(benchmark_table([Path(str(f)) for f in bench["bench_file"]]))
 
 
+# The benchmarks a newsroom reads first (at most 10 rows), in this order.
+DEMO_BENCHMARKS = (
+    "wan_animate_clip_h100", "wan_animate_2_clip_h200", "wan_animate_2_clip_h100", "warp", "guidance", "persona",
+    "infill", "fidelity", "matte", "chroma",
+)  # fmt: skip
 # Headline numbers a result file may hold at its top level (dotted = nested), with their labels.
 _HEADLINES = (
     ("load_ms_p50", "load p50 {:.3g} ms"),
@@ -200,131 +208,20 @@ _HEADLINES = (
 )
 
 
-def _number(value: Any) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-    return float(value) if ok else None
 
 
-def _dig(result: dict, dotted: str) -> Any:
-    for part in dotted.split("."):
-        if not isinstance(result, dict):
-            return None
-        result = result.get(part)
-    return result
+
+def _figure(label: str, value: float | int | str) -> str:
+    return f"{label} {value:.4g}" if isinstance(value, float) else f"{label} {value}"
 
 
-def key_figures(result: dict) -> list[str]:
-    """The few numbers that say what one benchmark result file found, read from its JSON;
-    ``[]`` for a file of a shape this does not know (the table leaves such rows out)."""
-    figures = [label.format(v) for key, label in _HEADLINES if (v := _number(_dig(result, key))) is not None]
-    configs, cudnn_ms = result.get("configs"), _number(result.get("cudnn_ms"))
-    if isinstance(configs, dict) and cudnn_ms:  # an attention kernel sweep
-        timed = {name: c for name, c in configs.items() if isinstance(c, dict) and _number(c.get("kernel_ms"))}
-        if timed:
-            name, best = min(timed.items(), key=lambda item: item[1]["kernel_ms"])
-            err = _number(best.get("rel_err_vs_cudnn"))
-            figures.append(
-                f"best {name} {best['kernel_ms']:.1f} ms vs cuDNN {cudnn_ms:.1f} ms "
-                f"({cudnn_ms / best['kernel_ms']:.2f}x" + (f", error {err:.3f})" if err is not None else ")")
-            )
-    kernels = result.get("kernels")
-    if isinstance(kernels, dict):  # the SASS report: the default variant's kernels, one per autotune config
-        from newsmotion_engine.accel.attention import DEFAULT_FP8_VARIANT
-
-        rows = [k for name, k in kernels.items() if name.split()[0] == DEFAULT_FP8_VARIANT and isinstance(k, dict)]
-        per_score = [v for k in rows if (v := _number(k.get("instructions_per_score"))) is not None]
-        if per_score:
-            spilled = max(_number(k.get("stack_bytes")) or 0 for k in rows)
-            figures.append(
-                f"{DEFAULT_FP8_VARIANT} (default): {min(per_score):.2f}-{max(per_score):.2f} main-loop "
-                f"instructions per score over {len(per_score)} configs, {spilled:.0f} B spilled"
-            )
-    completed, expected = _number(result.get("renders_completed")), _number(result.get("expected_renders"))
-    if completed is not None and expected:  # the fault test (bench/faults.py)
-        left = result.get("temp_files_left")
-        recover = _number(result.get("time_to_recover_s"))
-        figures.append(
-            f"fault test: {completed:.0f}/{expected:.0f} renders after a killed worker, daemon and restart, "
-            f"{len(left) if isinstance(left, list) else '?'} temp files left, {_number(result.get('runs_retried')) or 0:.0f} runs retried"
-            + (f", all recorded {recover:.0f} s after the restart" if recover is not None else "")
-        )
-    frames, wall_s, backend = _number(result.get("frames")), _number(result.get("wall_s")), result.get("backend")
-    if frames and wall_s is not None and isinstance(backend, dict):  # a whole clip through one backend (smoke run)
-        accels = backend.get("accelerations")
-        figures.append(
-            f"{frames:.0f} frames end to end in {wall_s:.3g} s ({backend.get('weights', 'weights unknown')}, "
-            f"preset {backend.get('preset', '?')}"
-            + (f", {len(accels)} accelerations)" if isinstance(accels, dict) else ")")
-        )
-    blocks = result.get("variants") if result.get("part") == "kernels" else None
-    if isinstance(blocks, dict):  # bench/animate2_kernels.py: one block's forward per compile setting
-        timed = [f"{name} {ms:.1f} ms" for name, v in blocks.items()
-                 if isinstance(v, dict) and (ms := _number(v.get("forward_ms_per_block"))) is not None]  # fmt: skip
-        if timed:
-            figures.append("cached forward per block: " + ", ".join(timed))
-    rows = result.get("rows_kernel")
-    if isinstance(rows, dict):  # the one-pass FP8 row quantization vs inductor's, per input shape
-        for shape, r in rows.items():
-            ours = {k: ms for k, v in r.items() if isinstance(v, dict) and k != "inductor" and (ms := _number(v.get("ms"))) is not None}
-            ind = _number(_dig(r, "inductor.ms"))
-            if ours and ind is not None:
-                best = min(ours, key=ours.get)
-                figures.append(f"row quantization {shape}: {ours[best]:.3g} ms ({best}) vs inductor {ind:.3g} ms")
-    if result.get("part") == "attention-prep":  # bench/animate2_kernels.py --prep-only
-        ours, compiled = _number(_dig(result, "kernels.ms")), _number(_dig(result, "torch_compiled.ms"))
-        if ours is not None and compiled is not None:
-            q8 = _number(_dig(result, "vs_torch.q8.differ"))
-            figures.append(f"attention prep {ours:.3g} ms vs torch compiled {compiled:.3g} ms"
-                           + (f", {q8:.2g} of Q's 8-bit values differ" if q8 is not None else ""))
-    if result.get("part") == "attention-soak":  # bench/animate2_kernels.py --soak
-        first, last, smi = _number(result.get("first_tenth_ms")), _number(result.get("last_tenth_ms")), result.get("smi")
-        if first is not None and last is not None:
-            clocks = [c for s in smi if isinstance(s, dict) and (c := _number(s.get("sm_mhz"))) is not None] if isinstance(smi, list) else []
-            figures.append(f"attention kernel back to back: {first:.1f} ms first tenth, {last:.1f} ms last tenth"
-                           + (f", SM clock {min(clocks):.0f}-{max(clocks):.0f} MHz" if clocks else ""))
-    decode = result.get("variants") if result.get("part") == "decode" else None
-    if isinstance(decode, dict):  # bench/animate2_kernels.py --decode-only: one segment's VAE decode per setting
-        timed = [f"{name} {ms / 1000:.2f} s" for name, v in decode.items()
-                 if isinstance(v, dict) and (ms := _number(v.get("ms"))) is not None]  # fmt: skip
-        if timed:
-            figures.append("VAE decode of one segment: " + ", ".join(timed))
-    if result.get("benchmark") == "chroma" and isinstance(result.get("portraits"), dict):
-        # bench/chroma.py: per persona and frame, the raw frame keyed vs the green-screen composite
-        frames = [f for p in result["portraits"].values() if isinstance(p, dict) for f in p.values() if isinstance(f, dict)]
-        def spread(stage: str, key: str) -> str | None:
-            values = [v for f in frames if (v := _number(_dig(f, f"{stage}.{key}"))) is not None]
-            return f"{min(values):.3f}-{max(values):.3f}" if values else None
-        exact, iou_before, iou_after = spread("after", "exact_background"), spread("before", "iou"), spread("after", "iou")
-        if exact and iou_before and iou_after:
-            figures.append(f"green screen of generated-like frames: background exact key {exact}, "
-                           f"matte iou {iou_before} raw -> {iou_after}")
-    cases = result.get("cases") if result.get("bench") == "cuda_stream_decode_check" else None
-    if isinstance(cases, list) and cases:  # bench/cuda_stream_decode_check.py
-        diffs = [d for c in cases if isinstance(c, dict) and (d := _number(c.get("max_abs_diff_u8"))) is not None]
-        figures.append(f"streamed vs whole VAE decode on {result.get('device', '?')}: max |diff| "
-                       f"{max(diffs) if diffs else float('nan'):.0f}/255 over {len(cases)} cases")
-    variants = _dig(result, "forward.variants")
-    if isinstance(variants, dict) and _number(_dig(result, "forward_speedup_vs_stock")) is None:
-        # A forward run without the stock baseline (e.g. CUDA graphs vs eager): its own times.
-        timed = [f"{name} {ms / 1000:.2f} s" for name, v in variants.items()
-                 if isinstance(v, dict) and (ms := _number(v.get("forward_ms"))) is not None]  # fmt: skip
-        if timed:
-            figures.append("per forward: " + ", ".join(timed))
-    return figures
-
-
-def benchmark_table(paths: list[Path]) -> Table:
-    """One row per benchmark result file with its :func:`key_figures`; files that cannot be read
-    or hold no known figure are left out rather than shown with an empty cell."""
-    table = Table("benchmark (committed results)", "key figures")
-    for path in paths:
-        try:
-            result = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        figures = key_figures(result) if isinstance(result, dict) else []
-        if figures:
-            table.add_row(path.name, "; ".join(figures))
+def benchmark_table(results: list[BenchResult]) -> Table:
+    """The :data:`DEMO_BENCHMARKS` among ``results``, one row each with its headline figures."""
+    by_name = {r.name: r for r in results}
+    table = Table("benchmark (committed results)", "device", "headline figures")
+    for name in DEMO_BENCHMARKS:
+        if (result := by_name.get(name)) is not None:
+            table.add_row(result.name, result.device, "; ".join(_figure(k, v) for k, v in result.headline.items()))
     return table
 
 

@@ -7,7 +7,7 @@ Examples::
     newsmotion guidance extract my_take.mp4 --loop-id weather_point
     newsmotion caches --json
     newsmotion model check /models/Wan2.2-Animate-14B-Diffusers
-    newsmotion bench guidance --json bench/results/guidance.json
+    newsmotion bench guidance --json benchmarks/results/guidance.json
 
 Errors the user can fix (bad input, bad cache) print as one ``error:`` line and exit 1.
 The CLI is an edge of the program: each command decides the storage root once
@@ -21,7 +21,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import click
 import typer
@@ -31,6 +31,9 @@ from rich.table import Table
 
 from newsmotion_engine.errors import BadInputError, NewsmotionError
 from newsmotion_engine.storage import Storage
+
+if TYPE_CHECKING:
+    from newsmotion_engine.bench.record import BenchResult
 
 app = typer.Typer(help="newsmotion: gesture-loop presenter clips from an anchor's portrait.", no_args_is_help=True)
 loops_app = typer.Typer(help="The motion loop palette.", no_args_is_help=True)
@@ -413,6 +416,19 @@ def write_result(result: dict[str, Any], path: Optional[Path]) -> None:
     console.print(table)
 
 
+def show_record(result: BenchResult, path: Optional[Path]) -> None:
+    """Write a product bench's record to ``path`` (when given) and print its headline."""
+    from newsmotion_engine.bench import record
+
+    if path is not None:
+        record.write_result(path, result)
+        console.print(f"wrote {path}")
+    table = Table("measure", "value")
+    for label, value in result.headline.items():
+        table.add_row(label, f"{value:.4g}" if isinstance(value, float) else str(value))
+    console.print(table)
+
+
 @bench_app.command("guidance")
 def bench_guidance_cmd(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here.")] = None,
@@ -420,8 +436,9 @@ def bench_guidance_cmd(
 ) -> None:
     """Guidance cache load latency (warm/cold p50/p99) vs re-extraction, and pose drawing speed."""
     from newsmotion_engine.bench.guidance import bench_guidance
+    from newsmotion_engine.bench.suites import bench_record
 
-    write_result(bench_guidance(loads=loads, log=lambda m: console.print(f"[dim]{m}[/]")), json_path)
+    show_record(bench_record("guidance", bench_guidance(loads=loads, log=lambda m: console.print(f"[dim]{m}[/]"))), json_path)
 
 
 @bench_app.command("persona")
@@ -431,7 +448,7 @@ def bench_persona_cmd(
     """Persona cache load latency (warm/cold p50/p99) vs the time to build it (sample persona)."""
     from newsmotion_engine.bench.suites import run_suite
 
-    write_result(run_suite("persona", log=lambda m: console.print(f"[dim]{m}[/]")), json_path)
+    show_record(run_suite("persona", log=lambda m: console.print(f"[dim]{m}[/]")), json_path)
 
 
 @bench_app.command("warp")
@@ -441,7 +458,7 @@ def bench_warp_cmd(
     """Warp backend end-to-end fps at 720x1280 (render + encode), with ms per stage."""
     from newsmotion_engine.bench.suites import run_suite
 
-    write_result(run_suite("warp", log=lambda m: console.print(f"[dim]{m}[/]")), json_path)
+    show_record(run_suite("warp", log=lambda m: console.print(f"[dim]{m}[/]")), json_path)
 
 
 @bench_app.command("matte")
@@ -452,7 +469,7 @@ def bench_matte_cmd(
     person region, background fragments, edge halo width."""
     from newsmotion_engine.bench.suites import run_suite
 
-    result = run_suite("matte", json_path, log=lambda m: console.print(f"[dim]{m}[/]"))
+    result = run_suite("matte", json_path, log=lambda m: console.print(f"[dim]{m}[/]")).data
     if json_path is not None:
         console.print(f"wrote {json_path}")
     table = Table("portrait", "framing", "outside before", "outside after", "fragments", "halo px before", "halo px after")
@@ -487,10 +504,10 @@ def bench_fidelity_cmd(
         result = bench_fidelity(store, portraits=portrait, loops=loop, stride=stride, wan_tiny=wan, sheets=sheets,
                                 log=lambda m: console.print(f"[dim]{m}[/]"))  # fmt: skip
     if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = json_path.with_name(f".{json_path.name}.tmp")
-        tmp.write_text(json.dumps(result, indent=2) + "\n")
-        tmp.replace(json_path)
+        from newsmotion_engine.bench.record import write_result as write_record
+        from newsmotion_engine.bench.suites import bench_record
+
+        write_record(json_path, bench_record("fidelity", result))
         console.print(f"wrote {json_path}")
     table = Table("portrait", "loop", "backend", "pck body", "pck", "motion energy", "mean px")
     rows = result["warp"]["renders"] + ([result["wan_animate_tiny"]["render"]] if result["wan_animate_tiny"] else [])

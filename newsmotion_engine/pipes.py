@@ -241,7 +241,7 @@ def bench_command(report: Report, *, out_dir: str, suites: Sequence[str], gpu_pr
             raise NewsmotionError(f"unknown bench suite {name!r}; known: {', '.join(SUITES)}")
         report.log(f"running bench suite {name}")
         # history/ beside the latest results: Storage.bench_history_dir (the studio's trend chart)
-        results[name] = run_suite(name, folder / f"{name}.json", log=report.log, history_dir=folder / "history")
+        results[name] = run_suite(name, folder / f"{name}.json", log=report.log, history_dir=folder / "history").to_dict()
     if gpu_preset:
         from newsmotion_engine.bench.gpu import bench_gpu
 

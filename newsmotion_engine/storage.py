@@ -137,8 +137,8 @@ class Storage:
 
     @property
     def bench_dir(self) -> Path:
-        """Results of the scheduled benchmark runs, one JSON per suite (the committed figures stay
-        in the repository's ``bench/results/``)."""
+        """Results of the scheduled benchmark runs, one result record per suite (the committed
+        figures stay in the repository's ``benchmarks/results/``)."""
         return self.motion_dir / "bench"
 
     @property

@@ -26,17 +26,17 @@ class BenchmarksConfig(dg.Config):
     group_name="reports",
     kinds={"python"},
     description="Re-runs the benchmark suites (CPU: guidance, persona, warp; optionally the GPU forward "
-    "bench) through the renderer's launcher and writes their JSON to storage/motion/bench/; the committed "
-    "figures stay in bench/results/.",
+    "bench) through the renderer's launcher and writes their result records to storage/motion/bench/; the "
+    "committed figures stay in benchmarks/results/.",
 )
 def benchmarks(
     context: dg.AssetExecutionContext, config: BenchmarksConfig, renderer: RendererResource, storage: StorageResource
 ) -> dg.MaterializeResult:
     results = renderer.run_benchmarks(context, storage.store, config.suites, config.gpu_preset)
-    summary = {
-        f"{name}.{k}": v
+    summary = {  # each result record's headline numbers
+        f"{name}.{label}": v
         for name, result in results.items()
-        for k, v in result.items()
+        for label, v in result["headline"].items()
         if isinstance(v, (int, float)) and not isinstance(v, bool)
     }
     metadata: dict = {k: round(float(v), 4) for k, v in summary.items()}

@@ -119,26 +119,41 @@ def bench_chroma(storage: Any, *, portraits: list[str] | None = None, loop_id: s
     }
 
 
+def headline(result: dict[str, Any]) -> dict[str, float]:
+    """The figures people read from :func:`bench_chroma`'s result: over every portrait and frame,
+    the worst share of background exactly the key (ours; the raw frame keyed at its best) and
+    the worst matte IoU."""
+    frames = [f for by_frame in result["portraits"].values() for f in by_frame.values()]
+
+    def spread(stage: str, key: str) -> list[float]:
+        return [f[stage][key] for f in frames]
+
+    return {"background exactly the key, worst frame (%)": round(100 * min(spread("after", "exact_background")), 1),
+            "the raw frame keyed, best frame (%)": round(100 * max(spread("before", "exact_background")), 1),
+            "matte IoU, worst frame": round(min(spread("after", "iou")), 3)}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m newsmotion_engine.bench.chroma --json bench/results/chroma.json``: the three sample
+    """``python -m newsmotion_engine.bench.chroma --json benchmarks/results/chroma.json``: the three sample
     personas, frames 0 and 60 of ``welcome`` at 360x640, built in a temporary storage."""
     import argparse
-    import json
     import tempfile
     from pathlib import Path
 
+    from newsmotion_engine.bench.record import read_result, write_result
+    from newsmotion_engine.bench.suites import bench_record
     from newsmotion_engine.storage import Storage
 
     parser = argparse.ArgumentParser(prog="python -m newsmotion_engine.bench.chroma", description=main.__doc__)
-    parser.add_argument("--json", type=Path, help="write the result here")
+    parser.add_argument("--json", type=Path, help="write the result record here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="newsmotion-chroma-") as tmp:
         result = bench_chroma(Storage(Path(tmp)), log=print)
-    old = json.loads(args.json.read_text()) if args.json and args.json.is_file() else {}
-    if "note" in old:  # the hand-written caveat travels with the figures it explains
-        result["note"] = old["note"]
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        old = read_result(args.json).data if args.json.is_file() else {}
+        if "note" in old:  # the hand-written caveat travels with the figures it explains
+            result["note"] = old["note"]
+        write_result(args.json, bench_record("chroma", result))
     return 0
 
 

@@ -40,3 +40,8 @@ def machine_info() -> dict[str, Any]:
         "machine": platform.machine(),
         "date": time.strftime("%Y-%m-%d"),
     }
+
+
+def cpu_device() -> str:
+    """The ``device`` of a CPU benchmark's result, e.g. ``"cpu (2 cores)"``."""
+    return f"cpu ({os.cpu_count()} cores)"

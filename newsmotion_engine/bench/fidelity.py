@@ -360,3 +360,15 @@ def bench_fidelity(
         "wall_s": round(time.perf_counter() - started, 1),
         "machine": machine_info(),
     }
+
+
+def headline(result: dict[str, Any]) -> dict[str, float | str]:
+    """The figures people read from :func:`bench_fidelity`'s result: the warp renders' aggregate
+    against the targets, and the judge's ceiling (a perfect rigid render)."""
+    agg = result["warp"]["aggregate"]
+    return {
+        "warp pck head+torso+arms, mean": round(agg["pck_body"]["mean"], 3),
+        "warp motion energy, mean": round(agg["motion_energy_ratio"]["mean"], 3),
+        "renders meeting both targets": f"{agg['meets_both']} / {agg['renders']}",
+        "a perfect rigid render's pck, mean": round(agg["rigid_control"]["pck_body_mean"], 3),
+    }

@@ -85,3 +85,10 @@ def bench_guidance(
         result["ratio_with_read"] = result["extract_s"] * 1000 / result["load_read_ms_p50"]
         result["targets"] = {"load_ms_p50_max": 1.0, "ratio_min": 1000}
         return result
+
+
+def headline(result: dict[str, Any]) -> dict[str, float]:
+    """The figures people read from :func:`bench_guidance`'s result."""
+    return {"warm load p50 (ms)": round(result["load_ms_p50"], 3), "warm load p99 (ms)": round(result["load_ms_p99"], 3),
+            "cold load p50 (ms)": round(result["cold_load_ms_p50"], 3),
+            "re-extraction / warm load (x)": round(result["ratio"]), "pose drawing (ms/frame)": round(result["draw_ms_per_frame"], 2)}

@@ -27,7 +27,7 @@ Speed: ``flow_ms`` (both DIS flows of one keyframe pair), ``warp_ms`` (one in-be
 pair), and ``ms_per_infilled_frame`` for 1:2 and 1:3 (flow amortized over the pair's in-betweens),
 at the bench size on this machine's CPU (median of a few pairs after the quality runs).
 
-Run: ``python -m newsmotion_engine.bench.infill --json bench/results/infill.json``.
+Run: ``python -m newsmotion_engine.bench.infill --json benchmarks/results/infill.json`` (a result record).
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ __all__ = ["bench_infill", "psnr", "ssim_map", "TARGET_PSNR_DB", "TARGET_FACE_PS
 
 TARGET_PSNR_DB = 35.0
 TARGET_FACE_PSNR_DB = 30.0
-_PSNR_CAP_DB = 100.0  # identical frames: reported as this instead of infinity
 
 Log = Callable[[str], None]
 
@@ -515,6 +514,17 @@ def bench_infill(
         "infill_face_psnr_db": headline.get("face_psnr_db"),
         "infill_ms_per_frame_cpu": speed["ms_per_infilled_frame"]["1:2"],
         "target_psnr_db": TARGET_PSNR_DB,
+def headline(result: dict[str, Any]) -> dict[str, float]:
+    """The figures people read from :func:`bench_infill`'s result: PSNR of the infilled frames per
+    keyframe ratio, and the CPU time per infilled frame."""
+    figures: dict[str, float] = {}
+    for ratio, row in result["overall"].items():
+        figures[f"PSNR at {ratio} (dB)"] = round(row["psnr_db"], 1)
+        figures[f"face PSNR at {ratio} (dB)"] = round(row["face_psnr_db"], 1)
+    figures["CPU per infilled frame (ms)"] = result["infill_ms_per_frame_cpu"]
+    return figures
+
+
         "target_face_psnr_db": TARGET_FACE_PSNR_DB,
         "meets_target": targets,
         "overall": overall,
@@ -533,7 +543,7 @@ def bench_infill(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Flow-infill quality (PSNR/SSIM of dropped frames) and speed.")
-    parser.add_argument("--json", type=Path, help="write the result here (atomically)")
+    parser.add_argument("--json", type=Path, help="write the result record here (atomically)")
     parser.add_argument("--frames", type=int, default=None,
                         help="measure each clip on a window of this many frames around its fastest motion")
     parser.add_argument("--loops", default=None, help="comma-separated loop ids (default: all seven)")
@@ -551,14 +561,13 @@ def main(argv: list[str] | None = None) -> int:
         height=height,
         log=lambda m: print(m, file=sys.stderr, flush=True),
     )
-    text = json.dumps(result, indent=2) + "\n"
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.json.with_name(f".{args.json.name}.tmp")
-        tmp.write_text(text)
-        tmp.replace(args.json)
+        from newsmotion_engine.bench.record import write_result
+        from newsmotion_engine.bench.suites import bench_record
+
+        write_result(args.json, bench_record("infill", result))
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return 0
 
 

@@ -157,3 +157,14 @@ def bench_matte(
         "portraits": results,
         "machine": machine_info(),
     }
+
+
+def headline(result: dict[str, Any]) -> dict[str, str]:
+    """The figures people read from :func:`bench_matte`'s result: the edge halo of each portrait
+    at medium framing, before and after cleaning."""
+    figures: dict[str, str] = {}
+    for name, by_framing in result["portraits"].items():
+        row = by_framing.get("medium")
+        if isinstance(row, dict) and "before" in row:
+            figures[f"{name} halo before / after (px)"] = f"{row['before']['halo_width_px']:.2f} / {row['after']['halo_width_px']:.2f}"
+    return figures

@@ -173,6 +173,12 @@ def bench_persona(
     return result
 
 
+def headline(result: dict[str, Any]) -> dict[str, float]:
+    """The figures people read from :func:`bench_persona`'s result."""
+    return {"warm load p50 (ms)": round(result["load_ms_p50"], 2), "warm load p99 (ms)": round(result["load_ms_p99"], 2),
+            "cold load p50 (ms)": round(result["cold_load_ms_p50"], 2), "build (s)": round(result["build_s"], 2)}
+
+
 if __name__ == "__main__":  # python -m newsmotion_engine.bench.persona IMAGE_OR_ID [LOADS]
     store = Storage.from_env()  # a command-line edge
     print(json.dumps(bench_persona(store, sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 200), indent=2))

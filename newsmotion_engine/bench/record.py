@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,12 @@ class BenchResult:
     data: dict[str, Any]  # the bench's full output
     weights: str | None = None  # "random weights" for diffusion benches; None without model weights
 
+    def to_dict(self) -> dict[str, Any]:
+        """The record as it is on disk (JSON-able)."""
+        return {"schema": SCHEMA, "version": VERSION, **asdict(self)}
+
     def to_json(self) -> str:
-        return json.dumps({"schema": SCHEMA, "version": VERSION, **asdict(self)}, indent=2, default=str) + "\n"
+        return json.dumps(self.to_dict(), indent=2, default=str) + "\n"
 
 
 class NotABenchResult(ValueError):
@@ -96,9 +101,17 @@ def read_result(path: Path) -> BenchResult:
     return BenchResult(**{k: raw[k] for k in names if k in raw})
 
 
-def read_results(directory: Path) -> list[BenchResult]:
-    """Every record ``*.json`` in ``directory``, sorted by name (none when it does not exist)."""
+def read_results(directory: Path, *, on_skip: Callable[[str], None] | None = None) -> list[BenchResult]:
+    """Every record ``*.json`` in ``directory``, sorted by name (none when it does not exist). A
+    file that is not a record raises :class:`NotABenchResult`, or, with ``on_skip``, is reported
+    through ``on_skip(message)`` and left out (a page of charts should not fail on one old file)."""
     directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    return sorted((read_result(p) for p in directory.glob("*.json")), key=lambda r: r.name)
+    results = []
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            results.append(read_result(path))
+        except NotABenchResult as exc:
+            if on_skip is None:
+                raise
+            on_skip(str(exc))
+    return sorted(results, key=lambda r: r.name)

@@ -2,15 +2,14 @@
 
 Rows come from ``motion/renders/{persona}/{loop}/{backend}.json`` (kind ``render``, read as
 :class:`~newsmotion_engine.render.telemetry.RenderTelemetry`, columns
-:attr:`RenderTelemetry.COLUMNS`) and from the benchmark result files in ``bench/results/*.json``
-and ``motion/bench/`` (kind ``bench``; nested dicts flattened to ``a.b`` columns). Exported to
-``motion/scorecards/{date}.json`` and ``.csv``.
+:attr:`RenderTelemetry.COLUMNS`) and from the benchmark result records in ``benchmarks/results/``
+and ``motion/bench/`` (kind ``bench``: the record's name, title, device, time and its headline
+figures, one column per figure). Exported to ``motion/scorecards/{date}.json`` and ``.csv``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import logging
 import os
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from newsmotion_engine.bench.record import RESULTS_DIR, BenchResult, read_results
 from newsmotion_engine.render.telemetry import RenderTelemetry, TelemetryError
 from newsmotion_engine.storage import Storage
 
@@ -28,19 +28,9 @@ INTEGER_COLUMNS = tuple(c for c, kind in RenderTelemetry.column_kinds().items() 
 
 
 def bench_results_dir() -> Path:
-    """Committed benchmark results (``$NEWSMOTION_BENCH_RESULTS`` or ``bench/results``)."""
-    return Path(os.environ.get("NEWSMOTION_BENCH_RESULTS", "bench/results"))
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out.update(_flatten(item, f"{prefix}{key}."))
-        return out
-    if isinstance(value, list):
-        return {prefix[:-1]: json.dumps(value)}
-    return {prefix[:-1]: value}
+    """Committed benchmark results (``$NEWSMOTION_BENCH_RESULTS``, else the checkout's
+    ``benchmarks/results``)."""
+    return Path(os.environ.get("NEWSMOTION_BENCH_RESULTS", RESULTS_DIR))
 
 
 def render_records(storage: Storage, *, on_skip: Callable[[str], None] | None = None) -> list[RenderTelemetry]:
@@ -60,21 +50,17 @@ def render_records(storage: Storage, *, on_skip: Callable[[str], None] | None = 
     return records
 
 
-def bench_rows(folders: list[Path], *, on_skip: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """One row per result file in ``folders``; unreadable files are reported as in
-    :func:`render_records` and left out."""
+def bench_results(folders: list[Path], *, on_skip: Callable[[str], None] | None = None) -> list[BenchResult]:
+    """The result records in ``folders``, folder by folder; a file that is not one is reported as
+    in :func:`render_records` and left out."""
     skip = on_skip or log.warning
-    rows = []
-    for folder in folders:
-        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-            try:
-                result = json.loads(path.read_text())
-            except (OSError, ValueError) as exc:
-                skip(f"left out of the scorecard: {path}: not a readable JSON result ({exc})")
-                continue
-            if isinstance(result, dict):
-                rows.append({"kind": "bench", "bench_file": str(path), **_flatten(result)})
-    return rows
+    return [r for folder in folders for r in read_results(folder, on_skip=lambda m: skip(f"left out of the scorecard: {m}"))]
+
+
+def bench_row(result: BenchResult) -> dict[str, Any]:
+    """A record as a scorecard row: what was measured, where and when, and its headline figures."""
+    return {"kind": "bench", "bench": result.name, "title": result.title, "device": result.device,
+            "created_at": result.created_at, "weights": result.weights, **result.headline}  # fmt: skip
 
 
 def build_scorecard(
@@ -88,7 +74,7 @@ def build_scorecard(
     ones (``storage.bench_dir``)."""
     folders = bench_folders if bench_folders is not None else [bench_results_dir(), storage.bench_dir]
     renders = [{"kind": "render", **t.row()} for t in render_records(storage, on_skip=on_skip)]
-    frame = pd.DataFrame(renders + bench_rows(folders, on_skip=on_skip))
+    frame = pd.DataFrame(renders + [bench_row(r) for r in bench_results(folders, on_skip=on_skip)])
     if frame.empty:
         return pd.DataFrame(columns=["kind", *RenderTelemetry.COLUMNS])
     for column in INTEGER_COLUMNS:  # stay integers despite the bench rows' missing values

@@ -1,17 +1,23 @@
-"""The bench suites by name, each run in a private storage root (a :class:`Storage` of a temporary
-folder, so a benchmark never touches a newsroom's caches nor the process environment) and written
-as JSON. Used by ``newsmotion bench ...`` and the nightly ``benchmarks`` asset."""
+"""The product benchmarks by name: what each measures, how to re-run it and the figures people
+read (its :class:`~newsmotion_engine.bench.record.BenchResult`); the suites among them run in a
+private storage root (a :class:`Storage` of a temporary folder, so a benchmark never touches a
+newsroom's caches nor the process environment). Used by ``newsmotion bench ...`` and the nightly
+``benchmarks`` asset."""
 
 from __future__ import annotations
 
 import contextlib
-import json
+import importlib
 import tempfile
-from datetime import datetime, timezone
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from newsmotion_engine.bench.common import cpu_device
+from newsmotion_engine.bench.record import BenchResult, current_commit, write_result
+from newsmotion_engine.cachedir import utc_now
 from newsmotion_engine.storage import Storage
 
 Log = Callable[[str], None]
@@ -73,29 +79,59 @@ def _fidelity(log: Log) -> dict[str, Any]:
         return bench_fidelity(store, log=log)
 
 
-SUITES: dict[str, Callable[[Log], dict[str, Any]]] = {
-    "guidance": _guidance,
-    "persona": _persona,
-    "warp": _warp,
-    "matte": _matte,
-    "fidelity": _fidelity,
-}
+@dataclass(frozen=True)
+class ProductBench:
+    title: str  # BenchResult.title
+    command: str  # BenchResult.command
+    run: Callable[[Log], dict[str, Any]] | None = None  # a suite: runnable by name (CLI, nightly asset)
+
+    def headline(self, name: str, data: dict[str, Any]) -> dict[str, float | int | str]:
+        """The ``headline`` function of the bench's own module (``bench/<name>.py``)."""
+        return importlib.import_module(f"newsmotion_engine.bench.{name}").headline(data)
+
+
+def _cli(name: str) -> str:
+    return f"newsmotion bench {name} --json benchmarks/results/{name}.json"
+
+
+BENCHES: dict[str, ProductBench] = {
+    "guidance": ProductBench("guidance cache of a 120-frame loop: warm / cold load vs re-extraction (mediapipe, 720x1280)",
+                             _cli("guidance"), _guidance),
+    "persona": ProductBench("persona cache of the sample astronaut: warm / cold load and build", _cli("persona"), _persona),
+    "warp": ProductBench("warp backend, astronaut x welcome, 120 frames at 720x1280, render + libx264, best of 5",
+                         _cli("warp"), _warp),
+    "matte": ProductBench("persona mattes of the sample portraits, before and after cleaning", _cli("matte"), _matte),
+    "fidelity": ProductBench("pose fidelity of the warp renders (3 sample portraits x 7 loops, 720x1280) read back by mediapipe",
+                             _cli("fidelity") + " --sheets docs/contact_sheets", _fidelity),
+    "infill": ProductBench("flow infill of dropped frames at 1:2 and 1:3 keyframes, 720x1280, vs the true frames",
+                           "python -m newsmotion_engine.bench.infill --json benchmarks/results/infill.json"),
+    "chroma": ProductBench("green screen of generated-like frames (3 sample personas, 360x640) vs the true background",
+                           "python -m newsmotion_engine.bench.chroma --json benchmarks/results/chroma.json"),
+}  # fmt: skip
+# The benches runnable by name in a private storage root.
+SUITES: dict[str, ProductBench] = {name: bench for name, bench in BENCHES.items() if bench.run is not None}
+
+
+def bench_record(name: str, data: dict[str, Any]) -> BenchResult:
+    """The record of a product bench's output ``data``, measured now on this machine."""
+    bench = BENCHES[name]
+    return BenchResult(name=name, title=bench.title, created_at=utc_now(), device=cpu_device(), commit=current_commit(),
+                       command=bench.command, headline=bench.headline(name, data), data=data)
 
 
 def run_suite(
     name: str, json_path: Path | None = None, *, log: Log = print, history_dir: Path | None = None
-) -> dict[str, Any]:
-    """Run one suite; write its result to ``json_path`` atomically when given, and keep a dated
+) -> BenchResult:
+    """Run one suite; write its record to ``json_path`` atomically when given, and keep a dated
     copy as ``{history_dir}/{name}/{UTC time}.json`` when ``history_dir`` is given (the nightly
     runs' trend)."""
-    result = SUITES[name](log)
+    suite = SUITES[name]
+    assert suite.run is not None
+    result = bench_record(name, suite.run(log))
     targets = [json_path] if json_path is not None else []
     if history_dir is not None:
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
         targets.append(history_dir / name / f"{stamp}.json")
     for path in targets:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(result, indent=2) + "\n")
-        tmp.replace(path)
+        write_result(path, result)
     return result

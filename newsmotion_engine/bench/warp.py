@@ -207,3 +207,9 @@ def bench_warp(
     }
     backend.close()
     return result
+
+
+def headline(result: dict[str, Any]) -> dict[str, float]:
+    """The figures people read from :func:`bench_warp`'s result."""
+    return {"fps, render + encode (best run)": result["fps"], "fps, median run": result["fps_median"],
+            "fps, render alone": result["render_only_fps"]}

@@ -2,10 +2,10 @@
 
 - seconds per stage of every render (telemetry: retarget, backend, encoder wait, mux) and of the
   GPU render benchmarks (stock pipeline vs ours: denoise, decode, ...);
-- speed-ups vs stock from the committed ``bench/results/*.json`` (every ``variants.*``
-  ``speedup_vs_stock``);
-- the nightly benchmark's trend (``motion/bench/history/{suite}/*.json`` plus the latest
-  ``motion/bench/{suite}.json``) for each suite's headline figures.
+- speed-ups vs stock from the committed result records in ``benchmarks/results/`` (every
+  ``variants.*.speedup_vs_stock`` in a record's data);
+- the nightly benchmark's trend (the records in ``motion/bench/history/{suite}/`` plus the latest
+  ``motion/bench/{suite}.json``): each suite's first headline figures over time.
 
 Each chart function returns a :class:`Chart` or ``None`` when there is nothing to draw.
 """
@@ -13,10 +13,9 @@ Each chart function returns a :class:`Chart` or ``None`` when there is nothing t
 from __future__ import annotations
 
 import io
-import json
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
+from newsmotion_engine.bench.record import BenchResult, read_results
 from newsmotion_engine.render.telemetry import RenderTelemetry
 from newsmotion_engine.storage import Storage
 
@@ -33,7 +33,6 @@ __all__ = [
     "Chart",
     "bench_history",
     "gpu_stage_chart",
-    "load_bench_results",
     "scorecard_charts",
     "speedup_bars",
     "speedup_chart",
@@ -41,12 +40,8 @@ __all__ = [
     "trend_chart",
 ]
 
-# Headline figures of each nightly suite, drawn over time (name in the result -> axis label).
-TREND_FIGURES: dict[str, dict[str, str]] = {
-    "warp": {"fps": "warp fps (best of 5)", "render_only_fps": "warp render-only fps"},
-    "guidance": {"load_ms_p50": "guidance cache load p50 (ms)", "draw_ms_per_frame": "pose drawing (ms/frame)"},
-    "persona": {"load_ms_p50": "persona cache load p50 (ms)", "build_s": "persona build (s)"},
-}
+# How many of each nightly suite's headline figures (numbers, in display order) the trend draws.
+TREND_FIGURES = 2
 
 _BG, _PANEL, _TEXT, _MUTED, _GRID = "#14161b", "#1c1f26", "#e6e8ee", "#9aa3b2", "#2c313c"
 _PALETTE = ("#4cc2ff", "#ffb547", "#7ee787", "#ff7b9c", "#b69cff", "#5ad1c4")
@@ -110,23 +105,6 @@ def stage_seconds_chart(records: list[RenderTelemetry]) -> Chart | None:
     return _render(fig, "stages", "Seconds per stage, per render", "From each render's telemetry (RenderTelemetry).")
 
 
-def load_bench_results(folder: Path) -> list[tuple[str, dict[str, Any]]]:
-    """``[(file stem, result)]`` for every readable JSON object in ``folder`` (others skipped)."""
-    out = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            out.append((path.stem, data))
-    return out
-
-
-def _short(stem: str) -> str:
-    return re.sub(r"_(14b|1\.3b|smoke|tiny)_h200$", "", stem.removeprefix("gpu_"))
-
-
 def _walk(value: Any, path: tuple[str, ...] = ()):
     if isinstance(value, dict):
         for key, item in value.items():
@@ -139,8 +117,8 @@ def _walk(value: Any, path: tuple[str, ...] = ()):
 _TOY_PRESETS = ("tiny", "smoke")
 
 
-def _real_results(results: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
-    return [(stem, data) for stem, data in results if data.get("preset") not in _TOY_PRESETS]
+def _real_results(results: list[BenchResult]) -> list[BenchResult]:
+    return [r for r in results if r.data.get("preset") not in _TOY_PRESETS]
 
 
 def _barh(ax, labels: list[str], values: list[float], **kw) -> None:
@@ -149,21 +127,20 @@ def _barh(ax, labels: list[str], values: list[float], **kw) -> None:
     ax.set_yticks(range(len(labels)), labels)
 
 
-def speedup_bars(results: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, float]]:
-    """``[(label, speed-up)]``: every ``...variants.{name}.speedup_vs_stock`` in the results, toy
-    presets left out; the label is the file (without ``gpu_`` and the machine suffix), the part
-    when the file name does not say it, and the variant."""
+def speedup_bars(results: list[BenchResult]) -> list[tuple[str, float]]:
+    """``[(label, speed-up)]``: every ``...variants.{name}.speedup_vs_stock`` in the records' data,
+    toy presets left out; the label is the record's name, the path to ``variants`` when there is
+    one, and the variant."""
     bars: list[tuple[str, float]] = []
-    for stem, data in _real_results(results):
-        short = _short(stem)
-        for path, value in _walk(data):
+    for result in _real_results(results):
+        for path, value in _walk(result.data):
             if len(path) >= 3 and path[-1] == "speedup_vs_stock" and path[-3] == "variants" and isinstance(value, (int, float)):
-                part = path[0] if len(path) > 3 and not short.startswith(path[0]) else ""
-                bars.append((f"{short}{' ' + part if part else ''} · {path[-2]}", float(value)))
+                where = ".".join(path[:-3])
+                bars.append((f"{result.name}{' ' + where if where else ''} · {path[-2]}", float(value)))
     return bars
 
 
-def speedup_chart(results: list[tuple[str, dict[str, Any]]]) -> Chart | None:
+def speedup_chart(results: list[BenchResult]) -> Chart | None:
     """:func:`speedup_bars`, one bar each, against the stock line at 1.0."""
     bars = speedup_bars(results)
     if not bars:
@@ -185,23 +162,23 @@ def speedup_chart(results: list[tuple[str, dict[str, Any]]]) -> Chart | None:
         ax.tick_params(axis="y", labelsize=7.5)
     return _render(
         fig, "speedups", "Speed-ups vs stock",
-        "Every variants.*.speedup_vs_stock in the committed bench/results/*.json, 14B architecture with random "
-        "weights on one H200 (tiny/smoke-preset checks left out: they time toy shapes).",
+        "Every variants.*.speedup_vs_stock in the committed benchmarks/results records, 14B architecture with random "
+        "weights, each on the card its record names (tiny/smoke-preset checks left out: they time toy shapes).",
     )
 
 
-def gpu_stage_chart(results: list[tuple[str, dict[str, Any]]]) -> Chart | None:
+def gpu_stage_chart(results: list[BenchResult]) -> Chart | None:
     """Seconds per stage of the GPU render benchmarks: stock pipeline vs each of our variants."""
     rows: list[tuple[str, dict[str, float]]] = []
-    for stem, data in _real_results(results):
-        render = data.get("render")
+    for result in _real_results(results):
+        render = result.data.get("render")
         if not isinstance(render, dict) or not isinstance(render.get("stock"), dict):
             continue
         stock = render["stock"]
-        rows.append((f"{_short(stem)} · stock", {k: stock[k] for k in ("pipeline_s", "text_encode_s") if isinstance(stock.get(k), (int, float))}))
+        rows.append((f"{result.name} · stock", {k: stock[k] for k in ("pipeline_s", "text_encode_s") if isinstance(stock.get(k), (int, float))}))
         for name, variant in (render.get("variants") or {}).items():
             if isinstance(variant, dict):
-                rows.append((f"{_short(stem)} · {name}", {k: variant[k] for k in ("denoise_s", "decode_s") if isinstance(variant.get(k), (int, float))}))
+                rows.append((f"{result.name} · {name}", {k: variant[k] for k in ("denoise_s", "decode_s") if isinstance(variant.get(k), (int, float))}))
     rows = [r for r in rows if r[1]]
     if not rows:
         return None
@@ -224,52 +201,40 @@ def gpu_stage_chart(results: list[tuple[str, dict[str, Any]]]) -> Chart | None:
         ax.set_xlim(0, max(left) * 1.15)
         ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=4, fontsize=8)
         ax.tick_params(axis="y", labelsize=7.5)
-    return _render(fig, "gpu_stages", "GPU render: seconds per stage", "render.stock and render.variants of the committed GPU render benchmarks (random weights; H200).")
+    return _render(fig, "gpu_stages", "GPU render: seconds per stage", "render.stock and render.variants of the committed GPU render benchmarks (random weights).")
 
 
 # ------------------------------------------------------------------------------ trend
-def _stamp(text: str) -> datetime | None:
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H%M%SZ").replace(tzinfo=timezone.utc)
-    except ValueError:
-        return None
+def _when(result: BenchResult) -> datetime:
+    return datetime.fromisoformat(result.created_at)
 
 
-def bench_history(storage: Storage) -> dict[str, list[tuple[datetime, dict[str, Any]]]]:
-    """``{suite: [(when, result)]}`` oldest first: the kept nightly runs, plus the latest result
-    file when no kept run has the same content (runs from before history was kept)."""
-    history: dict[str, list[tuple[datetime, dict[str, Any]]]] = {}
-    for suite in TREND_FIGURES:
-        points = []
-        folder = storage.bench_history_dir / suite
-        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-            when = _stamp(path.stem)
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if when and isinstance(data, dict):
-                points.append((when, data))
-        latest = storage.bench_dir / f"{suite}.json"
-        try:
-            data = json.loads(latest.read_text())
-        except (OSError, ValueError):
-            data = None
-        if isinstance(data, dict) and all(data != p[1] for p in points):
-            points.append((datetime.fromtimestamp(latest.stat().st_mtime, timezone.utc), data))
-        if points:
-            history[suite] = sorted(points, key=lambda p: p[0])
-    return history
+def bench_history(storage: Storage, *, on_skip: Callable[[str], None] | None = None) -> dict[str, list[BenchResult]]:
+    """``{suite: [record]}`` oldest first: the kept nightly runs (``history/{suite}/``) plus the
+    latest record of each suite when no kept run has its time (runs from before history was
+    kept). Files that are not records are left out (reported through ``on_skip``)."""
+    skip = on_skip or (lambda message: None)
+    runs: dict[str, dict[str, BenchResult]] = {}
+    folders = sorted(p for p in storage.bench_history_dir.iterdir() if p.is_dir()) if storage.bench_history_dir.is_dir() else []
+    for result in [r for folder in [*folders, storage.bench_dir] for r in read_results(folder, on_skip=skip)]:
+        runs.setdefault(result.name, {}).setdefault(result.created_at, result)
+    return {name: sorted(by_time.values(), key=_when) for name, by_time in sorted(runs.items())}
 
 
-def trend_chart(history: dict[str, list[tuple[datetime, dict[str, Any]]]]) -> Chart | None:
-    """One small panel per headline figure of each suite, over time."""
+def _trend_figures(result: BenchResult) -> list[str]:
+    numbers = [k for k, v in result.headline.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return numbers[:TREND_FIGURES]
+
+
+def trend_chart(history: dict[str, list[BenchResult]]) -> Chart | None:
+    """One small panel per trend figure of each suite (:data:`TREND_FIGURES` of the latest run's
+    headline), over time."""
     series = []
     for suite, points in history.items():
-        for key, label in TREND_FIGURES.get(suite, {}).items():
-            xy = [(when, float(d[key])) for when, d in points if isinstance(d.get(key), (int, float))]
+        for label in _trend_figures(points[-1]):
+            xy = [(_when(r), float(r.headline[label])) for r in points if isinstance(r.headline.get(label), (int, float))]
             if xy:
-                series.append((label, xy))
+                series.append((f"{suite}: {label}", xy))
     if not series:
         return None
     cols = 2
@@ -290,13 +255,16 @@ def trend_chart(history: dict[str, list[tuple[datetime, dict[str, Any]]]]) -> Ch
     return _render(fig, "trend", "Nightly benchmark trend", f"storage/motion/bench/history (kept runs, up to {runs} per suite) and the latest motion/bench/*.json.")
 
 
-def scorecard_charts(storage: Storage, records: list[RenderTelemetry], bench_results: Path) -> list[Chart]:
-    """Every chart that has data, in the order the scorecard page shows them."""
-    results = load_bench_results(bench_results)
+def scorecard_charts(
+    storage: Storage, records: list[RenderTelemetry], bench_results: Path, *, on_skip: Callable[[str], None] | None = None
+) -> list[Chart]:
+    """Every chart that has data, in the order the scorecard page shows them; files that are not
+    result records are left out (reported through ``on_skip``)."""
+    results = read_results(bench_results, on_skip=on_skip or (lambda message: None))
     charts = [
         stage_seconds_chart(records),
         gpu_stage_chart(results),
         speedup_chart(results),
-        trend_chart(bench_history(storage)),
+        trend_chart(bench_history(storage, on_skip=on_skip)),
     ]
     return [c for c in charts if c is not None]

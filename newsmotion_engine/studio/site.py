@@ -251,8 +251,8 @@ def build_studio(
 
     Args:
         storage: where renders, caches and bench results are read and the site is written.
-        bench_results: the committed benchmark results (default ``bench/results``, or
-            ``$NEWSMOTION_BENCH_RESULTS``, as the scorecard reads them).
+        bench_results: the committed benchmark result records (default ``benchmarks/results``,
+            or ``$NEWSMOTION_BENCH_RESULTS``, as the scorecard reads them).
         pose: measure per-frame pose error on A/B pages (mediapipe on every frame of both clips;
             the slow part of a comparison).
         log: progress lines (default: none).
@@ -350,7 +350,7 @@ def _build(storage: Storage, tmp: Path, old: Path, bench_results: Path, pose: bo
             )  # fmt: skip
 
     records = [e.telemetry for e in entries if e.telemetry is not None]
-    chart_list = C.scorecard_charts(storage, records, bench_results)
+    chart_list = C.scorecard_charts(storage, records, bench_results, on_skip=log)
     (tmp / "charts").mkdir(exist_ok=True)
     for chart in chart_list:
         (tmp / "charts" / f"{chart.name}.svg").write_text(chart.svg, encoding="utf-8")

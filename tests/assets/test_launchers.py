@@ -248,7 +248,7 @@ def test_benchmarks_run_through_the_launcher(storage):
         assert result.success
         (mat,) = result.asset_materializations_for_node("benchmarks")
         assert mat.metadata["launcher"].value == "subprocess"
-        assert mat.metadata["persona.build_s"].value > 0
+        assert mat.metadata["persona.build (s)"].value > 0  # the record's headline
         assert any(line.startswith("running bench suite persona") for line in _logs(instance, result.run_id))
     assert (storage.bench_dir / "persona.json").is_file()
 

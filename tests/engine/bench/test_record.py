@@ -79,3 +79,13 @@ def test_read_results_sorted_by_name(tmp_path: Path) -> None:
 def test_current_commit_is_a_sha_or_none() -> None:
     commit = record.current_commit()
     assert commit is None or (len(commit) == 40 and int(commit, 16) >= 0)
+
+
+def test_read_results_raises_on_a_non_result_or_reports_it(tmp_path: Path) -> None:
+    write_result(tmp_path / "warp.json", _result())
+    (tmp_path / "old.json").write_text('{"fps": 3}')
+    with pytest.raises(NotABenchResult, match="old.json"):
+        read_results(tmp_path)
+    skipped: list[str] = []
+    assert [r.name for r in read_results(tmp_path, on_skip=skipped.append)] == ["warp"]
+    assert len(skipped) == 1 and "old.json" in skipped[0]

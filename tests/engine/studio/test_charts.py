@@ -1,30 +1,30 @@
 """The scorecard charts: which numbers each one draws, and the nightly history it reads."""
 
-import json
-import os
-
+from newsmotion_engine.bench.record import RESULTS_DIR, BenchResult, read_results, write_result
 from newsmotion_engine.studio import charts as C
 
 from .conftest import make_render
 
 
-def _write(path, data):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data))
+def _record(name: str, data: dict | None = None, headline: dict | None = None, at: str = "2026-12-01T02:00:00+00:00") -> BenchResult:
+    return BenchResult(name=name, title=name, created_at=at, device="NVIDIA H200", commit=None, command="-",
+                       headline=headline or {}, data=data or {}, weights="random weights")  # fmt: skip
 
 
 def test_speedups_take_every_variant_and_leave_toy_presets_out(tmp_path):
-    _write(tmp_path / "gpu_forward_14b_h200.json", {"preset": "14b", "forward": {"variants": {
-        "stock_bf16": {"forward_ms": 12.0}, "all": {"speedup_vs_stock": 1.45}, "fp8": {"speedup_vs_stock": 0.96}}},
-        "forward_speedup_vs_stock": 1.45})  # fmt: skip
-    _write(tmp_path / "gpu_smoke_h200.json", {"preset": "smoke", "forward": {"variants": {"all": {"speedup_vs_stock": 28.0}}}})
-    _write(tmp_path / "gpu_attn_render_14b_h200.json", {"preset": "14b", "render": {"variants": {"all": {"speedup_vs_stock": 2.0}}}})
-    results = C.load_bench_results(tmp_path)
-    assert C.speedup_bars(results) == [("attn_render render · all", 2.0), ("forward · all", 1.45), ("forward · fp8", 0.96)]
+    write_result(tmp_path / "wan_animate_forward_h200.json", _record("wan_animate_forward_h200", {"preset": "14b", "forward": {"variants": {
+        "stock_bf16": {"forward_ms": 12.0}, "all": {"speedup_vs_stock": 1.45}, "fp8": {"speedup_vs_stock": 0.96}}}}))  # fmt: skip
+    write_result(tmp_path / "smoke_h200.json", _record("smoke_h200", {"preset": "smoke", "forward": {"variants": {"all": {"speedup_vs_stock": 28.0}}}}))
+    write_result(tmp_path / "render_h200.json", _record("render_h200", {"preset": "14b", "render": {"variants": {"all": {"speedup_vs_stock": 2.0}}}}))
+    (tmp_path / "notes.json").write_text('{"fps": 1}')  # not a record: reported, left out
+    skipped: list[str] = []
+    results = read_results(tmp_path, on_skip=skipped.append)
+    assert len(skipped) == 1 and "notes.json" in skipped[0]
+    assert C.speedup_bars(results) == [("render_h200 render · all", 2.0), ("wan_animate_forward_h200 forward · all", 1.45),
+                                       ("wan_animate_forward_h200 forward · fp8", 0.96)]  # fmt: skip
     chart = C.speedup_chart(results)
     assert chart is not None and chart.svg.startswith("<svg") and chart.png.startswith(b"\x89PNG")
     assert C.speedup_chart([]) is None
-    assert C.speedup_chart(C.load_bench_results(tmp_path / "none")) is None
 
 
 def test_stage_chart_from_telemetry(storage):
@@ -34,25 +34,25 @@ def test_stage_chart_from_telemetry(storage):
     assert C.stage_seconds_chart([]) is None
 
 
-def test_history_keeps_runs_and_adds_an_older_latest_file(storage):
-    _write(storage.bench_history_dir / "warp" / "2026-11-30T020000Z.json", {"fps": 100.0})
-    _write(storage.bench_history_dir / "warp" / "2026-12-01T020000Z.json", {"fps": 110.0})
-    _write(storage.bench_dir / "warp.json", {"fps": 110.0})  # the latest run: already in the history
-    _write(storage.bench_dir / "persona.json", {"load_ms_p50": 1.0, "build_s": 1.3})  # from before history was kept
-    os.utime(storage.bench_dir / "persona.json", (1_700_000_000, 1_700_000_000))
+def test_history_keeps_runs_and_adds_an_older_latest_record(storage):
+    early, late = "2026-11-30T02:00:00+00:00", "2026-12-01T02:00:00+00:00"
+    write_result(storage.bench_history_dir / "warp" / "2026-11-30T020000Z.json", _record("warp", headline={"fps": 100.0}, at=early))
+    write_result(storage.bench_history_dir / "warp" / "2026-12-01T020000Z.json", _record("warp", headline={"fps": 110.0}, at=late))
+    write_result(storage.bench_dir / "warp.json", _record("warp", headline={"fps": 110.0}, at=late))  # the latest run: already kept
+    # From before history was kept:
+    write_result(storage.bench_dir / "persona.json", _record("persona", headline={"load p50 (ms)": 1.0, "build (s)": 1.3, "note": "x"}, at=early))
+    (storage.bench_dir / "old.json").write_text('{"fps": 90.0}')  # an old-format result: left out
     history = C.bench_history(storage)
-    assert [p[1]["fps"] for p in history["warp"]] == [100.0, 110.0]
-    assert len(history["persona"]) == 1 and "guidance" not in history
+    assert [r.headline["fps"] for r in history["warp"]] == [100.0, 110.0]
+    assert len(history["persona"]) == 1 and set(history) == {"warp", "persona"}
     chart = C.trend_chart(history)
     assert chart is not None and "up to 2 per suite" in chart.caption
     assert C.trend_chart({}) is None
 
 
-def test_run_suite_keeps_a_dated_copy(tmp_path, monkeypatch):
-    from newsmotion_engine.bench import suites
-
-    monkeypatch.setitem(suites.SUITES, "fake", lambda log: {"fps": 1.0})
-    suites.run_suite("fake", tmp_path / "fake.json", history_dir=tmp_path / "history")
-    (kept,) = (tmp_path / "history" / "fake").glob("*.json")
-    assert json.loads(kept.read_text()) == json.loads((tmp_path / "fake.json").read_text()) == {"fps": 1.0}
-    assert C._stamp(kept.stem) is not None
+def test_the_committed_records_chart():
+    results = read_results(RESULTS_DIR)
+    labels = [label for label, _ in C.speedup_bars(results)]
+    assert any(label.startswith("wan_animate_render_h200") for label in labels)
+    assert not any(label.startswith("smoke_h200") for label in labels)
+    assert C.gpu_stage_chart(results) is not None
