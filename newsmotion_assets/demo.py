@@ -147,9 +147,9 @@ def _print_scorecard(store: Storage) -> None:
     for row in renders.to_dict("records"):
         table.add_row(*(escape(cell_text(row.get(c))) for c in columns))
     console.print(table)
-    bench = frame[frame["kind"] == "bench"]
-    if not bench.empty:
-        console.print(benchmark_table([Path(str(f)) for f in bench["bench_file"]]))
+    committed = bench_results([bench_results_dir()], on_skip=_warn)
+    if committed:
+        console.print(benchmark_table(committed))
 
 
 # The benchmarks a newsroom reads first (at most 10 rows), in this order.
@@ -157,58 +157,6 @@ DEMO_BENCHMARKS = (
     "wan_animate_clip_h100", "wan_animate_2_clip_h200", "wan_animate_2_clip_h100", "warp", "guidance", "persona",
     "infill", "fidelity", "matte", "chroma",
 )  # fmt: skip
-# Headline numbers a result file may hold at its top level (dotted = nested), with their labels.
-_HEADLINES = (
-    ("load_ms_p50", "load p50 {:.3g} ms"),
-    ("ratio", "loads {:,.0f}x faster than a rebuild"),
-    ("build_s", "build {:.3g} s"),
-    ("fps", "{:.4g} fps"),
-    ("forward_speedup_vs_stock", "forward {:.3g}x stock"),
-    ("render.render_speedup_vs_stock", "render {:.3g}x stock"),
-    ("render.ours.end_to_end_s", "end to end {:.4g} s"),
-    ("infill_psnr_db", "infill {:.3g} dB"),
-    ("infill_face_psnr_db", "face {:.3g} dB"),
-    ("infill_ms_per_frame_cpu", "{:.4g} ms/frame CPU"),
-    ("forward_speedup_vs_stock_sparse50", "sparse attention 0.5 (experimental): forward {:.3g}x stock"),
-    ("forward_speedup_vs_stock_sparse30", "0.3: {:.3g}x"),
-    ("clip_120f_720p_s", "120-frame clip {:.3g} s"),
-    ("clip_120f_720p_s_stock", "stock {:.4g} s"),
-    ("clip_speedup_vs_stock", "{:.3g}x stock"),
-    ("clip_120f_720p_s_experimental", "with approximations (experimental) {:.3g} s"),
-    ("queue.throughput_ratio", "batch queue pipelined {:.3g}x serial"),
-    ("subprocess_overhead_s_per_step", "subprocess launcher: +{:.2g} s per render step"),
-    ("warp.aggregate.pck_body.mean", "warp pose pck (head, torso, arms) mean {:.3f}"),
-    ("warp.aggregate.motion_energy_ratio.mean", "motion energy mean {:.3f}"),
-    ("warp.aggregate.rigid_control.pck_body_mean", "a perfect rigid render (the judge's ceiling) pck {:.3f}"),
-    ("pck_body_mean.raw", "perfect rigid renders read as stills: pck {:.3f}"),
-    ("pck_body_mean.one_euro", "readings One-Euro-smoothed: {:.3f}"),
-    ("wan_animate_tiny.render.pose_fidelity.pck_body", "wan-animate tiny (random weights) pck {:.3f}"),
-    ("forward.extract_speedup_vs_stock", "wan-animate-2 extract pass {:.3g}x stock"),
-    ("forward.cached_cond_speedup_vs_stock", "cached forward {:.3g}x stock"),
-    ("attention.incontext_fp8_triton.speedup_vs_stock", "cached-pass attention in one 8-bit kernel launch {:.3g}x the stock flex mask"),
-    ("attention.incontext_fp8_triton.rel_err_vs_stock", "error {:.3f}"),
-    ("attention.split_fp8_triton.speedup_vs_stock", "cached-pass attention split on the 8-bit kernel {:.3g}x the stock flex mask"),
-    ("attention.split_fp8_triton.rel_err_vs_stock", "error {:.3f}"),
-    ("animate2_clip_s", "wan-animate-2 120-frame clip {:.4g} s"),
-    ("animate2_clip_segment_frames", "in segments of {:.0f} frames"),
-    ("animate2_clip_s_stock", "stock distilled pipeline {:.4g} s"),
-    ("animate2_clip_speedup_vs_stock", "{:.3g}x stock"),
-    ("animate2_clip_peak_gib", "peak {:.3g} GiB"),
-    ("ours.peak_gib", "peak {:.3g} GiB"),
-    ("animate2_clip_peak_gib_stock", "stock peak {:.4g} GiB"),
-    ("ours.profile_one_forward.forward_ms", "one cached forward {:.5g} ms"),
-    ("ours.profile_one_forward.gpu_busy_ms", "GPU busy {:.5g} ms"),
-    ("animate2_clip_s_cold_loop", "K/V extracted inside the clip {:.4g} s"),
-    ("animate2_clip_speedup_vs_stock_cold_loop", "{:.3g}x stock"),
-    ("multistream.two_streams.throughput_vs_serial", "A/B on two CUDA streams {:.3g}x serial"),
-    ("multistream.two_processes.throughput_vs_serial", "two processes {:.3g}x serial"),
-    ("multistream.two_streams.peak_gib", "peak {:.3g} GiB"),
-    ("portraits.astronaut.medium.before.halo_width_px", "astronaut matte halo {:.2f} px"),
-    ("portraits.astronaut.medium.after.halo_width_px", "cleaned {:.2f} px"),
-)
-
-
-
 
 
 def _figure(label: str, value: float | int | str) -> str:
