@@ -1,17 +1,18 @@
-"""The pose-fidelity table and aggregate of BENCHMARKS.md, printed from a fidelity result file.
+"""The pose-fidelity table and aggregate of docs/benchmarks.md, printed from the fidelity result record.
 
-    python bench/fidelity_markdown.py bench/results/fidelity.json
+    python bench/fidelity_markdown.py benchmarks/results/fidelity.json
 
 Prints Markdown: one row per render (warp on every portrait and loop, then the wan-animate tiny
 baseline) and the aggregate paragraph. Nothing here measures: it only formats the committed JSON,
-so the document's figures are the file's.
+so the document's figures are the record's.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+
+from newsmotion_engine.bench.record import read_result
 
 PARTS = ("head", "torso", "arms")
 
@@ -68,9 +69,8 @@ def main(argv: list[str]) -> int:
         print("usage: python bench/fidelity_markdown.py FIDELITY_JSON", file=sys.stderr)
         return 2
     try:
-        result = json.loads(Path(argv[0]).read_text())
-        print(markdown(result))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(markdown(read_result(Path(argv[0])).data))
+    except (ValueError, KeyError, TypeError) as exc:  # NotABenchResult is a ValueError
         print(f"error: {argv[0]}: not a fidelity result ({type(exc).__name__}: {exc})", file=sys.stderr)
         return 2
     return 0
