@@ -9,7 +9,7 @@ the pose error of each clip against the guidance the backends followed and of A 
 Clips of different sizes are compared at A's size (B resized, area interpolation); clips of
 different lengths over their common frames. Either case is a note on the result, not an error.
 
-This module owns the comparison record (:class:`Comparison`, ``comparison.json`` beside the
+This module owns the comparison record (:class:`Comparison`, ``pair.json`` beside the
 heatmap clip): its fields, version, writing and reading.
 
 Example::
@@ -33,44 +33,29 @@ import cv2
 import numpy as np
 
 from newsmotion_engine.errors import BadInputError
-from newsmotion_engine.video.compare import frame_psnr_db, ssim_luma
+from newsmotion_engine.video.compare import psnr_db, ssim_luma
 from newsmotion_engine.video.encode import VideoEncoder
 from newsmotion_engine.videoio import iter_frames, open_video
 
 __all__ = [
     "COMPARISON_VERSION",
     "HEATMAP_FULL_SCALE",
-    "PSNR_CAP_DB",
     "Comparison",
     "compare_clips",
     "heatmap_frame",
-    "psnr_db",
-    "ssim",
 ]
 
 # Bump when a field changes; a stored comparison of another version is recomputed.
 COMPARISON_VERSION = 1
-# Identical frames have infinite PSNR; the record caps it so it stays a JSON number.
-PSNR_CAP_DB = 100.0
 # |A-B| (mean over RGB, 0-255) at which the heatmap reaches its brightest colour: differences of
 # a quarter of the range and more are all "very different"; small ones stay visible.
 HEATMAP_FULL_SCALE = 64.0
 HEATMAP_COLORMAP = cv2.COLORMAP_INFERNO
 HEATMAP_NAME = "heatmap.mp4"
-RECORD_NAME = "comparison.json"
+# Not "comparison.json": that name is the A/B record of two renders (video/compare.py).
+RECORD_NAME = "pair.json"
 
 Progress = Callable[[int, int], None]
-
-
-def psnr_db(a: np.ndarray, b: np.ndarray) -> float:
-    """PSNR of ``b`` against ``a`` in dB (:func:`~newsmotion_engine.video.compare.frame_psnr_db`),
-    capped at :data:`PSNR_CAP_DB` so identical frames plot."""
-    value = frame_psnr_db(a, b)
-    return PSNR_CAP_DB if value is None else min(PSNR_CAP_DB, value)
-
-
-# The A/B record's SSIM and the ab_comparison asset's are one function.
-ssim = ssim_luma
 
 
 def heatmap_frame(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -83,7 +68,7 @@ def heatmap_frame(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Comparison:
-    """One A/B comparison (``comparison.json``).
+    """One A/B comparison of the studio (``pair.json``).
 
     ``key``: what it was computed from (see :func:`comparison_key`), so a rebuild reuses it while
     neither clip changed. ``a``/``b``: ``{label, width, height, frames}`` of each clip as decoded.
@@ -125,7 +110,7 @@ class Comparison:
         return {**dataclasses.asdict(self), "summary": self.summary}
 
     def write(self, folder: Path) -> Path:
-        """Write ``folder/comparison.json`` atomically."""
+        """Write ``folder/pair.json`` atomically."""
         path = folder / RECORD_NAME
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
         try:
@@ -181,7 +166,7 @@ def compare_clips(
 
     Args:
         a_path, b_path: the two mp4s.
-        out_dir: where ``heatmap.mp4`` and ``comparison.json`` go.
+        out_dir: where ``heatmap.mp4`` and ``pair.json`` go.
         labels: names shown for A and B.
         pose: optional factory of a pose tracker (:class:`newsmotion_engine.studio.pose.PoseTracker`)
             that gets each compared frame pair; ``None`` skips pose error.
@@ -220,7 +205,7 @@ def compare_clips(
                 if fb.shape[:2] != (height, width):
                     fb = cv2.resize(fb, (width, height), interpolation=cv2.INTER_AREA)
                 psnrs.append(round(psnr_db(fa, fb), 3))
-                ssims.append(round(ssim(fa, fb), 5))
+                ssims.append(round(ssim_luma(fa, fb), 5))
                 encoder.write(np.ascontiguousarray(heatmap_frame(fa, fb)[:heat_h, :heat_w]))
                 if tracker is not None:
                     tracker.add(fa, fb)

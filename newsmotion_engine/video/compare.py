@@ -30,9 +30,12 @@ import numpy as np
 from newsmotion_engine.errors import BadInputError
 from newsmotion_engine.videoio import iter_frames, open_video
 
-__all__ = ["SCHEMA_VERSION", "FrameComparison", "VideoComparison", "compare_frames", "compare_videos", "frame_psnr_db", "ssim_luma", "ssim_map"]
+__all__ = ["PSNR_CAP_DB", "SCHEMA_VERSION", "FrameComparison", "VideoComparison", "compare_frames", "compare_videos", "frame_psnr_db",
+           "psnr_db", "ssim_luma", "ssim_map"]
 
 SCHEMA_VERSION = 1
+# Identical frames have infinite PSNR; where a number is needed it is capped here.
+PSNR_CAP_DB = 100.0
 
 
 @dataclass(frozen=True)
@@ -43,12 +46,26 @@ class FrameComparison:
     mean_abs_diff: float
 
 
-def frame_psnr_db(a: np.ndarray, b: np.ndarray) -> float | None:
-    """PSNR of ``b`` against ``a`` (uint8 images of one shape) over RGB, peak 255; ``None`` when
-    the two are identical (infinite)."""
-    diff = a.astype(np.float32) - b.astype(np.float32)
-    mse = float(np.mean(diff * diff))
-    return None if mse == 0 else 10.0 * math.log10(255.0**2 / mse)
+def frame_psnr_db(a: np.ndarray, b: np.ndarray, mask: np.ndarray | None = None) -> float | None:
+    """PSNR of ``b`` against ``a`` (uint8 images of one shape) over all channels, peak 255, over the
+    pixels where ``mask`` is true (all when ``None``); ``None`` when they are identical there
+    (infinite)."""
+    if mask is None:
+        count = a.size
+        sse = cv2.norm(a, b, cv2.NORM_L2SQR)
+    else:
+        m = mask.astype(np.uint8)
+        count = int(cv2.countNonZero(m)) * (a.shape[2] if a.ndim == 3 else 1)
+        sse = cv2.norm(a, b, cv2.NORM_L2SQR, mask=m)
+    mse = sse / max(count, 1)
+    return None if mse <= 1e-10 else 10.0 * math.log10(255.0**2 / mse)
+
+
+def psnr_db(a: np.ndarray, b: np.ndarray, mask: np.ndarray | None = None) -> float:
+    """:func:`frame_psnr_db` capped at :data:`PSNR_CAP_DB`, so identical frames stay a JSON number
+    and plot."""
+    value = frame_psnr_db(a, b, mask)
+    return PSNR_CAP_DB if value is None else min(PSNR_CAP_DB, value)
 
 
 def ssim_map(a: np.ndarray, b: np.ndarray) -> np.ndarray:

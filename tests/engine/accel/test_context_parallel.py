@@ -28,8 +28,8 @@ TOL = 1e-5
 
 def _tiny():
     from newsmotion_engine.bench.gpu import forward_inputs
-    from newsmotion_engine.render.wan_animate.components import build_transformer
-    from newsmotion_engine.render.wan_animate.config import WanAnimateOptions
+    from newsmotion_engine.render.backends.wan_animate.components import build_transformer
+    from newsmotion_engine.render.backends.wan_animate.config import WanAnimateOptions
 
     torch.manual_seed(0)
     opts = WanAnimateOptions(preset="tiny", device="cpu", dtype="float32")
@@ -44,8 +44,8 @@ _RANKS = textwrap.dedent(
     from newsmotion_engine.accel.context_parallel import ContextParallel
     from newsmotion_engine.accel.registry import apply_accelerations, remove_accelerations
     from newsmotion_engine.bench.gpu import forward_inputs
-    from newsmotion_engine.render.wan_animate.components import build_transformer
-    from newsmotion_engine.render.wan_animate.config import WanAnimateOptions
+    from newsmotion_engine.render.backends.wan_animate.components import build_transformer
+    from newsmotion_engine.render.backends.wan_animate.config import WanAnimateOptions
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     opts = WanAnimateOptions(preset="tiny", device="cpu", dtype="float32")
@@ -125,17 +125,3 @@ def test_errors_are_clear():
     }
     with pytest.raises(ContextParallelError, match="torchrun --nproc-per-node 2"):
         apply_accelerations(types.SimpleNamespace(transformer=model), [ContextParallel(world_size=2)])
-
-
-def test_speedups_from_result_files(tmp_path):
-    import json
-
-    from newsmotion_engine.bench.context_parallel import speedups
-
-    paths = []
-    for world, ms in ((1, 9000.0), (2, 4800.0), (4, 2600.0)):
-        p = tmp_path / f"cp{world}.json"
-        p.write_text(json.dumps({"world_size": world, "forward_ms": ms}))
-        paths.append(p)
-    res = speedups(paths)
-    assert res["cp_speedup_2gpu"] == 1.875 and res["cp_speedup_4gpu"] == 3.462

@@ -5,7 +5,8 @@ import pytest
 from skimage.metrics import structural_similarity
 
 from newsmotion_engine.errors import BadInputError
-from newsmotion_engine.studio.compare import PSNR_CAP_DB, Comparison, compare_clips, heatmap_frame, psnr_db, ssim
+from newsmotion_engine.studio.compare import RECORD_NAME, Comparison, compare_clips, heatmap_frame
+from newsmotion_engine.video.compare import PSNR_CAP_DB, psnr_db, ssim_luma
 from newsmotion_engine.video.encode import probe_video
 
 from .conftest import write_clip
@@ -19,8 +20,8 @@ def test_ssim_agrees_with_skimage():
 
     ga, gb = (cv2.cvtColor(x, cv2.COLOR_RGB2GRAY) for x in (a, b))
     ref = structural_similarity(ga, gb, data_range=255, gaussian_weights=True, sigma=1.5, use_sample_covariance=False)
-    assert abs(ssim(a, b) - ref) < 1e-3
-    assert ssim(a, a) == pytest.approx(1.0)
+    assert abs(ssim_luma(a, b) - ref) < 1e-3
+    assert ssim_luma(a, a) == pytest.approx(1.0)
 
 
 def test_psnr_and_heatmap():
@@ -66,7 +67,7 @@ def test_unreadable_clip_is_one_error_naming_it(tmp_path):
 
 def test_other_version_or_damaged_record_is_not_reused(tmp_path):
     assert Comparison.read(tmp_path) is None
-    (tmp_path / "comparison.json").write_text('{"schema_version": 999}')
+    (tmp_path / RECORD_NAME).write_text('{"schema_version": 999}')
     assert Comparison.read(tmp_path) is None
-    (tmp_path / "comparison.json").write_text("{")
+    (tmp_path / RECORD_NAME).write_text("{")
     assert Comparison.read(tmp_path) is None

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from newsmotion_engine.errors import BadInputError
-from newsmotion_engine.video.compare import VideoComparison, compare_frames, compare_videos
+from newsmotion_engine.video.compare import PSNR_CAP_DB, VideoComparison, compare_frames, compare_videos, frame_psnr_db, psnr_db
 from newsmotion_engine.video.encode import VideoEncoder
 
 
@@ -39,6 +39,17 @@ def test_frame_measures_known_values():
     diff = compare_frames(1, a, b)
     assert diff.mean_abs_diff == pytest.approx(10.0)
     assert diff.psnr_db == pytest.approx(10 * np.log10(255**2 / 100), abs=1e-3)
+
+
+def test_psnr_over_a_mask_and_capped():
+    a = np.full((8, 8, 3), 100, np.uint8)
+    b = a.copy()
+    b[:4] = 110
+    top = np.zeros((8, 8), bool)
+    top[:4] = True
+    assert frame_psnr_db(a, b, ~top) is None and psnr_db(a, b, ~top) == PSNR_CAP_DB
+    assert frame_psnr_db(a, b, top) == pytest.approx(10 * np.log10(255**2 / 100), abs=1e-6)
+    assert psnr_db(a, b) == pytest.approx(10 * np.log10(255**2 / 50), abs=1e-6)
 
 
 def test_compare_videos_streams_per_frame_and_writes_json(tmp_path):

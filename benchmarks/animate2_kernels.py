@@ -15,7 +15,7 @@ cuDNN / memory-layout setting; ``--soak SECONDS`` calls the attention kernel bac
 the card's clock and power. ``--rows-sweep`` (or ``--rows-only``, no model) also times the one-pass row quantization of
 ``accel/fp8_rows.py`` per program shape, beside inductor's compiled quantization of the same input.
 
-    python -m newsmotion_engine.bench.animate2_kernels --json $OUT/gpu_animate2_kernels_14b_h200.json
+    python -m benchmarks.animate2_kernels --json $OUT/gpu_animate2_kernels_14b_h200.json
 
 ``--preset tiny`` runs the same code eagerly on the CPU (a dry run: no compile, no profile).
 """
@@ -30,7 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from newsmotion_engine.bench.animate2 import _header, _options, _segment_inputs, _sync, _timed, _Writer, kernel_totals
+from newsmotion_engine.bench.timing import sync, time_calls
+
+from benchmarks.animate2 import _header, _options, _segment_inputs, _Writer, kernel_totals
 
 __all__ = ["VARIANTS", "bench_decode", "bench_kernels", "bench_prep", "bench_rows", "bench_soak", "main"]
 
@@ -46,7 +48,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 def _preset_with_layers(preset: str, layers: int) -> str:
     """Register (once) a copy of ``preset`` with ``layers`` transformer blocks; returns its name."""
-    from newsmotion_engine.render.wan_animate_2.config import PRESETS
+    from newsmotion_engine.render.backends.wan_animate_2.config import PRESETS
 
     if preset not in PRESETS or layers < 1:
         raise ValueError(f"preset {preset!r} with {layers} layers: use one of {', '.join(PRESETS)} and at least 1 layer")
@@ -63,12 +65,12 @@ def _kernel_table(comps: Any, geom: Any, kv: Any, inputs: dict[str, Any], blocks
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from newsmotion_engine.render.wan_animate_2 import denoise as D
+    from newsmotion_engine.render.backends.wan_animate_2 import denoise as D
 
     t = torch.tensor(999.0, device=comps.device)
     with profile(activities=[ProfilerActivity.CUDA]) as prof, torch.no_grad():
         D._forward(comps.transformer, inputs["latents"], t, inputs["prompt"], inputs["reference"], kv, inputs["image"], geom, False, comps.dtype)
-        _sync(comps.device)
+        sync(comps.device)
     totals = kernel_totals([e for e in prof.events() if e.device_type == DeviceType.CUDA], name_chars=110)
     total = sum(ms for _, (ms, _) in totals)
     top = totals[:25]
@@ -95,12 +97,12 @@ def _rows_sweep(result: dict[str, Any], write: Any, log: Any) -> None:
         for vpt in (8, 16, 32, 64):
             for recip in (False, True):
                 name = f"{vpt}_per_thread{'_reciprocal' if recip else ''}"
-                t = _timed(lambda: R.launch(x, gelu, values_per_thread=vpt, reciprocal=recip), x.device, 2, 5)  # noqa: B023
+                t = time_calls(lambda: R.launch(x, gelu, values_per_thread=vpt, reciprocal=recip), x.device, 2, 5).summary()  # noqa: B023
                 q, s = R.launch(x, gelu, values_per_thread=vpt, reciprocal=recip)
                 t["differs_from_reference"] = round(float((q.float() != ref_q.float()).float().mean()), 7)
                 row[name] = t
         inductor = torch.compile(lambda t: R.quantize_rows_reference(t, gelu))  # noqa: B023
-        row["inductor"] = _timed(lambda: inductor(x), x.device, 2, 5)  # noqa: B023
+        row["inductor"] = time_calls(lambda: inductor(x), x.device, 2, 5).summary()  # noqa: B023
         out[key] = row
         log(f"  rows kernel {key}: " + ", ".join(f"{k} {v['ms']}" for k, v in row.items() if isinstance(v, dict)))
         write()
@@ -145,15 +147,15 @@ def bench_prep(json_path: str | Path | None = None, log: Any = print, tokens: in
     result["vs_torch"] = diffs
     del x, r, rx, rr
     compiled = torch.compile(P.incontext_prep_reference)
-    result["kernels"] = _timed(lambda: P.launch(*args), dev, 2, 10)
+    result["kernels"] = time_calls(lambda: P.launch(*args), dev, 2, 10).summary()
     result["tiles"] = {}  # tokens a program x warps of the stats and quant passes (the default is P.TILE)
     for tile in ((16, 4), (32, 4), (64, 8)):
-        result["tiles"][f"{tile[0]}x{tile[1]}"] = _timed(lambda: P.launch(*args, tile=tile), dev, 2, 10)  # noqa: B023
+        result["tiles"][f"{tile[0]}x{tile[1]}"] = time_calls(lambda: P.launch(*args, tile=tile), dev, 2, 10).summary()  # noqa: B023
     result["stats"] = {}  # the stats pass's layout, tokens a program x warps (the default is P.STATS)
     for stats in ((64, 4), (32, 4)):  # a program walking every head of its token block was slower (2026-12-03)
-        result["stats"]["{}x{}".format(*stats)] = _timed(lambda: P.launch(*args, stats=stats), dev, 2, 10)  # noqa: B023
-    result["torch_compiled"] = _timed(lambda: compiled(*args), dev, 2, 10)
-    result["torch_eager"] = _timed(lambda: P.incontext_prep_reference(*args), dev, 1, 3)
+        result["stats"]["{}x{}".format(*stats)] = time_calls(lambda: P.launch(*args, stats=stats), dev, 2, 10).summary()  # noqa: B023
+    result["torch_compiled"] = time_calls(lambda: compiled(*args), dev, 2, 10).summary()
+    result["torch_eager"] = time_calls(lambda: P.incontext_prep_reference(*args), dev, 1, 3).summary()
     moved = q.numel() * (7 * 2 + 4)  # bytes the passes move: Q, K (rstd), K, V (stats), Q, K, V (quant) read; four 8-bit outputs
     result["passes_bytes_ms_at_4_tb_s"] = round(moved / 4e12 * 1e3, 3)
     log(f"  attention prep: kernels {result['kernels']['ms']} ms, torch compiled {result['torch_compiled']['ms']} ms, "
@@ -171,8 +173,8 @@ def bench_decode(json_path: str | Path | None = None, log: Any = print, latent_f
     ms (median of 2 after a warm-up) and the largest pixel difference from the shipped decode."""
     import torch
 
-    from newsmotion_engine.render.wan_animate.components import build_vae, channels_last_convs
-    from newsmotion_engine.render.wan_animate_2 import denoise as D
+    from newsmotion_engine.render.backends.wan.components import build_vae, channels_last_convs
+    from newsmotion_engine.render.backends.wan_animate_2 import denoise as D
 
     if not torch.cuda.is_available():
         raise ValueError("the decode bench needs a CUDA GPU")
@@ -190,7 +192,7 @@ def bench_decode(json_path: str | Path | None = None, log: Any = print, latent_f
         torch.backends.cudnn.benchmark = bench
         channels_last_convs(vae, channels_last)
         with torch.no_grad():
-            row = _timed(lambda: D.decode_segment(vae, latents), dev, 1, 2)
+            row = time_calls(lambda: D.decode_segment(vae, latents), dev, 1, 2).summary()
             out = D.decode_segment(vae, latents).float()
         shipped = out if shipped is None else shipped
         row["max_abs_diff_vs_shipped"] = float((out - shipped).abs().max())
@@ -291,10 +293,10 @@ def bench_kernels(preset: str = "14b", *, layers: int = 2, width: int = 720, hei
 
     from newsmotion_engine.accel.compile import Compile, compile_blocks, uncompile_blocks
     from newsmotion_engine.accel.registry import apply_accelerations
-    from newsmotion_engine.render.wan_animate_2 import denoise as D
-    from newsmotion_engine.render.wan_animate_2.components import load_render_components
-    from newsmotion_engine.render.wan_animate_2.denoise import geometry
-    from newsmotion_engine.render.wan_animate_2.kv import quantize_cache
+    from newsmotion_engine.render.backends.wan_animate_2 import denoise as D
+    from newsmotion_engine.render.backends.wan_animate_2.components import load_render_components
+    from newsmotion_engine.render.backends.wan_animate_2.denoise import geometry
+    from newsmotion_engine.render.backends.wan_animate_2.kv import quantize_cache
 
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
@@ -332,9 +334,9 @@ def bench_kernels(preset: str = "14b", *, layers: int = 2, width: int = 720, hei
                 return D._forward(comps.transformer, inputs["latents"], t, inputs["prompt"], inputs["reference"], kv, inputs["image"], geom, False, comps.dtype)
 
             first = forward()
-            _sync(dev)
+            sync(dev)
             row["compile_and_first_call_s"] = round(time.perf_counter() - t0, 1)
-            row["forward"] = _timed(forward, dev, 1, reps)
+            row["forward"] = time_calls(forward, dev, 1, reps).summary()
             row["forward_ms_per_block"] = round(row["forward"]["ms"] / layers, 2)
             out = forward().float()
             ref = out if ref is None else ref
@@ -354,7 +356,7 @@ def bench_kernels(preset: str = "14b", *, layers: int = 2, width: int = 720, hei
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m newsmotion_engine.bench.animate2_kernels", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.animate2_kernels", description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="14b")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--width", type=int, default=720)

@@ -8,14 +8,16 @@ instruction count per attention score. The kernel is issue-bound when that count
 scores per SM cycle passes the 4 instructions per cycle an SM issues, which is what the first
 version (per-byte K loads, ~23 instructions per score) was.
 
-    newsmotion bench kernel-sass --json bench/results/attention_sass.json
+    python -m benchmarks.kernel_sass --json benchmarks/results/attention_sass.json
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
+import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -108,3 +110,31 @@ def kernel_report(variants: tuple[str, ...] | None = None, configs: Any = None, 
             row["instructions_per_score"] = round(row["main_loop_instructions"] / per_thread, 2) if row["main_loop_instructions"] else None
             out["kernels"][key] = row
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.kernel_sass", description=__doc__.splitlines()[0])
+    p.add_argument("--json", help="where the result record goes")
+    a = p.parse_args(argv)
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        print("kernel_sass needs triton (it ships the sm_90 compiler and cuobjdump)", file=sys.stderr)
+        return 1
+    result = kernel_report()
+    if a.json:
+        from benchmarks.lab_record import write_lab_result
+
+        fastest = min((r["instructions_per_score"] for r in result["kernels"].values() if r["instructions_per_score"]), default=None)
+        write_lab_result(a.json, {**result, "device": result["target"]}, title="FP8 attention kernel compiled for sm_90: SASS per variant and config",
+                         headline={"fewest loop instructions per score": fastest} if fastest is not None else {})  # fmt: skip
+        print(f"wrote {a.json}")
+    print("kernel | registers | stack B | shared KiB | tensor-core ops | loop instr / score")
+    for key, row in result["kernels"].items():
+        print(f"{key} | {row['registers']} | {row['stack_bytes']} | {row['shared_bytes'] / 1024:.0f} | "
+              f"{' '.join(row['tensor_core_ops'])} | {row['instructions_per_score']}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

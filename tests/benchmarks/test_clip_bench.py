@@ -3,9 +3,9 @@ backend's stages) with sparse keyframes, on the tiny preset (CPU, random weights
 
 from __future__ import annotations
 
-import json
 
-from newsmotion_engine.bench import clip as clip_bench
+from benchmarks import clip as clip_bench
+from benchmarks.lab_record import read_lab_data  # noqa: E402
 from newsmotion_engine.render import clip as clip_mod
 from newsmotion_engine.render import queue as queue_mod
 
@@ -33,4 +33,4 @@ def test_clip_bench_renders_through_the_queue_and_render_clip(tmp_path, monkeypa
     assert result["clip_120f_720p_s"] == row["end_to_end_s"] and result["weights"] == "random weights"
     assert result["queue"]["serial"]["clips"] == 2 and result["queue"]["pipelined"]["clips"] == 2
     assert calls["queue"] >= 4 and set(calls["clip"]) == {3}  # every render went through the queue and render_clip
-    assert json.loads(out.read_text())["ours"]["keyframes_1to3"]["frames_out"] == 12
+    assert read_lab_data(out)["ours"]["keyframes_1to3"]["frames_out"] == 12

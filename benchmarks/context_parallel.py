@@ -1,6 +1,6 @@
 """Context-parallel forward benchmark: run under ``torchrun`` on 1, 2, 4 or 8 GPUs of one host.
 
-    torchrun --standalone --nproc-per-node N -m newsmotion_engine.bench.context_parallel --preset 14b --json OUT.json
+    torchrun --standalone --nproc-per-node N -m benchmarks.context_parallel --preset 14b --json OUT.json
 
 Every rank builds the same random-weight transformer (same seed), applies the acceleration stack
 (FP8 linears, our FP8 attention kernel where it runs, regional compile) plus
@@ -14,13 +14,13 @@ On the CPU it runs with gloo (``--device cpu``, tiny preset): what the tests do.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import time
 import types
 from pathlib import Path
 from typing import Any
+
+from benchmarks.lab_record import read_lab_data, write_lab_result
 
 __all__ = ["run", "speedups"]
 
@@ -34,9 +34,10 @@ def run(preset: str, device: str, json_path: str | None, frames: int, width: int
     from newsmotion_engine.accel.context_parallel import ContextParallel
     from newsmotion_engine.accel.fp8 import Fp8Linears
     from newsmotion_engine.accel.registry import apply_accelerations
-    from newsmotion_engine.bench.gpu import _peak, _peak_reset, _time_calls, forward_inputs
-    from newsmotion_engine.render.wan_animate.components import build_transformer
-    from newsmotion_engine.render.wan_animate.config import WanAnimateOptions
+    from newsmotion_engine.bench.gpu import forward_inputs
+    from newsmotion_engine.bench.timing import peak_gib, peak_reset, time_calls
+    from newsmotion_engine.render.backends.wan_animate.components import build_transformer
+    from newsmotion_engine.render.backends.wan_animate.config import WanAnimateOptions
 
     cuda = device == "cuda"
     dist.init_process_group("nccl" if cuda else "gloo")
@@ -61,15 +62,16 @@ def run(preset: str, device: str, json_path: str | None, frames: int, width: int
         if fp8_attention_supported()[0]:
             configs.append(Attention("fp8-triton"))
     applied = apply_accelerations(types.SimpleNamespace(transformer=model), configs)
-    _peak_reset(dev)
+    peak_reset(dev)
     with torch.no_grad():
-        times, first, out = _time_calls(lambda: model(**inputs)[0], dev, 1, reps)
+        timed = time_calls(lambda: model(**inputs)[0], dev, 1, reps)
+    out = timed.output
     row = {
         "world_size": world,
-        "forward_ms": round(statistics.median(times), 1),
-        "forward_ms_all": [round(t, 1) for t in times],
-        "first_call_ms": round(first, 1),
-        "peak_vram_gib": _peak(dev),
+        "forward_ms": round(timed.median_ms, 1),
+        "forward_ms_all": [round(t, 1) for t in timed.ms],
+        "first_call_ms": round(timed.first_call_ms, 1),
+        "peak_vram_gib": peak_gib(dev),
         "build_s": round(build_s, 1),
         "accelerations": applied.report,
     }
@@ -86,10 +88,12 @@ def run(preset: str, device: str, json_path: str | None, frames: int, width: int
         "forward_ms": max(r["forward_ms"] for r in rows),  # the slowest rank is the forward's time
         "peak_vram_gib_per_rank": [r["peak_vram_gib"] for r in rows],
         "ranks": rows,
+        "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     if rank == 0 and json_path:
-        Path(json_path).write_text(json.dumps(result, indent=2, default=str) + "\n")
+        write_lab_result(json_path, result, title=f"context-parallel forward, wan-animate {preset}, {world} process(es), {width}x{height}x{frames}",
+                         headline={"forward (ms)": result["forward_ms"], "world size": world})  # fmt: skip
     dist.destroy_process_group()
     return result
 
@@ -98,7 +102,7 @@ def speedups(paths: list[str | Path]) -> dict[str, Any]:
     """``cp_speedup_{N}gpu`` from result files of the same preset and shape at several world sizes."""
     by_world = {}
     for p in paths:
-        r = json.loads(Path(p).read_text())
+        r = read_lab_data(p)
         by_world[r["world_size"]] = r["forward_ms"]
     base = by_world.get(1)
     return {f"cp_speedup_{w}gpu": round(base / ms, 3) for w, ms in sorted(by_world.items()) if base and w > 1} | {

@@ -1,21 +1,21 @@
 """The wan-animate-2 GPU bench, dry-run on the CPU with the tiny preset: the same script and
-parts the H200 runs (``bench/device_gpu.sh animate2``), labelled random weights."""
+parts the H200 runs (``benchmarks/device_gpu.sh animate2``), labelled random weights."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
 pytest.importorskip("diffusers")
 
-from newsmotion_engine.bench.animate2 import bench_animate2, combine_clip_results, main  # noqa: E402
+from benchmarks.animate2 import bench_animate2, combine_clip_results, main  # noqa: E402
+from benchmarks.lab_record import read_lab_data, write_lab_result  # noqa: E402
 
 
 def test_forward_part_measures_both_sides_and_the_kv_bytes(tmp_path):
     path = tmp_path / "fwd.json"
     main(["--preset", "tiny", "--part", "forward", "--reps", "1", "--json", str(path)])
-    r = json.loads(path.read_text())
+    r = read_lab_data(path)
     assert r["weights"] == "random weights" and r["part"] == "forward"
     fwd = r["forward"]
     for side in ("stock", "ours"):
@@ -39,7 +39,7 @@ def test_clip_and_multistream_parts_write_the_headline_keys(tmp_path):
     assert r["clip"]["ours"]["ours"]["frames"] == r["clip"]["stock"]["stock"]["frames"] == 13
     assert r["animate2_clip_s"] > 0 and r["animate2_clip_s_stock"] > 0
     assert r["animate2_clip_speedup_vs_stock"] == pytest.approx(r["animate2_clip_s_stock"] / r["animate2_clip_s"], rel=1e-2)
-    assert json.loads((tmp_path / "clip.json").read_text())["animate2_clip_s"] == r["animate2_clip_s"]
+    assert read_lab_data(tmp_path / "clip.json")["animate2_clip_s"] == r["animate2_clip_s"]
     ours = r["clip"]["ours"]["ours"]  # timed on a K/V LRU hit, then again with the LRU emptied
     assert {e["source"] for e in ours["last_render"]["kv"]} == {"lru-hit"}
     assert ours["clip_cold_loop_s"] > 0 and {e["source"] for e in ours["clip_cold_loop_last_render"]["kv"]} == {"extract"}
@@ -60,6 +60,10 @@ def test_attention_part_compares_the_split_with_the_stock_mask(tmp_path):
     assert split["ms"] > 0 and split["rel_err_vs_stock"] < 1e-4
 
 
+def _write(path, data):
+    write_lab_result(path, data, title="a clip side", headline={}, command="test")
+
+
 def test_clip_sides_from_two_calls_combine_and_mismatches_are_refused(tmp_path):
     ours = {"bench": "animate2", "weights": "random weights", "note": "n", "preset": "14b", "versions": {}, "device": "d",
             "shape": {"width": 720, "height": 1280, "frames": 120}, "created_at": "t1",
@@ -67,14 +71,14 @@ def test_clip_sides_from_two_calls_combine_and_mismatches_are_refused(tmp_path):
             "animate2_clip_s": 50.0}  # fmt: skip
     stock = {**ours, "created_at": "t2", "stock": {"clip_s": 125.0, "peak_gib": 100.0}, "animate2_clip_s_stock": 125.0}
     del stock["animate2_clip_s"], stock["ours"]
-    (tmp_path / "o.json").write_text(json.dumps(ours))
-    (tmp_path / "s.json").write_text(json.dumps(stock))
+    _write(tmp_path / "o.json", ours)
+    _write(tmp_path / "s.json", stock)
     main(["--combine", str(tmp_path / "o.json"), str(tmp_path / "s.json"), "--json", str(tmp_path / "c.json")])
-    c = json.loads((tmp_path / "c.json").read_text())
+    c = read_lab_data(tmp_path / "c.json")
     assert c["animate2_clip_speedup_vs_stock"] == 2.5 and c["runs"] == {"ours": "t1", "stock": "t2"}
     assert c["animate2_clip_speedup_vs_stock_cold_loop"] == 2.0 and c["animate2_clip_s_cold_loop"] == 62.5
     assert (c["animate2_clip_peak_gib"], c["animate2_clip_peak_gib_stock"], c["animate2_clip_segment_frames"]) == (26.0, 100.0, 61)
-    (tmp_path / "s.json").write_text(json.dumps({**stock, "shape": {"width": 480, "height": 832, "frames": 120}}))
+    _write(tmp_path / "s.json", {**stock, "shape": {"width": 480, "height": 832, "frames": 120}})
     with pytest.raises(ValueError, match="different clips"):
         combine_clip_results(tmp_path / "o.json", tmp_path / "s.json")
     # The command: one line naming both files, exit 2, no output file written.

@@ -1,7 +1,7 @@
 """GPU benchmark of doing less work per clip: a whole 120-frame 720x1280 clip, stock vs ours.
 
 One run (one device call) measures, on the same synthetic loop and reference image
-(:func:`~newsmotion_engine.bench.gpu.bench_inputs`) and the same random-weight model:
+(:func:`~benchmarks.gpu.bench_inputs`) and the same random-weight model:
 
 - ``vae``: the tiled VAE decode of one segment's latents against larger tiles, untiled, and
   untiled with ``channels_last_3d`` (seconds and peak VRAM) — the decode on the critical path;
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import gc
-import json
 import math
 import platform
 import tempfile
@@ -47,7 +46,9 @@ import cv2
 import numpy as np
 
 from newsmotion_engine.accel.registry import AccelConfig
-from newsmotion_engine.bench.gpu import _peak, _peak_reset, _sync
+from newsmotion_engine.bench.timing import peak_gib, peak_reset, sync
+
+from benchmarks.lab_record import top_level_figures, write_lab_result
 
 __all__ = ["CLIP_VARIANTS", "FrameSink", "bench_clip"]
 
@@ -117,7 +118,7 @@ def _bench_vae(backend: Any, width: int, height: int, frames: int, log: Log) -> 
     import torch
 
     from newsmotion_engine.accel.memory import VaeTiling, disable_vae_tiling, enable_vae_tiling
-    from newsmotion_engine.render.wan_animate import denoise
+    from newsmotion_engine.render.backends.wan_animate import denoise
 
     comps = backend.components
     vae, dev = comps.vae, comps.device
@@ -137,12 +138,12 @@ def _bench_vae(backend: Any, width: int, height: int, frames: int, log: Log) -> 
             m.weight.data = m.weight.data.contiguous(memory_format=torch.channels_last_3d)
         try:
             denoise.decode_latents(vae, latents[:, :, :3])  # warm-up (cuDNN algorithm choice)
-            _peak_reset(dev)
-            _sync(dev)
+            peak_reset(dev)
+            sync(dev)
             t0 = time.perf_counter()
             video = denoise.decode_latents(vae, latents)
-            _sync(dev)
-            out[name] = {"decode_s": round(time.perf_counter() - t0, 3), "peak_vram_gib": _peak(dev), "frames_out": int(video.shape[0])}
+            sync(dev)
+            out[name] = {"decode_s": round(time.perf_counter() - t0, 3), "peak_vram_gib": peak_gib(dev), "frames_out": int(video.shape[0])}
         except Exception as exc:  # an OOM at one setting is a result; the others still run
             out[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             if dev.type == "cuda":
@@ -164,10 +165,12 @@ def _bench_stock(backend: Any, loop: Any, persona: Any, width: int, height: int,
     from diffusers import WanAnimatePipeline
     from PIL import Image
 
-    from newsmotion_engine.bench.gpu import BENCH_PROMPT, stock_reference
+    from benchmarks.gpu import BENCH_PROMPT, stock_reference
     from newsmotion_engine.render.clip import retargeted_keypoints
-    from newsmotion_engine.render.wan_animate import caches as C
-    from newsmotion_engine.render.wan_animate.components import load_image_encoder, load_text_encoder
+    from newsmotion_engine.render.backends.wan.encoders import encode_prompts
+    from newsmotion_engine.render.backends.wan_animate import caches as C
+    from newsmotion_engine.render.backends.wan.components import load_text_encoder
+    from newsmotion_engine.render.backends.wan_animate.components import load_image_encoder
 
     comps, opts = backend.components, backend.options
     dev, dtype = comps.device, comps.dtype
@@ -175,8 +178,8 @@ def _bench_stock(backend: Any, loop: Any, persona: Any, width: int, height: int,
     img_enc = img_enc.to(dtype)
     tok, txt_enc = load_text_encoder(opts, dev)
     t0 = time.perf_counter()
-    emb = C.encode_prompts(tok, txt_enc, [BENCH_PROMPT, ""], dev)
-    _sync(dev)
+    emb = encode_prompts(tok, txt_enc, [BENCH_PROMPT, ""], dev)
+    sync(dev)
     text_s = time.perf_counter() - t0
     del txt_enc
     gc.collect()
@@ -190,13 +193,13 @@ def _bench_stock(backend: Any, loop: Any, persona: Any, width: int, height: int,
     pipe.set_progress_bar_config(disable=True)
     calls = {"n": 0}
     hook = comps.transformer.register_forward_pre_hook(lambda *_: calls.__setitem__("n", calls["n"] + 1))
-    _peak_reset(dev)
+    peak_reset(dev)
     t0 = time.perf_counter()
     with torch.no_grad():
         video = pipe(image=stock_reference(pipe, img_enc, persona, width, height), pose_video=pose, face_video=face, prompt_embeds=emb[0:1].to(dev, dtype),
                      height=height, width=width, segment_frame_length=77, num_inference_steps=steps, guidance_scale=1.0,
                      generator=torch.Generator("cpu").manual_seed(0), output_type="np").frames[0]  # fmt: skip
-    _sync(dev)
+    sync(dev)
     pipeline_s = time.perf_counter() - t0
     hook.remove()
     del pipe, img_enc
@@ -204,7 +207,7 @@ def _bench_stock(backend: Any, loop: Any, persona: Any, width: int, height: int,
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     res = {"pipeline_s": round(pipeline_s, 2), "text_encode_s": round(text_s, 2), "end_to_end_s": round(pipeline_s + text_s, 2),
-           "frames_out": int(len(video)), "transformer_forwards": calls["n"], "peak_vram_gib": _peak(dev)}  # fmt: skip
+           "frames_out": int(len(video)), "transformer_forwards": calls["n"], "peak_vram_gib": peak_gib(dev)}  # fmt: skip
     log(f"stock clip: {res}")
     return res
 
@@ -248,10 +251,10 @@ def bench_clip(
     import torch
 
     from newsmotion_engine.accel import registry
-    from newsmotion_engine.bench.gpu import BENCH_PROMPT, bench_inputs
+    from benchmarks.gpu import BENCH_PROMPT, bench_inputs
     from newsmotion_engine.render.base import RenderSpec
-    from newsmotion_engine.render.wan_animate.backend import WanAnimateBackend
-    from newsmotion_engine.render.wan_animate.config import RANDOM_WEIGHTS_LABEL, WanAnimateOptions
+    from newsmotion_engine.render.backends.wan_animate.backend import WanAnimateBackend
+    from newsmotion_engine.render.backends.wan_animate.config import RANDOM_WEIGHTS_LABEL, WanAnimateOptions
 
     unknown = set(parts) - {"vae", "stock", "ours", "queue"}
     if unknown:
@@ -266,13 +269,14 @@ def bench_clip(
     result: dict[str, Any] = {"bench": "gpu_clip", "weights": RANDOM_WEIGHTS_LABEL, "preset": preset,
                               "note": "random weights: speed and memory only; frames are not encoded (no ffmpeg on the GPU machine)",
                               "shape": {"width": width, "height": height, "frames": frames, "steps": steps},
+                              "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
                               "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}  # fmt: skip
 
     def write() -> None:
         result["wall_s"] = round(time.perf_counter() - t_start, 1)
         if json_path is not None:
-            Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-            Path(json_path).write_text(json.dumps(result, indent=2, default=str) + "\n")
+            write_lab_result(json_path, result, title=f"a whole wan-animate {preset} clip {width}x{height}x{frames}: stock vs ours",
+                             headline=top_level_figures(result))  # fmt: skip
 
     with tempfile.TemporaryDirectory(prefix="newsmotion-clip-") as tmp_dir:
         tmp = Path(tmp_dir)
@@ -318,11 +322,11 @@ def bench_clip(
                     t1 = time.perf_counter()
                     _render_ours(backend, loop, persona, spec, tmp, 1, infill_device="cuda" if dev.type == "cuda" else None)
                     row["first_run_s"] = round(time.perf_counter() - t1, 2)  # includes compiling this shape
-                    _peak_reset(dev)
+                    peak_reset(dev)
                     report = _render_ours(backend, loop, persona, spec, tmp, 1, infill_device="cuda" if dev.type == "cuda" else None)
                     tele = report.telemetry[0]
                     stats = tele.backend_info.get("last_render", {})
-                    row.update(end_to_end_s=round(report.wall_s, 2), peak_vram_gib=_peak(dev), frames_out=tele.frames,
+                    row.update(end_to_end_s=round(report.wall_s, 2), peak_vram_gib=peak_gib(dev), frames_out=tele.frames,
                                # prepare holds face_video and pose_encode, which run side by side; decode is the
                                # GPU decode time, streamed beside the infill's CPU work.
                                stages_s={"prepare": stats.get("prep_s"), "face_video": stats.get("face_video_s"),

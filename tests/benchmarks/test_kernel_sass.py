@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-from newsmotion_engine.bench.kernel_sass import kernel_report  # noqa: E402
+from benchmarks.kernel_sass import kernel_report  # noqa: E402
 
 
 def test_default_kernel_uses_8bit_tensor_cores_without_spills():

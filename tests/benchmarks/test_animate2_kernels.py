@@ -3,20 +3,20 @@ eager, on the tiny preset."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
 pytest.importorskip("diffusers")
 
-from newsmotion_engine.bench import animate2_kernels as K  # noqa: E402
+from benchmarks import animate2_kernels as K  # noqa: E402
+from benchmarks.lab_record import read_lab_data  # noqa: E402
 
 
 def test_dry_run_writes_each_variant_and_refuses_unknown_ones(tmp_path):
     out = tmp_path / "kernels.json"
     res = K.bench_kernels("tiny", layers=1, width=64, height=64, variants=("default", "gelu_sigmoid"), reps=1,
                           json_path=out, log=lambda _: None)  # fmt: skip
-    saved = json.loads(out.read_text())
+    saved = read_lab_data(out)
     assert saved["part"] == "kernels" and saved["weights"] == "random weights" and saved["layers"] == 1
     for name in ("default", "gelu_sigmoid"):
         row = saved["variants"][name]

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The one script the GPU device runs: the wan-animate GPU benchmark, results under $OUT.
+# The one script the GPU device runs: the lab benchmarks (python -m benchmarks.*), results under $OUT.
 # Usage (device, repo root, with .whl carried; see ../shared/tools/device-wheels.sh):
-#   bash bench/device_gpu.sh forward|render|all|smoke|sweep|sparse|cp|clip [preset] [JSON of extra bench_gpu kwargs] [part after sweep]
-#   bash bench/device_gpu.sh animate2 [preset] [forward|attention|clip|clip-ours|clip-stock|multistream|all] ["extra bench.animate2 flags"]
-# e.g. bash bench/device_gpu.sh render 14b '{"width": 480, "height": 832, "steps": 20, "guidance_scale": 5.0}'
-# Writes $OUT/gpu_<part>.json (rewritten after every variant) and $OUT/gpu_<part>.log (smoke also
-# $OUT/gpu_backend_smoke.json). Copy the JSON into bench/results/ only from a real run.
-# The JSON kwargs go to bench_gpu: "render_accel" and "render_variants" values may be flat option
-# mappings (the CLI's -o keys, e.g. {"fp8": "auto", "attention": "best"}), parsed into typed configs.
+#   bash benchmarks/device_gpu.sh forward|render|all|smoke|sweep|sparse|cp|clip [preset] [JSON of extra kwargs] [part after sweep]
+#   bash benchmarks/device_gpu.sh animate2 [preset] [forward|attention|clip|clip-ours|clip-stock|multistream|all] ["extra benchmarks.animate2 flags"]
+# e.g. bash benchmarks/device_gpu.sh render 14b '{"width": 480, "height": 832, "steps": 20, "guidance_scale": 5.0}'
+# Writes $OUT/gpu_<part>.json (a result record, rewritten after every variant) and $OUT/gpu_<part>.log
+# (smoke also $OUT/gpu_backend_smoke.json). Copy a record into benchmarks/results/ only from a real run.
+# The JSON kwargs go to benchmarks.gpu.bench_gpu (clip: bench_clip): "render_accel" and "render_variants"
+# values may be flat option mappings (the CLI's -o keys, e.g. {"fp8": "auto", "attention": "best"}).
 set -uo pipefail
 part="${1:-forward}"
 preset="${2:-14b}"
@@ -26,7 +26,7 @@ if [ "$part" = smoke ]; then
   # variant against SDPA.
   python3 - <<PY 2>&1 | tee "$out/gpu_smoke.log"
 import json
-from newsmotion_engine.bench.gpu import backend_smoke, bench_gpu
+from benchmarks.gpu import backend_smoke, bench_gpu
 bench_gpu("smoke", part="all", width=256, height=256, frames=9, steps=2, render_variants=["all", "kernels_only"],
           json_path="$out/gpu_smoke.json")
 clip = backend_smoke("smoke", width=256, height=256, frames=13, steps=2,
@@ -47,18 +47,15 @@ PY
 fi
 if [ "$part" = sparse ]; then
   # EXPERIMENTAL block-sparse attention: kernel per density at the 14B shape, then the 14B forward.
-  python3 - <<PY 2>&1 | tee "$out/gpu_sparse.log"
-from newsmotion_engine.bench.sparse import bench_sparse
-bench_sparse("$preset", json_path="$out/gpu_sparse.json")
-PY
+  python3 -m benchmarks.sparse --preset "$preset" --json "$out/gpu_sparse.json" 2>&1 | tee "$out/gpu_sparse.log"
   exit "${PIPESTATUS[0]}"
 fi
 if [ "$part" = clip ]; then
   # A whole 120-frame clip, stock vs ours (keyframes + infill, the 3-stage queue, approximations
-  # labelled), VAE decode settings, the batch queue: newsmotion_engine.bench.clip; kwargs go to bench_clip.
+  # labelled), VAE decode settings, the batch queue: benchmarks.clip; kwargs go to bench_clip.
   python3 - "$kwargs" <<PY 2>&1 | tee "$out/gpu_clip.log"
 import json, sys
-from newsmotion_engine.bench.clip import bench_clip
+from benchmarks.clip import bench_clip
 bench_clip("$preset", json_path="$out/gpu_clip.json", **json.loads(sys.argv[1]))
 PY
   exit "${PIPESTATUS[0]}"
@@ -66,7 +63,7 @@ fi
 if [ "$part" = cp ]; then
   # Context parallelism: every GPU of this host (torchrun), preset $preset; on one GPU world size 1.
   n=$(nvidia-smi -L | wc -l)
-  python3 -m torch.distributed.run --standalone --nproc-per-node "$n" -m newsmotion_engine.bench.context_parallel \
+  python3 -m torch.distributed.run --standalone --nproc-per-node "$n" -m benchmarks.context_parallel \
     --preset "$preset" --json "$out/gpu_cp_${n}gpu.json" $([ "$preset" = 14b ] || echo --check) 2>&1 | tee "$out/gpu_cp.log"
   exit "${PIPESTATUS[0]}"
 fi
@@ -74,25 +71,16 @@ if [ "$part" = animate2 ]; then
   # Wan-Animate-2: the stock modular pipelines vs the wan-animate-2 backend (random weights);
   # each sub-part fits one call (--budget-s 540). Writes $out/gpu_animate2_<sub>_<preset>.json.
   sub="${3:-forward}"
-  python3 -m newsmotion_engine.bench.animate2 --preset "$preset" --part "$sub" --budget-s 540 \
+  python3 -m benchmarks.animate2 --preset "$preset" --part "$sub" --budget-s 540 \
     --json "$out/gpu_animate2_${sub}_${preset}.json" ${4:-} 2>&1 | tee "$out/gpu_animate2_${sub}_${preset}.log"
   exit "${PIPESTATUS[0]}"
 fi
 if [ "$part" = sweep ]; then
   # Every kernel config of every FP8 attention variant at the 14B shape, next to cuDNN.
-  python3 - <<PY 2>&1 | tee "$out/gpu_sweep.log"
-import json
-from newsmotion_engine.bench.gpu import attention_config_sweep
-res = attention_config_sweep()
-open("$out/gpu_sweep.json", "w").write(json.dumps(res, indent=2) + "\n")
-PY
+  python3 -m benchmarks.gpu sweep --json "$out/gpu_sweep.json" 2>&1 | tee "$out/gpu_sweep.log"
   [ "${PIPESTATUS[0]}" = 0 ] || exit 1
   part="${4:-}"  # optionally go on with another part in the same call
   [ -n "$part" ] || exit 0
 fi
-python3 - "$kwargs" <<PY 2>&1 | tee "$out/gpu_$part.log"
-import json, sys
-from newsmotion_engine.bench.gpu import bench_gpu
-bench_gpu("$preset", part="$part", json_path="$out/gpu_$part.json", **json.loads(sys.argv[1]))
-PY
+python3 -m benchmarks.gpu "$part" --preset "$preset" --kwargs "$kwargs" --json "$out/gpu_$part.json" 2>&1 | tee "$out/gpu_$part.log"
 exit "${PIPESTATUS[0]}"

@@ -1,5 +1,5 @@
 """Block-sparse attention on the GPU: the kernel per density at the 14B segment's attention shape,
-then the 14B forward with it (``newsmotion bench sparse``; H200 runs: ``bash bench/device_gpu.sh
+then the 14B forward with it (``python -m benchmarks.sparse``; GPU runs: ``bash benchmarks/device_gpu.sh
 sparse``).
 
 Kernel rows (random N(0, 1) inputs, [1, 75600, 40, 128], the token grid 21 x 80 x 45 (frames x rows x
@@ -15,14 +15,16 @@ their speed-ups vs stock. Random weights: speed only.
 
 from __future__ import annotations
 
-import json
-import statistics
+import argparse
 import time
 from pathlib import Path
 from typing import Any
 
 from newsmotion_engine.bench.common import machine_info
 from newsmotion_engine.bench.gpu import Log
+from newsmotion_engine.bench.timing import rel_err, time_calls
+
+from benchmarks.lab_record import top_level_figures, write_lab_result
 
 __all__ = ["bench_sparse", "sparse_kernel_sweep"]
 
@@ -35,7 +37,6 @@ def sparse_kernel_sweep(grid: tuple[int, int, int] = (21, 80, 45), heads: int = 
 
     from newsmotion_engine.accel import attention as A
     from newsmotion_engine.accel import sparse as SP
-    from newsmotion_engine.bench.gpu import _rel_err, _time_calls
 
     S = grid[0] * grid[1] * grid[2]
     res: dict[str, Any] = {"shape": [1, S, heads, dim], "grid": list(grid), "variant": A.DEFAULT_FP8_VARIANT,
@@ -49,8 +50,8 @@ def sparse_kernel_sweep(grid: tuple[int, int, int] = (21, 80, 45), heads: int = 
     name = A.DEFAULT_FP8_VARIANT
     x = A.quantize_attention_inputs(q, k, v, name)
     flops = 4 * S * S * heads * dim
-    times, _, dense = _time_calls(lambda: torch.ops.newsmotion.fp8_attention_kernel(*x, name), device, 2, reps)
-    dense_ms = statistics.median(times)
+    timed = time_calls(lambda: torch.ops.newsmotion.fp8_attention_kernel(*x, name), device, 2, reps)
+    dense_ms, dense = timed.median_ms, timed.output
     res["dense_kernel_ms"] = round(dense_ms, 2)
     res["dense_kernel_tflops"] = round(flops / dense_ms / 1e9, 1)
     log(f"dense kernel: {dense_ms:.1f} ms")
@@ -60,13 +61,13 @@ def sparse_kernel_sweep(grid: tuple[int, int, int] = (21, 80, 45), heads: int = 
         lay = SP.block_layout(grid, d)
         layout_s = time.perf_counter() - t0
         tensors = lay.device_tensors(device)
-        times, first, out = _time_calls(lambda: torch.ops.newsmotion.fp8_sparse_attention_kernel(*x, *tensors, name), device, 2, reps)
-        ms = statistics.median(times)
+        timed = time_calls(lambda: torch.ops.newsmotion.fp8_sparse_attention_kernel(*x, *tensors, name), device, 2, reps)
+        ms, first, out = timed.median_ms, timed.first_call_ms, timed.output
         rows[str(d)] = {
             "tile_density": round(lay.density, 4),
             "kernel_ms": round(ms, 2),
             "speedup_vs_dense": round(dense_ms / ms, 3),
-            "rel_diff_vs_dense_random_inputs": round(_rel_err(out, dense), 5),
+            "rel_diff_vs_dense_random_inputs": round(rel_err(out, dense), 5),
             "finite": bool(torch.isfinite(out).all()),
             "layout_build_s": round(layout_s, 3),
             "first_call_ms": round(first, 1),
@@ -82,8 +83,8 @@ def sparse_kernel_sweep(grid: tuple[int, int, int] = (21, 80, 45), heads: int = 
 def bench_sparse(preset: str = "14b", *, json_path: str | Path | None = None, forward: bool = True, reps: int = 3,
                  log: Log = print) -> dict[str, Any]:  # fmt: skip
     """The kernel sweep, then (``forward``) the forward variants with and without sparse attention."""
-    from newsmotion_engine.bench.gpu import _bench_forward
-    from newsmotion_engine.render.wan_animate.config import WanAnimateOptions
+    from newsmotion_engine.bench.gpu import bench_forward
+    from newsmotion_engine.render.backends.wan_animate.config import WanAnimateOptions
 
     t0 = time.time()
     result: dict[str, Any] = {
@@ -98,7 +99,8 @@ def bench_sparse(preset: str = "14b", *, json_path: str | Path | None = None, fo
 
     def save() -> None:
         if json_path is not None:
-            Path(json_path).write_text(json.dumps(result, indent=2, default=str) + "\n")
+            write_lab_result(json_path, {**result, "device": _device_name()}, title=f"block-sparse FP8 attention, wan-animate {preset}",
+                             headline=top_level_figures(result))  # fmt: skip
 
     result["kernel"] = sparse_kernel_sweep(log=log)
     save()
@@ -110,9 +112,9 @@ def bench_sparse(preset: str = "14b", *, json_path: str | Path | None = None, fo
             result["forward"] = fwd
             save()
 
-        fwd = _bench_forward(opts, width, height, frames, warmup=1, reps=reps, log=log,
-                             variants=("stock_bf16", "all", "all_sparse50", "all_sparse30"),
-                             attention_variants=("int8qk-fp8pv",), save=partial)  # fmt: skip
+        fwd = bench_forward(opts, width, height, frames, warmup=1, reps=reps, log=log,
+                            variants=("stock_bf16", "all", "all_sparse50", "all_sparse30"),
+                            attention_variants=("int8qk-fp8pv",), save=partial)  # fmt: skip
         result["forward"] = fwd
         v = fwd["variants"]
         stock = v.get("stock_bf16", {}).get("forward_ms")
@@ -125,3 +127,23 @@ def bench_sparse(preset: str = "14b", *, json_path: str | Path | None = None, fo
     result["wall_s"] = round(time.time() - t0, 1)
     save()
     return result
+
+
+def _device_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.sparse", description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="14b")
+    p.add_argument("--no-forward", action="store_true", help="the kernel sweep only")
+    p.add_argument("--json", help="where the result record goes")
+    a = p.parse_args(argv)
+    bench_sparse(a.preset, json_path=a.json, forward=not a.no_forward)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

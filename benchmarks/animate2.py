@@ -30,7 +30,7 @@ Parts (``--part``):
 
 ``--preset tiny`` runs every part on the CPU in seconds (a dry run of the same code).
 
-    python -m newsmotion_engine.bench.animate2 --preset 14b --part forward --budget-s 540 --json $OUT/gpu_animate2_forward_14b.json
+    python -m benchmarks.animate2 --preset 14b --part forward --budget-s 540 --json $OUT/gpu_animate2_forward_14b.json
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ import math
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,6 +54,10 @@ from typing import Any
 
 import numpy as np
 
+from newsmotion_engine.bench.timing import gib, peak_gib, peak_reset, sync, time_calls
+
+from benchmarks.lab_record import read_lab_data, top_level_figures, write_lab_result
+
 __all__ = ["bench_animate2", "main"]
 
 Log = Callable[[str], None]
@@ -62,57 +65,12 @@ FILE_LAYERS = 4  # layers in the FP8-file read measurement when all layers would
 PARTS = ("forward", "attention", "clip", "clip-ours", "clip-stock", "multistream", "ms-worker", "all")
 
 
-def _gib(n: float) -> float:
-    return round(float(n) / 2**30, 3)
-
-
-def _sync(dev: Any) -> None:
-    import torch
-
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
-
-def _peak_reset(dev: Any) -> None:
-    import torch
-
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(dev)
-
-
-def _peak(dev: Any) -> float | None:
-    import torch
-
-    return _gib(torch.cuda.max_memory_allocated(dev)) if dev.type == "cuda" else None
-
-
-def _timed(fn: Callable[[], Any], dev: Any, warmup: int, reps: int) -> dict[str, Any]:
-    """Median / all ms of ``reps`` calls after ``warmup`` (the first warm-up call's ms kept: compile)."""
-    first = None
-    for i in range(warmup):
-        t0 = time.perf_counter()
-        fn()
-        _sync(dev)
-        if i == 0:
-            first = (time.perf_counter() - t0) * 1e3
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        _sync(dev)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return {"ms": round(statistics.median(times), 2), "ms_all": [round(t, 2) for t in times],
-            "first_call_ms": None if first is None else round(first, 1)}  # fmt: skip
-
-
 def _is_oom(exc: BaseException) -> bool:
     return type(exc).__name__ == "OutOfMemoryError"
 
 
 def _options(preset: str, device: str, accel: Mapping[str, Any], **kw: Any):
-    from newsmotion_engine.render.wan_animate_2.config import WanAnimate2Options
+    from newsmotion_engine.render.backends.wan_animate_2.config import WanAnimate2Options
 
     return WanAnimate2Options.from_mapping({"preset": preset, "device": device, **accel, **kw})
 
@@ -141,11 +99,10 @@ def _header(preset: str, dev: Any, **shape: Any) -> dict[str, Any]:
 
 
 def _write_json(path: Path, result: dict[str, Any]) -> None:
-    """Atomically: a temporary sibling renamed into place (a reader never sees half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    """As a result record, atomically (a reader never sees half a file)."""
+    shape = "x".join(str(v) for v in (result.get("shape") or {}).values())
+    title = f"wan-animate-2 {result.get('preset', '')} {result.get('part', '')}: stock vs ours {shape}".replace("  ", " ")
+    write_lab_result(path, result, title=title.strip(), headline=top_level_figures(result))
 
 
 class _Writer:
@@ -184,11 +141,11 @@ def _forward_side(comps: Any, geom: Any, inputs: dict[str, Any], warmup: int, re
     import torch
 
     from newsmotion_engine.accel.fp8 import module_weight_gib
-    from newsmotion_engine.render.wan_animate_2 import denoise as D
+    from newsmotion_engine.render.backends.wan_animate_2 import denoise as D
 
     dev, tr = comps.device, comps.transformer
     out: dict[str, Any] = {"weight_gib": round(module_weight_gib(tr), 3)}
-    _peak_reset(dev)
+    peak_reset(dev)
     box: dict[str, Any] = {}
 
     def extract():
@@ -196,7 +153,7 @@ def _forward_side(comps: Any, geom: Any, inputs: dict[str, Any], warmup: int, re
         with torch.no_grad():
             box["kv"] = D.extract_reference_kv(tr, inputs["driving_condition"], inputs["prompt_ref"], inputs["clip"], geom)
 
-    out["extract"] = _timed(extract, dev, warmup, reps)
+    out["extract"] = time_calls(extract, dev, warmup, reps).summary()
     log(f"  {label}: extract {out['extract']['ms']} ms")
     t = torch.tensor(999.0, device=dev)
 
@@ -208,9 +165,9 @@ def _forward_side(comps: Any, geom: Any, inputs: dict[str, Any], warmup: int, re
 
         return run
 
-    out["cached_cond"] = _timed(cached(False), dev, warmup, reps)
-    out["cached_uncond"] = _timed(cached(True), dev, warmup, reps)
-    out["peak_gib"] = _peak(dev)
+    out["cached_cond"] = time_calls(cached(False), dev, warmup, reps).summary()
+    out["cached_uncond"] = time_calls(cached(True), dev, warmup, reps).summary()
+    out["peak_gib"] = peak_gib(dev)
     log(f"  {label}: cached cond {out['cached_cond']['ms']} ms, uncond {out['cached_uncond']['ms']} ms, peak {out['peak_gib']} GiB")
     return out, box["kv"]
 
@@ -223,15 +180,15 @@ def _kv_paths(comps: Any, geom: Any, kv: Any, inputs: dict[str, Any], warmup: in
     import torch
 
     from newsmotion_engine.bench.common import drop_from_page_cache
-    from newsmotion_engine.render.wan_animate_2 import denoise as D
-    from newsmotion_engine.render.wan_animate_2 import kv as K
+    from newsmotion_engine.render.backends.wan_animate_2 import denoise as D
+    from newsmotion_engine.render.backends.wan_animate_2 import kv as K
 
     dev = comps.device
     cfg = comps.transformer.config
     out: dict[str, Any] = {"bytes_model_dtype": K.kv_bytes(kv)}
     lru = K.KVLru(2**62)
     lru.put("seg", kv)
-    out["lru_hit"] = _timed(lambda: lru.get("seg"), dev, 1, max(reps, 5))
+    out["lru_hit"] = time_calls(lambda: lru.get("seg"), dev, 1, max(reps, 5)).summary()
     t = torch.tensor(999.0, device=dev)
 
     def cached(cache: Any):
@@ -242,10 +199,10 @@ def _kv_paths(comps: Any, geom: Any, kv: Any, inputs: dict[str, Any], warmup: in
     ref = cached(kv).float()
     t0 = time.perf_counter()
     K.quantize_cache(kv)
-    _sync(dev)
+    sync(dev)
     out["fp8_quantize_s"] = round(time.perf_counter() - t0, 3)
     out["bytes_fp8"] = K.kv_bytes(kv)
-    out["cached_cond_fp8_kv"] = _timed(lambda: cached(kv), dev, warmup, reps)
+    out["cached_cond_fp8_kv"] = time_calls(lambda: cached(kv), dev, warmup, reps).summary()
     got = cached(kv).float()
     out["fp8_kv_output_rel_err"] = round(float((got - ref).norm() / ref.norm().clamp_min(1e-30)), 5)
     del ref, got
@@ -254,7 +211,7 @@ def _kv_paths(comps: Any, geom: Any, kv: Any, inputs: dict[str, Any], warmup: in
     need = data.nbytes + scales.nbytes
     free = shutil.disk_usage(tmp).free
     if free < 1.5 * need:
-        out["fp8_file"] = {"skipped": f"needs {_gib(need)} GiB of disk, {_gib(free)} GiB free"}
+        out["fp8_file"] = {"skipped": f"needs {gib(need)} GiB of disk, {gib(free)} GiB free"}
     else:
         np.save(tmp / "kv.npy", data)
         np.save(tmp / "kv_scale.npy", scales)
@@ -268,9 +225,9 @@ def _kv_paths(comps: Any, geom: Any, kv: Any, inputs: dict[str, Any], warmup: in
         drop_from_page_cache(tmp)
         t0 = time.perf_counter()
         read()
-        _sync(dev)
+        sync(dev)
         cold = (time.perf_counter() - t0) * 1e3
-        warm = _timed(read, dev, 1, reps)
+        warm = time_calls(read, dev, 1, reps).summary()
         scale = cfg.num_layers / n_layers
         out["fp8_file"] = {"layers_in_file": n_layers, "bytes_on_disk": need, "read_cold_ms": round(cold, 1), "read_warm": warm,
                            "all_layers_read_cold_ms_scaled": round(cold * scale, 1),
@@ -289,7 +246,7 @@ def _kv_paths(comps: Any, geom: Any, kv: Any, inputs: dict[str, Any], warmup: in
     per_value = out["bytes_model_dtype"] / (cfg.num_layers * 2 * out["analytic_this_shape"]["model_dtype"]["tokens"] * cfg.dim)
     tokens_full = out["analytic_14b_720x1280_81f"]["bf16"]["tokens"]
     out["measured_scaled_to_14b_720x1280_81f_bf16_bytes"] = int(round(per_value / comps.transformer.dtype.itemsize * 2 * 40 * 2 * tokens_full * 5120))
-    log(f"  K/V: {_gib(out['bytes_model_dtype'])} GiB ({comps.dtype}), {_gib(out['bytes_fp8'])} GiB FP8; "
+    log(f"  K/V: {gib(out['bytes_model_dtype'])} GiB ({comps.dtype}), {gib(out['bytes_fp8'])} GiB FP8; "
         f"14B 720x1280 81f: {out['analytic_14b_720x1280_81f']['bf16']['gib']} GiB bf16")  # fmt: skip
     return out
 
@@ -299,11 +256,11 @@ def _offload_side(comps: Any, geom: Any, inputs: dict[str, Any], warmup: int, re
     extract ms, cached forward ms (each layer's K/V copied in as it is read), device peak."""
     import torch
 
-    from newsmotion_engine.render.wan_animate_2 import denoise as D
-    from newsmotion_engine.render.wan_animate_2 import kv as K
+    from newsmotion_engine.render.backends.wan_animate_2 import denoise as D
+    from newsmotion_engine.render.backends.wan_animate_2 import kv as K
 
     dev, tr = comps.device, comps.transformer
-    _peak_reset(dev)
+    peak_reset(dev)
     box: dict[str, Any] = {}
 
     def extract():
@@ -312,17 +269,17 @@ def _offload_side(comps: Any, geom: Any, inputs: dict[str, Any], warmup: int, re
             box["kv"] = D.extract_reference_kv(tr, inputs["driving_condition"], inputs["prompt_ref"], inputs["clip"], geom,
                                                cache=K.fp8_cache(tr.config.num_layers, offload=True))  # fmt: skip
 
-    out: dict[str, Any] = {"extract": _timed(extract, dev, warmup, reps)}
+    out: dict[str, Any] = {"extract": time_calls(extract, dev, warmup, reps).summary()}
     t = torch.tensor(999.0, device=dev)
 
     def cached():
         with torch.no_grad():
             return D._forward(tr, inputs["latents"], t, inputs["prompt"], inputs["reference"], box["kv"], inputs["image"], geom, False, comps.dtype)
 
-    out["cached_cond"] = _timed(cached, dev, warmup, reps)
+    out["cached_cond"] = time_calls(cached, dev, warmup, reps).summary()
     out["host_bytes"] = K.kv_bytes(box["kv"]) - K.device_bytes(box["kv"])
     out["device_kv_bytes"] = K.device_bytes(box["kv"])
-    out["peak_gib"] = _peak(dev)
+    out["peak_gib"] = peak_gib(dev)
     log(f"  ours + kv_offload: extract {out['extract']['ms']} ms, cached {out['cached_cond']['ms']} ms, peak {out['peak_gib']} GiB")
     del box
     return out
@@ -334,8 +291,8 @@ def _part_forward(preset: str, dev_name: str, width: int, height: int, segment_f
 
     from newsmotion_engine.accel.compile import Compile, uncompile_blocks
     from newsmotion_engine.accel.registry import apply_accelerations
-    from newsmotion_engine.render.wan_animate_2.components import load_render_components
-    from newsmotion_engine.render.wan_animate_2.denoise import geometry
+    from newsmotion_engine.render.backends.wan_animate_2.components import load_render_components
+    from newsmotion_engine.render.backends.wan_animate_2.denoise import geometry
 
     opts = _options(preset, dev_name, {}, segment_frames=segment_frames)
     t0 = time.perf_counter()
@@ -396,8 +353,8 @@ def _compile_warmup(comps: Any, geom: Any, fp8_kv: bool, kv: Any = None) -> floa
     offloaded segments plus a third for the warm-up)."""
     import torch
 
-    from newsmotion_engine.render.wan_animate_2 import denoise as D
-    from newsmotion_engine.render.wan_animate_2.kv import quantize_cache
+    from newsmotion_engine.render.backends.wan_animate_2 import denoise as D
+    from newsmotion_engine.render.backends.wan_animate_2.kv import quantize_cache
 
     t0 = time.perf_counter()
     inputs = _segment_inputs(comps, geom)
@@ -409,7 +366,7 @@ def _compile_warmup(comps: Any, geom: Any, fp8_kv: bool, kv: Any = None) -> floa
         D._forward(comps.transformer, inputs["latents"], torch.tensor(999.0, device=comps.device), inputs["prompt"],
                    inputs["reference"], kv, inputs["image"], geom, False, comps.dtype)  # fmt: skip
     del kv, inputs
-    _sync(comps.device)
+    sync(comps.device)
     return round(time.perf_counter() - t0, 1)
 
 
@@ -434,8 +391,8 @@ def _part_attention(preset: str, dev: Any, width: int, height: int, segment_fram
 
     from newsmotion_engine.accel import attention as A
     from newsmotion_engine.accel.attention_incontext import incontext_attention, prepare_reference, reference_incontext_attention
-    from newsmotion_engine.render.wan_animate_2.attention import split_cached_attention
-    from newsmotion_engine.render.wan_animate_2.denoise import geometry
+    from newsmotion_engine.render.backends.wan_animate_2.attention import split_cached_attention
+    from newsmotion_engine.render.backends.wan_animate_2.denoise import geometry
 
     opts = _options(preset, str(dev), {}, segment_frames=segment_frames)
     tcfg = opts.preset_spec.transformer
@@ -468,7 +425,7 @@ def _part_attention(preset: str, dev: Any, width: int, height: int, segment_fram
     # each call then quantizes the generation Q/K/V and launches once.
     t0 = time.perf_counter()
     prepared = prepare_reference(k_ref, v_ref)
-    _sync(dev)
+    sync(dev)
     out["prepare_reference_once_ms"] = round((time.perf_counter() - t0) * 1e3, 1)
     if cuda:
         variants["incontext_fp8_triton"] = lambda: incontext_attention(q, k, v, prepared, hw)
@@ -480,10 +437,10 @@ def _part_attention(preset: str, dev: Any, width: int, height: int, segment_fram
     ref = None
     for name, fn in variants.items():
         try:
-            _peak_reset(dev)
-            row = _timed(fn, dev, warmup, reps)
+            peak_reset(dev)
+            row = time_calls(fn, dev, warmup, reps).summary()
             o = fn().float()
-            row["peak_gib"] = _peak(dev)
+            row["peak_gib"] = peak_gib(dev)
             if ref is None:
                 ref = o
             else:
@@ -501,7 +458,7 @@ def _part_attention(preset: str, dev: Any, width: int, height: int, segment_fram
 
 # ------------------------------------------------------------------------------------------- clip
 def _clip_inputs(width: int, height: int, frames: int, root: Path):
-    from newsmotion_engine.bench.gpu import bench_inputs
+    from benchmarks.gpu import bench_inputs
 
     return bench_inputs(width, height, frames, root)
 
@@ -525,7 +482,7 @@ def _profile_forward(comps: Any, geom: Any, kv: Any) -> dict[str, Any]:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from newsmotion_engine.render.wan_animate_2 import denoise as D
+    from newsmotion_engine.render.backends.wan_animate_2 import denoise as D
 
     inputs = _segment_inputs(comps, geom, seed=1)
     t = torch.tensor(999.0, device=comps.device)
@@ -533,7 +490,7 @@ def _profile_forward(comps: Any, geom: Any, kv: Any) -> dict[str, Any]:
     def run() -> None:
         with torch.no_grad():
             D._forward(comps.transformer, inputs["latents"], t, inputs["prompt"], inputs["reference"], kv, inputs["image"], geom, False, comps.dtype)
-        _sync(comps.device)
+        sync(comps.device)
 
     run()
     t0 = time.perf_counter()
@@ -563,7 +520,7 @@ def _part_clip_ours(preset: str, dev_name: str, width: int, height: int, frames:
                     fit_segments: bool = False, kv_offload: bool = False, cold_loop: bool = True,
                     profile: bool = False, decode_overlap: str = "off") -> None:  # fmt: skip
     from newsmotion_engine.render.base import RenderSpec
-    from newsmotion_engine.render.wan_animate_2.backend import WanAnimate2Backend
+    from newsmotion_engine.render.backends.wan_animate_2.backend import WanAnimate2Backend
 
     opts = _options(preset, dev_name, accel, segment_frames=segment_frames, fit_segments=fit_segments, reference_kv="gpu-lru",
                     kv_fp8=True, kv_lru_gib=200.0, kv_offload=kv_offload, decode_overlap=decode_overlap)  # fmt: skip
@@ -598,7 +555,7 @@ def _part_clip_ours(preset: str, dev_name: str, width: int, height: int, frames:
         t0 = time.perf_counter()
         for k in range(plan.segments):
             source(k)
-        _sync(dev)
+        sync(dev)
         side["kv_extract_all_segments_s"] = round(time.perf_counter() - t0, 1)
         side["kv_bytes_per_segment"] = [e["bytes"] for e in backend._kv_log]
         log(f"  ours: K/V of {plan.segments} segments extracted into the LRU in {side['kv_extract_all_segments_s']} s (incl. compile)")
@@ -606,11 +563,11 @@ def _part_clip_ours(preset: str, dev_name: str, width: int, height: int, frames:
             side["compile_warmup_s"] = _compile_warmup(backend.components, backend.geometry(spec, plan), fp8_kv=True, kv=source(0)[0])
 
         def timed_clip() -> tuple[float, int, float | None]:
-            _peak_reset(dev)
+            peak_reset(dev)
             t0 = time.perf_counter()
             n = sum(1 for _ in backend.frames(loop, persona, loop.keypoints, spec))
-            _sync(dev)
-            return round(time.perf_counter() - t0, 2), n, _peak(dev)
+            sync(dev)
+            return round(time.perf_counter() - t0, 2), n, peak_gib(dev)
 
         side["clip_s"], n, side["peak_gib"] = timed_clip()
         side["frames"] = n
@@ -643,8 +600,8 @@ def _part_clip_stock(preset: str, dev_name: str, width: int, height: int, frames
     from diffusers.modular_pipelines import WanAnimate2DistilledBlocks
 
     from newsmotion_engine.accel.fp8 import module_weight_gib
-    from newsmotion_engine.render.wan_animate_2 import denoise as D
-    from newsmotion_engine.render.wan_animate_2.components import load_image_encoder, load_render_components, load_text_encoder
+    from newsmotion_engine.render.backends.wan_animate_2 import denoise as D
+    from newsmotion_engine.render.backends.wan_animate_2.components import load_image_encoder, load_render_components, load_text_encoder
 
     opts = _options(preset, dev_name, {}, segment_frames=segment_frames)
     side: dict[str, Any] = {"pipeline": "WanAnimate2DistilledModularPipeline", "steps": steps or 10}
@@ -671,22 +628,22 @@ def _part_clip_stock(preset: str, dev_name: str, width: int, height: int, frames
         clip, _ = ensure_driving_clip(loop, width, height)
         driving = [PIL.Image.fromarray(np.asarray(f)) for f in clip.frames]
         image = PIL.Image.fromarray(persona.portrait)
-        _peak_reset(dev)
+        peak_reset(dev)
         t0 = time.perf_counter()
         out = pipe(prompt="a news anchor waves to the camera", image=image, driving_video=driving, height=height, width=width,
                    segment_frame_length=opts.segment_length, num_inference_steps=steps or 10,
                    generator=torch.Generator().manual_seed(0), output_type="np")  # fmt: skip
-        _sync(dev)
+        sync(dev)
         side["clip_s"] = round(time.perf_counter() - t0, 2)
         side["frames"] = int(np.asarray(out.get("videos")[0]).shape[0])
-        side["peak_gib"] = _peak(dev)
+        side["peak_gib"] = peak_gib(dev)
     result["animate2_clip_s_stock"] = side["clip_s"]
     log(f"  stock: {side['frames']} frames in {side['clip_s']} s, peak {side['peak_gib']} GiB")
     write()
 
 
 def _child(args: list[str], json_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "newsmotion_engine.bench.animate2", *args, "--json", str(json_path)]
+    cmd = [sys.executable, "-m", "benchmarks.animate2", *args, "--json", str(json_path)]
     return subprocess.Popen(cmd, env={**os.environ, **(env or {})})
 
 
@@ -723,7 +680,7 @@ def _part_clip(preset: str, dev_name: str, width: int, height: int, frames: int,
         else:
             codes = {s: wait(_child([*a, *common], paths[s])) for s, a in sides}
         for side, path in paths.items():
-            out[side] = json.loads(path.read_text()) if path.is_file() else {"error": f"exit {codes[side]}, no result"}
+            out[side] = read_lab_data(path) if path.is_file() else {"error": f"exit {codes[side]}, no result"}
             out[side]["exit_code"] = codes[side]
     ours, stock = out["ours"].get("animate2_clip_s"), out["stock"].get("animate2_clip_s_stock")
     if ours is not None:
@@ -745,7 +702,7 @@ def _ms_backend(preset: str, dev_name: str, side: str, width: int, height: int, 
     one segment in their LRU and one segment's conditioning prepared."""
     import torch
 
-    from newsmotion_engine.render.wan_animate_2.backend import WanAnimate2Backend
+    from newsmotion_engine.render.backends.wan_animate_2.backend import WanAnimate2Backend
 
     cuda = dev_name.startswith("cuda") or (dev_name == "auto" and torch.cuda.is_available())
     accel = {"fp8": "auto"} if side == "b" else {}
@@ -758,7 +715,7 @@ def _ms_workload(backend: Any, width: int, height: int, seed: int):
     """A closure running ``n`` cached forwards (one segment's denoising steps) of ``backend``."""
     import torch
 
-    from newsmotion_engine.render.wan_animate_2 import denoise as D
+    from newsmotion_engine.render.backends.wan_animate_2 import denoise as D
 
     backend.load()
     comps = backend.components
@@ -773,7 +730,7 @@ def _ms_workload(backend: Any, width: int, height: int, seed: int):
             for _ in range(n):
                 D._forward(comps.transformer, inputs["latents"], t, inputs["prompt"], inputs["reference"], kv, inputs["image"],
                            geom, False, comps.dtype)  # fmt: skip
-        _sync(comps.device)
+        sync(comps.device)
 
     run(1)  # warm-up
     return run
@@ -789,9 +746,9 @@ def _part_multistream(preset: str, dev_name: str, width: int, height: int, segme
     result["multistream"] = ms
     dev = torch.device("cuda" if dev_name == "auto" and torch.cuda.is_available() else ("cpu" if dev_name == "auto" else dev_name))
     a, b = (_ms_backend(preset, dev_name, s, width, height, segment_frames) for s in ("a", "b"))
-    _peak_reset(dev)
+    peak_reset(dev)
     run_a, run_b = _ms_workload(a, width, height, 1), _ms_workload(b, width, height, 2)
-    ms["weights_peak_gib"] = _peak(dev)
+    ms["weights_peak_gib"] = peak_gib(dev)
     run_a(1), run_b(1)  # a second warm-up each (first calls are slower on some backends)
 
     def serial_once() -> float:
@@ -800,14 +757,14 @@ def _part_multistream(preset: str, dev_name: str, width: int, height: int, segme
         run_b(forwards)
         return time.perf_counter() - t0
 
-    _peak_reset(dev)
+    peak_reset(dev)
     serial_runs = [serial_once(), serial_once()]
     serial = min(serial_runs)  # best of two: the reference the concurrent modes must beat
     ms["serial"] = {"wall_s": round(serial, 3), "wall_s_runs": [round(x, 3) for x in serial_runs],
-                    "forwards_per_s": round(2 * forwards / serial, 4), "peak_gib": _peak(dev)}  # fmt: skip
+                    "forwards_per_s": round(2 * forwards / serial, 4), "peak_gib": peak_gib(dev)}  # fmt: skip
     log(f"  multistream serial: {ms['serial']}")
     write()
-    _peak_reset(dev)
+    peak_reset(dev)
     errors: list[BaseException] = []
 
     def on_stream(run: Callable[[int], None]) -> None:
@@ -827,13 +784,13 @@ def _part_multistream(preset: str, dev_name: str, width: int, height: int, segme
             th.start()
         for th in threads:
             th.join()
-        _sync(dev)
+        sync(dev)
         if errors:
             raise errors[0]
         return time.perf_counter() - t0
 
     streams = min(streams_once(), streams_once())
-    ms["two_streams"] = {"wall_s": round(streams, 3), "forwards_per_s": round(2 * forwards / streams, 4), "peak_gib": _peak(dev),
+    ms["two_streams"] = {"wall_s": round(streams, 3), "forwards_per_s": round(2 * forwards / streams, 4), "peak_gib": peak_gib(dev),
                          "throughput_vs_serial": round(serial / streams, 3)}  # fmt: skip
     log(f"  multistream two streams: {ms['two_streams']}")
     write()
@@ -855,7 +812,7 @@ def _part_multistream(preset: str, dev_name: str, width: int, height: int, segme
             time.sleep(0.2)
         go.write_text("go")
         codes = {s: p.wait() for s, p in procs.items()}
-        workers = {s: json.loads(paths[s].read_text()) if paths[s].is_file() else {"exit_code": codes[s]} for s in ("a", "b")}
+        workers = {s: read_lab_data(paths[s]) if paths[s].is_file() else {"exit_code": codes[s]} for s in ("a", "b")}
     if all("start" in w for w in workers.values()):
         wall = max(w["end"] for w in workers.values()) - min(w["start"] for w in workers.values())
         ms["two_processes"] = {"wall_s": round(wall, 3), "forwards_per_s": round(2 * forwards / wall, 4),
@@ -877,14 +834,14 @@ def _ms_worker(preset: str, dev_name: str, side: str, width: int, height: int, s
     backend = _ms_backend(preset, dev_name, side, width, height, segment_frames)
     run = _ms_workload(backend, width, height, 1 if side == "a" else 2)
     dev = backend.components.device
-    _peak_reset(dev)
+    peak_reset(dev)
     Path(str(write.path) + ".ready").write_text("ready")  # type: ignore[attr-defined]
     while not go.exists():
         time.sleep(0.05)
     result["start"] = time.time()
     run(forwards)
     result["end"] = time.time()
-    result["peak_gib"] = _peak(dev)
+    result["peak_gib"] = peak_gib(dev)
     write()
     del torch
 
@@ -949,7 +906,7 @@ def combine_clip_results(ours_path: str | Path, stock_path: str | Path) -> dict[
     speedup computed from their measured ``clip_s``, and the two runs' headers recorded."""
     def read(path: str | Path, label: str, key: str) -> dict[str, Any]:
         try:
-            side = json.loads(Path(path).read_text())
+            side = read_lab_data(path)
         except (OSError, ValueError) as exc:
             raise ValueError(f"{path}: cannot read the clip-{label} result ({exc})") from None
         if not isinstance(side, dict) or key not in side or not isinstance(side.get("shape"), dict):
@@ -977,7 +934,7 @@ def combine_clip_results(ours_path: str | Path, stock_path: str | Path) -> dict[
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m newsmotion_engine.bench.animate2", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.animate2", description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="14b")
     p.add_argument("--part", default="forward", choices=PARTS)
     p.add_argument("--width", type=int)

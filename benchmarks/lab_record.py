@@ -1,0 +1,55 @@
+"""A lab bench's output written as a :class:`~newsmotion_engine.bench.record.BenchResult`: the
+name is the file's stem, the device and time come from the output when it has them, the command
+is the one running."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from newsmotion_engine.bench.record import BenchResult, current_commit, write_result
+
+
+def running_command() -> str:
+    """This process's command line, as ``python -m <module> ...`` when run as a module."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    head = ["python", "-m", spec.name] if spec is not None else ["python", sys.argv[0] if sys.argv else "-"]
+    return shlex.join([*head, *sys.argv[1:]])
+
+
+def write_lab_result(path: str | Path, data: Mapping[str, Any], *, title: str, headline: Mapping[str, float | int | str],
+                     command: str | None = None) -> Path:  # fmt: skip
+    """Write ``data`` (the bench's whole output) to ``path`` as a result record; rewritten as a
+    run goes, so a run cut short keeps what it measured."""
+    path = Path(path)
+    result = BenchResult(
+        name=path.stem,
+        title=title,
+        created_at=str(data.get("created_at") or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")),
+        device=str(data.get("device") or "unknown"),
+        commit=current_commit(),
+        command=command or running_command(),
+        headline=dict(headline),
+        data=dict(data),
+        weights=data.get("weights"),
+    )
+    return write_result(path, result)
+
+
+def top_level_figures(data: Mapping[str, Any], limit: int = 8) -> dict[str, float | int]:
+    """The output's top-level numbers (speedups, seconds, ...), in its order: the headline of a lab
+    bench whose figures are all in its output."""
+    skip = {"wall_s"}
+    figures = {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in skip}
+    return dict(list(figures.items())[:limit])
+
+
+def read_lab_data(path: str | Path) -> dict[str, Any]:
+    """The bench output inside the result record at ``path``."""
+    from newsmotion_engine.bench.record import read_result
+
+    return read_result(Path(path)).data
