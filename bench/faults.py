@@ -16,7 +16,7 @@ then waits until every persona x loop render is materialized and reports:
 
 Usage::
 
-    python bench/faults.py --portraits 2 --json bench/results/faults.json
+    python bench/faults.py --portraits 2 --json benchmarks/results/faults.json
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ materialized through Dagster with ``launcher="in-process"`` and ``launcher="subp
 private storage root (caches built once first); the clips are deleted between launchers, so each
 renders all 7.
 
-    python bench/launchers.py --json bench/results/launchers_cpu.json
+    python bench/launchers.py --json benchmarks/results/launchers.json
 
 Per launcher: each render step's wall time (Dagster step start to success, as ``dagster.materialize``
 sees it) and the mean; the difference is the engine process's start, imports and backend load.

@@ -391,7 +391,7 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, varia
 # --------------------------------------------------------------------------------------------
 _KERNEL: Any = None
 # (BLOCK_M, BLOCK_N, num_warps, num_stages, PIPELINE_QK). Compiled here for sm_90 with Triton 3.6,
-# none spills. Measured on the H200 at [1, 75600, 40, 128] (bench/results/gpu_attention_sweep_*):
+# none spills. Measured on the H200 at [1, 75600, 40, 128] (benchmarks/results/attention_kernel_h200.json):
 # 64-row tiles with 4 warps (182 registers) fit two CTAs per SM that run out of phase, one's
 # softmax over the other's tensor-core work: 148-152 ms at 3 stages (64x64: 162); 128x128 with
 # 8 warps (207 registers) is one CTA per SM whose two warpgroups move in lock-step: 163 ms;

@@ -4,7 +4,7 @@ In the cached pass every generation token attends to all generation tokens, and 
 generation frame ``f >= 1`` also to the ``hw`` reference tokens of driving frame ``f - 1`` (frame
 0 is the persona's latent and sees none). The earlier path computed that as two attentions (dense
 generation, then per-frame reference) merged by log-sum-exp: 231 ms a layer at the 14B 720p
-shape where the dense part alone is ~160 ms (``bench/results/gpu_animate2_attention_14b_h200.json``)
+shape where the dense part alone is ~160 ms (``cb32d61:bench/results/gpu_animate2_attention_14b_h200.json``)
 - the reference part is 5 % of the scores but paid a second launch, a second quantization of Q,
 an LSE output, a float32 merge and a concatenation. Here the kernel's query tile, after its
 generation keys, walks its own frame's reference keys in the same online softmax

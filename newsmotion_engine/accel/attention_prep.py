@@ -6,7 +6,7 @@ mean and scales, Q quantized twice (with the generation keys' channel scales and
 reference keys'), the smoothing difference ``delta`` per query row, and V's channel scales and
 transposed e4m3 copy. Compiled, inductor spreads that over seven kernels that re-read the
 bf16 tensors and took ~6.9 ms of each 14B layer at 720x1280 x 81 frames (~275 ms a forward;
-``bench/results/gpu_animate2_clip_ours_81f_fusedgelu_profile_14b_h200.json``), several times the
+``cb32d61:bench/results/gpu_animate2_clip_ours_81f_fusedgelu_profile_14b_h200.json``), several times the
 bytes they must move.
 
 :func:`incontext_prep` does it in three passes over the projections' bf16 output:
@@ -48,7 +48,7 @@ _KERNELS: Any = None
 BLOCK_T = 64  # tokens per program of the rstd pass (it loops over the row's heads)
 # (tokens, warps) per program of the quant pass (its tiles arrive by TMA descriptors: with
 # per-element pointers it compiled to 255 registers and spilled) and of the stats pass (pointer
-# loads): the fastest of the H200 sweep (bench/results/gpu_attention_prep_14b_h200.json)
+# loads): the fastest of the H200 sweep (benchmarks/results/attention_prep_h200.json)
 TILE = (16, 4)
 STATS = (64, 4)
 

@@ -56,7 +56,7 @@ class Compile(AccelConfig):
             same arithmetic. Measured at the 14B 720p segment shape: 236.8 vs 238.4 ms a block,
             for a first call of 372 s instead of 58 s, and a second tuned compile in the same
             process failed inside inductor's multi-kernel cache
-            (``bench/results/gpu_animate2_kernels_14b_h200.json``); so no flat option offers it.
+            (``cb32d61:bench/results/gpu_animate2_kernels_14b_h200.json``); so no flat option offers it.
         gelu: ``"sigmoid"`` computes the blocks' ``GELU(approximate="tanh")`` as
             ``x * sigmoid(2u)`` (:class:`SigmoidTanhGelu`: the same function, since
             ``(1 + tanh(u)) / 2 == sigmoid(2u)``); ``"stock"`` leaves it. Inductor lowers tanh to

@@ -7,7 +7,7 @@ reads the row and recomputes the fused prologue once for the max and once more f
 quantization. For the feed-forward's down projection the prologue is ``GELU(approximate="tanh")``
 over 13824 channels, and inductor's tanh is libdevice's exact one: that kernel took 3.9 ms of
 each 14B block's ~238 ms at 720x1280 x 81 frames, ~4x its memory time
-(``bench/results/gpu_animate2_kernels_14b_h200.json``).
+(``cb32d61:bench/results/gpu_animate2_kernels_14b_h200.json``).
 
 :func:`quantize_rows` is one Triton program per row, the row held in registers: one read, the
 activation once, the max, the quantized row and its scale written. ``gelu=True`` applies
@@ -84,7 +84,7 @@ def launch(x: torch.Tensor, gelu: bool, *, values_per_thread: int = 32, reciproc
     """The kernel on a contiguous-rows CUDA ``x`` with an explicit shape of program (the bench
     sweeps it): ``values_per_thread`` of the row per thread sets the warps; ``reciprocal``
     multiplies by ``1 / scale`` instead of dividing each value. The defaults are the sweep's
-    fastest (``bench/results/gpu_fp8_rows_sweep_h200.json``: 1.33 ms at 79200 x 13824 with the
+    fastest (``benchmarks/results/fp8_rows_h200.json``: 1.33 ms at 79200 x 13824 with the
     GELU, 0.35 ms at 79200 x 5120, vs 2.23 / 0.87 ms dividing and 3.63 / 1.19 ms for inductor's)."""
     global _KERNEL
     if _KERNEL is None:

@@ -58,7 +58,7 @@ __all__ = [
 
 HOOK_NAME = "newsmotion_sparse_attention_step"
 # The kernel config the sparse path always runs (the dense autotuner's best at the 14B shape,
-# bench/results/gpu_attention_sweep_*): the layout is built for these tiles, so they are fixed.
+# benchmarks/results/attention_kernel_h200.json): the layout is built for these tiles, so they are fixed.
 SPARSE_BLOCK_M, SPARSE_BLOCK_N, SPARSE_WARPS, SPARSE_STAGES = 64, 128, 4, 3
 CPU_BLOCK = 16
 

@@ -80,7 +80,7 @@ def test_reference_inputs_are_checked_against_the_queries():
 @pytest.mark.parametrize("hw, frames", [(3600, 6), (1560, 5)])  # 720x1280's frame; 480x832's starts off the 16-key grid
 def test_kernel_on_the_gpu_against_float32_attention_under_the_stock_mask(hw, frames):
     """The same check the 2026-12-03 H200 session ran inline (error 0.039 at both shapes;
-    bench/results/gpu_incontext_check_h200.log): the kernel against float32 attention under the
+    cb32d61:bench/results/gpu_incontext_check_h200.log): the kernel against float32 attention under the
     stock mask, 8 heads of 128."""
     from newsmotion_engine.accel import attention as A
     from newsmotion_engine.render.wan_animate_2.attention import split_cached_attention
