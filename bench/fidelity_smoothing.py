@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
     from newsmotion_engine.guidance.cache import ensure_guidance
     from newsmotion_engine.guidance.holistic import HolisticDetector
     from newsmotion_engine.guidance.smoothing import smooth_sequence
-    from newsmotion_engine.persona.cache import ensure_persona
+    from newsmotion_engine.persona.build import ensure_persona
     from newsmotion_engine.render import RenderSpec
     from newsmotion_engine.render.clip import retargeted_keypoints
     from newsmotion_engine.samples import write_sample_portrait

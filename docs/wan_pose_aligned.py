@@ -20,7 +20,7 @@ import numpy as np
 
 from newsmotion_engine.guidance.cache import ensure_guidance
 from newsmotion_engine.guidance.draw import draw_pose
-from newsmotion_engine.persona.cache import ensure_persona
+from newsmotion_engine.persona.build import ensure_persona
 from newsmotion_engine.render.base import RenderSpec
 from newsmotion_engine.render.clip import retargeted_keypoints
 from newsmotion_engine.render.wan_animate import caches as C

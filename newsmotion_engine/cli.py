@@ -269,7 +269,8 @@ def persona_build(
     framing: Annotated[Optional[str], typer.Option("--framing", help=FRAMING_HELP)] = None,
 ) -> None:
     """Build (or reuse when current) persona caches from their kept portraits in personas/sources/."""
-    from newsmotion_engine.persona.cache import ensure_persona, persona_source_image
+    from newsmotion_engine.persona.build import ensure_persona
+    from newsmotion_engine.persona.cache import persona_source_image
     from newsmotion_engine.persona.sources import source_persona_ids
 
     store = Storage.from_env()

@@ -17,7 +17,8 @@ from newsmotion_assets.retries import FAILURE_TAG, TRANSIENT_RETRY, bad_input, s
 from newsmotion_engine import cachedir
 from newsmotion_engine.errors import BadInputError, NewsmotionError
 from newsmotion_engine.guidance.draw import png_bytes
-from newsmotion_engine.persona.cache import ensure_persona, load_persona, persona_source_image
+from newsmotion_engine.persona.build import ensure_persona
+from newsmotion_engine.persona.cache import load_persona, persona_source_image
 from newsmotion_engine.persona.image import FRAMINGS
 from newsmotion_engine.persona.preview import preview_image
 from newsmotion_engine.persona.sources import reject_source

@@ -64,7 +64,7 @@ def bench_chroma(storage: Any, *, portraits: list[str] | None = None, loop_id: s
     from newsmotion_engine.bench.common import machine_info
     from newsmotion_engine.bench.matte import matte_figures
     from newsmotion_engine.guidance.cache import ensure_guidance
-    from newsmotion_engine.persona.cache import ensure_persona
+    from newsmotion_engine.persona.build import ensure_persona
     from newsmotion_engine.render.base import RenderSpec, get_backend
     from newsmotion_engine.render.chroma import chroma_composite
     from newsmotion_engine.render.clip import retargeted_keypoints

@@ -270,7 +270,7 @@ def bench_fidelity(
     from newsmotion_engine.bench.common import machine_info
     from newsmotion_engine.guidance.catalogue import canonical_loops
     from newsmotion_engine.guidance.cache import ensure_guidance
-    from newsmotion_engine.persona.cache import ensure_persona
+    from newsmotion_engine.persona.build import ensure_persona
     from newsmotion_engine.render import RenderSpec, get_backend
     from newsmotion_engine.render.clip import retargeted_keypoints
     from newsmotion_engine.render.job import render_persona_loop

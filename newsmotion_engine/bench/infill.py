@@ -106,7 +106,7 @@ def _window(speed: np.ndarray, frames: int | None) -> tuple[int, int] | None:
 def _sample_persona(store: Any, log: Log) -> Any:
     """The sample persona (astronaut), built (or reused) in ``store``."""
     from newsmotion_engine.bench.suites import sample_portrait
-    from newsmotion_engine.persona.cache import ensure_persona
+    from newsmotion_engine.persona.build import ensure_persona
 
     log("building the sample persona (astronaut)")
     persona, _ = ensure_persona(store, "astronaut", image=sample_portrait(store.persona_samples))

@@ -104,7 +104,7 @@ def bench_matte(
     from newsmotion_engine.bench.common import machine_info
     from newsmotion_engine.persona import image as image_mod
     from newsmotion_engine.persona import matte as matte_mod
-    from newsmotion_engine.persona.cache import ensure_persona
+    from newsmotion_engine.persona.build import ensure_persona
     from newsmotion_engine.samples import SAMPLE_PORTRAITS, write_sample_portrait
 
     say = log or (lambda _m: None)

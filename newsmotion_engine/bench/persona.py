@@ -33,7 +33,8 @@ import numpy as np
 from newsmotion_engine import cachedir
 from newsmotion_engine.bench.common import drop_from_page_cache, machine_info
 from newsmotion_engine.ids import slugify
-from newsmotion_engine.persona.cache import PersonaCache, ensure_persona, load_persona
+from newsmotion_engine.persona.build import ensure_persona
+from newsmotion_engine.persona.cache import PersonaCache, load_persona
 from newsmotion_engine.storage import Storage
 
 __all__ = ["bench_persona", "drop_from_page_cache"]

@@ -55,7 +55,7 @@ def _persona(log: Log) -> dict[str, Any]:
 def _warp(log: Log) -> dict[str, Any]:
     from newsmotion_engine.bench.warp import bench_warp
     from newsmotion_engine.guidance.cache import ensure_guidance
-    from newsmotion_engine.persona.cache import ensure_persona
+    from newsmotion_engine.persona.build import ensure_persona
 
     with private_storage() as store:
         log("building the welcome loop and the sample persona, then rendering 720x1280 end to end")

@@ -219,7 +219,7 @@ def _video_frames(path: Path, n: int, width: int, height: int, centre: tuple[flo
 
 def _driver_persona(motion_dir: Path):
     """The driver's persona cache (built once under ``motion/driver/`` by the persona builder)."""
-    from newsmotion_engine.persona.cache import ensure_persona
+    from newsmotion_engine.persona.build import ensure_persona
     from newsmotion_engine.samples import write_sample_portrait
     from newsmotion_engine.storage import Storage
 

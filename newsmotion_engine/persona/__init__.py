@@ -1,14 +1,15 @@
 """Tier-2 appearance: a persona's portrait normalized once (canvas, mattes, landmarks) and cached
-for memory-mapped loads at render time. See :mod:`newsmotion_engine.persona.cache` for the format.
+for memory-mapped loads at render time. See :mod:`newsmotion_engine.persona.cache` for the format,
+:mod:`newsmotion_engine.persona.build` for how a portrait becomes one.
 
 Importing this package does not import mediapipe (builds import it when they run).
 """
 
+from newsmotion_engine.persona.build import ensure_persona
 from newsmotion_engine.persona.cache import (
     PERSONA_VERSION,
     SCHEMA,
     PersonaCache,
-    ensure_persona,
     image_source,
     list_persona_ids,
     load_persona,

@@ -53,7 +53,8 @@ def add_persona(storage: Storage, image: Path, persona_id: str, *, force: bool =
     """``newsmotion persona add``: build the cache from ``image`` (:func:`ensure_persona`) and keep
     the image as the persona's source. Refuses to replace a persona built from a different portrait
     unless ``force``. Bad input raises before anything is written. Returns ``(cache, built)``."""
-    from newsmotion_engine.persona.cache import ensure_persona, image_source
+    from newsmotion_engine.persona.build import ensure_persona
+    from newsmotion_engine.persona.cache import image_source
 
     validate_id(persona_id, "persona id")
     image = Path(image)

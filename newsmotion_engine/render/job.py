@@ -33,10 +33,10 @@ from newsmotion_engine import cachedir
 from newsmotion_engine.errors import BadInputError, CacheNotReadyError
 from newsmotion_engine.guidance.cache import SCHEMA as GUIDANCE_SCHEMA
 from newsmotion_engine.guidance.cache import GuidanceCache, check_loop_exists, ensure_guidance, load_guidance, loop_source
+from newsmotion_engine.persona.build import ensure_persona
 from newsmotion_engine.persona.cache import SCHEMA as PERSONA_SCHEMA
 from newsmotion_engine.persona.cache import (
     PersonaCache,
-    ensure_persona,
     image_source,
     load_persona,
     current_params,

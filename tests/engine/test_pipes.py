@@ -8,7 +8,7 @@ import sys
 from types import SimpleNamespace
 
 from newsmotion_engine.guidance.cache import ensure_guidance
-from newsmotion_engine.persona.cache import ensure_persona
+from newsmotion_engine.persona.build import ensure_persona
 from newsmotion_engine.pipes import main, pose_fidelity_check
 from newsmotion_engine.render.telemetry import RenderTelemetry
 

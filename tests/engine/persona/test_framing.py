@@ -9,6 +9,7 @@ import pytest
 from newsmotion_engine.errors import CacheStaleError
 from newsmotion_engine.persona import cache as pcache
 from newsmotion_engine.persona import image as image_mod
+from newsmotion_engine.persona.build import ensure_persona
 from newsmotion_engine.persona.image import (
     HEADROOM_RANGE,
     MAX_UPSCALE,
@@ -86,7 +87,7 @@ def test_place_image_crops_scales_and_zero_fills():
 
 
 def test_astronaut_medium_shot_and_framing_change_is_stale(storage, astronaut_png):
-    persona, built = pcache.ensure_persona(storage, "anchor", image=astronaut_png)
+    persona, built = ensure_persona(storage, "anchor", image=astronaut_png)
     framing = persona.metadata["framing"]
     assert built and framing["mode"] == "medium" and framing["head_top"] == "matte"
     assert HEADROOM_RANGE[0] <= framing["headroom"] <= HEADROOM_RANGE[1]
@@ -101,8 +102,8 @@ def test_astronaut_medium_shot_and_framing_change_is_stale(storage, astronaut_pn
     # a framing keeps the persona's own.
     with pytest.raises(CacheStaleError):
         pcache.load_persona(storage, "anchor", expected_params=pcache.persona_params("wide"))
-    wide, built = pcache.ensure_persona(storage, "anchor", image=astronaut_png, framing="wide")
+    wide, built = ensure_persona(storage, "anchor", image=astronaut_png, framing="wide")
     assert built and wide.metadata["framing"]["mode"] == "wide"
     assert pcache.persona_framing(storage, "anchor") == "wide"
-    again, built = pcache.ensure_persona(storage, "anchor", image=astronaut_png)
+    again, built = ensure_persona(storage, "anchor", image=astronaut_png)
     assert not built and again.metadata["framing"]["mode"] == "wide"

@@ -13,7 +13,8 @@ import pytest
 from PIL import Image
 
 from newsmotion_engine.persona import landmarks as L
-from newsmotion_engine.persona.cache import ensure_persona, load_persona, persona_problems, persona_status
+from newsmotion_engine.persona.build import ensure_persona
+from newsmotion_engine.persona.cache import load_persona, persona_problems, persona_status
 from newsmotion_engine.samples import astronaut_rgb
 from newsmotion_engine.skeleton import BODY, FACE_START, LEFT_HAND_START, NUM_KEYPOINTS
 

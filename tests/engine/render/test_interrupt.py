@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from newsmotion_engine.guidance.cache import ensure_guidance
-from newsmotion_engine.persona.cache import ensure_persona
+from newsmotion_engine.persona.build import ensure_persona
 from newsmotion_engine.persona.sources import install_source
 from newsmotion_engine.render import RenderSpec, get_backend
 from newsmotion_engine.render.job import render_persona_loop

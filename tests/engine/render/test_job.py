@@ -9,7 +9,7 @@ from PIL import Image
 
 from newsmotion_engine.errors import CacheNotReadyError, NewsmotionError
 from newsmotion_engine.guidance.cache import ensure_guidance
-from newsmotion_engine.persona.cache import ensure_persona
+from newsmotion_engine.persona.build import ensure_persona
 from newsmotion_engine.persona.sources import install_source
 from newsmotion_engine.render import RenderSpec, get_backend
 from newsmotion_engine.render.job import (

@@ -6,7 +6,7 @@ overlay draws, and the console stays free of errors."""
 import pytest
 
 from newsmotion_engine.guidance.cache import ensure_guidance
-from newsmotion_engine.persona.cache import ensure_persona
+from newsmotion_engine.persona.build import ensure_persona
 from newsmotion_engine.storage import Storage
 from newsmotion_engine.studio.paths import ab_page, render_page
 from newsmotion_engine.studio.site import build_studio

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from newsmotion_engine.guidance.cache import ensure_guidance
-from newsmotion_engine.persona.cache import ensure_persona
+from newsmotion_engine.persona.build import ensure_persona
 from newsmotion_engine.studio.catalog import scan_renders
 from newsmotion_engine.studio.paths import ab_page, render_page
 from newsmotion_engine.studio.site import build_studio
