@@ -224,9 +224,10 @@ def file_mode() -> int:
     return 0o666 & ~current_umask()
 
 
-def copy_into_place(src: Path, target: Path) -> Path:
-    """Copy ``src`` to ``target`` atomically: into a temporary sibling, then renamed, so a watching
-    sensor or a reader never sees half a file; a failed copy leaves nothing behind. The file gets
+@contextlib.contextmanager
+def replacing(target: Path) -> Iterator[Path]:
+    """A temporary sibling of ``target`` to write, renamed over ``target`` when the block ends, so a
+    watching sensor or a reader never sees half a file; removed when the block fails. It gets
     :func:`file_mode` (a temporary file is created 0600, which would hide a kept portrait or driving
     video from a Dagster daemon running as another user)."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -234,11 +235,17 @@ def copy_into_place(src: Path, target: Path) -> Path:
     try:
         os.fchmod(fd, file_mode())
         os.close(fd)
-        shutil.copyfile(src, tmp)
+        yield Path(tmp)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def copy_into_place(src: Path, target: Path) -> Path:
+    """Copy ``src`` to ``target`` atomically (:func:`replacing`); a failed copy leaves nothing behind."""
+    with replacing(target) as tmp:
+        shutil.copyfile(src, tmp)
     return target
 
 

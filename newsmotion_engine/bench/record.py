@@ -9,15 +9,13 @@ shape of a particular bench's output.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from newsmotion_engine.cachedir import file_mode
+from newsmotion_engine.cachedir import replacing
 
 SCHEMA = "newsmotion.bench_result"
 VERSION = 1
@@ -66,16 +64,8 @@ def write_result(path: Path, result: BenchResult) -> Path:
     """Write ``result`` to ``path`` atomically (a temporary sibling renamed into place), so a reader
     never sees half a record."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        os.fchmod(fd, file_mode())
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(result.to_json())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replacing(path) as tmp:
+        tmp.write_text(result.to_json(), encoding="utf-8")
     return path
 
 

@@ -3,8 +3,6 @@ landmarks drawn, side by side at half canvas size."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import cv2
@@ -85,18 +83,10 @@ def write_preview(cache: PersonaCache, out_path: str | Path) -> Path:
         write_preview(load_persona(store, "astronaut"), "astronaut_preview.png")
     """
     out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
     bgr = cv2.cvtColor(preview_image(cache), cv2.COLOR_RGB2BGR)
     ok, encoded = cv2.imencode(".png", bgr)
     if not ok:
         raise OSError(f"could not encode the preview for {cache.persona_id}")
-    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
-    try:
-        os.fchmod(fd, cachedir.file_mode())  # mkstemp's 0600 would hide it from other users
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(encoded.tobytes())
-        os.replace(tmp, out_path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with cachedir.replacing(out_path) as tmp:
+        tmp.write_bytes(encoded.tobytes())
     return out_path

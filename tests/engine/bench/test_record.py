@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from newsmotion_engine import cachedir
 from newsmotion_engine.bench import record
 from newsmotion_engine.bench.record import BenchResult, NotABenchResult, read_result, read_results, write_result
 
@@ -41,7 +42,7 @@ def test_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     def fail(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(record.os, "replace", fail)
+    monkeypatch.setattr(cachedir.os, "replace", fail)
     with pytest.raises(OSError, match="disk full"):
         write_result(path, _result(title="another"))
     assert path.read_text() == before  # the old record is untouched
