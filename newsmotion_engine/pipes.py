@@ -243,12 +243,13 @@ def bench_command(report: Report, *, out_dir: str, suites: Sequence[str], gpu_pr
         # history/ beside the latest results: Storage.bench_history_dir (the studio's trend chart)
         results[name] = run_suite(name, folder / f"{name}.json", log=report.log, history_dir=folder / "history").to_dict()
     if gpu_preset:
-        from newsmotion_engine.bench.gpu import bench_gpu_forward
+        from newsmotion_engine.bench.gpu import bench_gpu_forward, forward_record
 
         name = f"gpu_forward_{gpu_preset}"
         report.log(f"running the GPU forward bench, preset {gpu_preset}")
         folder.mkdir(parents=True, exist_ok=True)
-        results[name] = bench_gpu_forward(preset=gpu_preset, json_path=folder / f"{name}.json", log=report.log)
+        result = bench_gpu_forward(preset=gpu_preset, json_path=folder / f"{name}.json", log=report.log)
+        results[name] = forward_record(name, result).to_dict()  # as the file holds it
     report.materialization({"results": {"raw_value": results, "type": "json"}}, None)
     return results
 
