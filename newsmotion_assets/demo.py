@@ -34,7 +34,7 @@ from newsmotion_assets.assets.reports import scorecard
 from newsmotion_assets.checks import guidance_cache_valid, persona_cache_valid
 from newsmotion_assets.partitions import loop_partitions, persona_partitions
 from newsmotion_assets.resources import RendererResource, StorageResource, release_warm_backends
-from newsmotion_engine.bench.record import BenchResult
+from newsmotion_engine.bench.record import BenchResult, figure_text
 from newsmotion_engine.bench.suites import sample_portrait
 from newsmotion_engine.cli import PipeConsole
 from newsmotion_engine.errors import NewsmotionError
@@ -159,17 +159,13 @@ DEMO_BENCHMARKS = (
 )  # fmt: skip
 
 
-def _figure(label: str, value: float | int | str) -> str:
-    return f"{label} {value:.4g}" if isinstance(value, float) else f"{label} {value}"
-
-
 def benchmark_table(results: list[BenchResult]) -> Table:
     """The :data:`DEMO_BENCHMARKS` among ``results``, one row each with its headline figures."""
     by_name = {r.name: r for r in results}
     table = Table("benchmark (committed results)", "device", "headline figures")
     for name in DEMO_BENCHMARKS:
         if (result := by_name.get(name)) is not None:
-            table.add_row(result.name, result.device, "; ".join(_figure(k, v) for k, v in result.headline.items()))
+            table.add_row(result.name, result.device, "; ".join(f"{k} {figure_text(v)}" for k, v in result.headline.items()))
     return table
 
 

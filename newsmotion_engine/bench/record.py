@@ -45,6 +45,11 @@ class BenchResult:
         return json.dumps(self.to_dict(), indent=2, default=str) + "\n"
 
 
+def figure_text(value: float | int | str) -> str:
+    """A headline value as shown: floats to 4 significant digits, the rest as they are."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 class NotABenchResult(ValueError):
     """A file that is not a benchmark result record (or not one this version reads)."""
 

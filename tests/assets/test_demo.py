@@ -4,7 +4,7 @@ figures."""
 from dataclasses import replace
 
 from newsmotion_assets.demo import DEMO_BENCHMARKS, benchmark_table
-from newsmotion_engine.bench.record import RESULTS_DIR, BenchResult, read_results
+from newsmotion_engine.bench.record import RESULTS_DIR, BenchResult, figure_text, read_results
 
 
 def _rows(table) -> dict[str, tuple[str, str]]:
@@ -19,7 +19,7 @@ def test_the_table_shows_every_demo_benchmark_from_the_committed_records():
     assert list(rows) == list(DEMO_BENCHMARKS)  # each one committed, in the demo's order
     by_name = {r.name: r for r in results}
     warp = by_name["warp"]
-    assert rows["warp"] == (warp.device, "; ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in warp.headline.items()))
+    assert rows["warp"] == (warp.device, "; ".join(f"{k} {figure_text(v)}" for k, v in warp.headline.items()))
     assert "speed-up vs stock (x) 6.18" in rows["wan_animate_clip_h100"][1]
 
 

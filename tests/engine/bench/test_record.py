@@ -90,3 +90,7 @@ def test_read_results_raises_on_a_non_result_or_reports_it(tmp_path: Path) -> No
     skipped: list[str] = []
     assert [r.name for r in read_results(tmp_path, on_skip=skipped.append)] == ["warp"]
     assert len(skipped) == 1 and "old.json" in skipped[0]
+
+
+def test_figure_text() -> None:
+    assert [record.figure_text(v) for v in (71.64321, 18574, "0 / 21")] == ["71.64", "18574", "0 / 21"]
