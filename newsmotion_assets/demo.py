@@ -36,7 +36,7 @@ from newsmotion_assets.partitions import loop_partitions, persona_partitions
 from newsmotion_assets.resources import RendererResource, StorageResource, release_warm_backends
 from newsmotion_engine.bench.record import BenchResult, figure_text
 from newsmotion_engine.bench.suites import sample_portrait
-from newsmotion_engine.cli import PipeConsole
+from newsmotion_engine.cli.console import PipeConsole
 from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.guidance.cache import all_loop_ids
 from newsmotion_engine.persona.sources import install_source
