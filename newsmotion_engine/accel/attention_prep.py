@@ -27,7 +27,7 @@ float32 rounded to bfloat16, as the processor's ``apply_rope(...).type_as(v)``);
 multiplied by the reciprocal of its scale instead of divided by it (within an ulp: a quotient
 within an ulp of a rounding boundary can land one 8-bit step away). ``delta`` sums in a different
 order. Tests check it against the torch path under Triton's interpreter; on the GPU the bench
-(``python -m newsmotion_engine.bench.animate2_kernels --prep-only``) records how many values differ.
+(``python -m benchmarks.animate2_kernels --prep-only``) records how many values differ.
 
 Registered as the custom op ``newsmotion::incontext_prep`` so a compiled block calls it as one
 opaque step. CUDA only, for the variants whose V is e4m3; elsewhere the torch path runs.
