@@ -62,6 +62,11 @@ class CacheNotReadyError(NewsmotionError):
         super().__init__(f"{what} is {state}{f' ({detail})' if detail else ''}: {remedy}")
 
 
+class InfillError(NewsmotionError, ValueError):
+    """Bad input to the infill stage of sparse keyframes (shapes, dtypes, ratios, out-of-order
+    keyframes)."""
+
+
 # Attributes an error carries besides its message (see the classes above); they travel with it
 # across a process boundary.
 _ERROR_FIELDS = ("path", "problem", "what", "state", "detail", "remedy")

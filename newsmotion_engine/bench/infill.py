@@ -49,7 +49,8 @@ import numpy as np
 
 from newsmotion_engine.bench.common import machine_info
 from newsmotion_engine.video.compare import ssim_map
-from newsmotion_engine.video.infill import InfillConfig, Infiller, KeyframePair, keyframe_schedule
+from newsmotion_engine.video.infill import InfillConfig, Infiller, KeyframePair
+from newsmotion_engine.video.infill_schedule import keyframe_schedule
 
 __all__ = ["bench_infill", "psnr", "ssim_map", "TARGET_PSNR_DB", "TARGET_FACE_PSNR_DB"]
 

@@ -2,7 +2,7 @@
 
 With ``spec.keyframes = N > 1`` a render asks its backend for every N-th frame only: the driving
 pose (the retargeted keypoints) is sampled at the keyframe indices of
-:func:`~newsmotion_engine.video.infill.keyframe_schedule` (loops are seamless, so the frames after
+:func:`~newsmotion_engine.video.infill_schedule.keyframe_schedule` (loops are seamless, so the frames after
 the last keyframe are infilled towards frame 0), the backend renders that shorter sequence as an
 ordinary clip, and :class:`~newsmotion_engine.video.infill.Infiller` synthesizes the frames
 between from bidirectional DIS optical flow with occlusion-aware blending. The backend never
@@ -33,7 +33,8 @@ import cv2
 import numpy as np
 
 from newsmotion_engine.render.base import RenderSpec
-from newsmotion_engine.video.infill import InfillConfig, Infiller, KeyframeSchedule, keyframe_schedule
+from newsmotion_engine.video.infill import InfillConfig, Infiller
+from newsmotion_engine.video.infill_schedule import KeyframeSchedule, keyframe_schedule
 
 __all__ = ["InfillStats", "clip_schedule", "driving_keypoints", "infill_frames", "keyed_matte"]
 

@@ -3,20 +3,14 @@ between are synthesized from the two keyframes around them.
 
 The method is classic bidirectional flow interpolation, weights-free, on the CPU:
 
-1. **Flow.** OpenCV's DIS optical flow (``cv2.DISOpticalFlow``; T. Kroeger et al., "Fast Optical
-   Flow using Dense Inverse Search", ECCV 2016, https://arxiv.org/abs/1603.03590) on the two
-   keyframes' luma, both ways: ``F01`` (keyframe a -> b) and ``F10`` (b -> a). No learned model
-   (RIFE and friends need weights we cannot have here).
-2. **Visibility.** Forward/backward consistency (N. Sundaram, T. Brox, K. Keutzer, "Dense point
-   trajectories by GPU-accelerated large displacement optical flow", ECCV 2010): a pixel of a whose
-   flow is not undone by b's flow where it lands is occluded in b (or leaves the frame), and gets
-   weight ``exp(-(err / (alpha |F|^2 + beta))^2)``; likewise for b.
-3. **Warp.** A pixel ``x`` of the frame at time ``t`` came from ``p0`` in a with
+1. **Flow and visibility** (:mod:`newsmotion_engine.video.flow`): DIS optical flow on the two
+   keyframes' luma, both ways: ``F01`` (keyframe a -> b) and ``F10`` (b -> a), and each side's
+   soft visibility in the other from forward/backward consistency.
+2. **Warp.** A pixel ``x`` of the frame at time ``t`` came from ``p0`` in a with
    ``p0 + t F01(p0) = x`` and from ``p1`` in b with ``p1 + (1 - t) F10(p1) = x``; both are found
-   by a few fixed-point iterations (``p <- x - t F01(p)``), each one ``cv2.remap`` of the flow. Where
-   the iteration does not settle (no pixel of a lands on ``x``: content that appears between a
-   and b) that side's weight drops.
-4. **Blend.** ``(w0 a(p0) + w1 b(p1)) / (w0 + w1)`` with ``w0 = (1 - t) v0(p0) c0``, ``w1 = t v1(p1)
+   by fixed-point iteration. Where the iteration does not settle (no pixel of a lands on ``x``:
+   content that appears between a and b) that side's weight drops.
+3. **Blend.** ``(w0 a(p0) + w1 b(p1)) / (w0 + w1)`` with ``w0 = (1 - t) v0(p0) c0``, ``w1 = t v1(p1)
    c1`` (``v``: visibility, ``c``: convergence). Where both sides are occluded the nearer keyframe's
    sample is used (a tiny constant weight on the nearer side, so there is no branch).
 
@@ -28,17 +22,8 @@ together with the same flow and weights, and the result is composited over the e
 ``P_t + B (1 - alpha_t)``. Where the interpolated matte is 0 the pixel is exactly ``B``.
 
 Entry points: :func:`interpolate` (one frame, pure), :class:`KeyframePair` (one pair, any number of
-``t``), :class:`Infiller` (a streaming stage for a render loop) and :func:`keyframe_schedule`
-(which frames a backend generates and which are infilled).
-
-Keyframe schedule, loops and segment joins (see :func:`keyframe_schedule`): keyframes sit at
-``0, r, 2r, ...``. A seamless loop's frame ``T`` is its frame 0, so the frames after the last
-keyframe are infilled towards frame 0 (the :class:`Infiller` keeps the first keyframe for that);
-when ``T`` is a multiple of ``r`` every gap is ``r`` and the loop stays seamless. A clip that does
-not loop always has its last frame as a keyframe (the last gap may be shorter). A backend renders
-the keyframe sequence as a clip of ``len(keyframes)`` frames (the driving pose sampled at the
-keyframe indices); its segments and their overlaps live in that keyframe sequence, and the
-infiller sees one stream of keyframes, so a segment join is an ordinary keyframe pair.
+``t``) and :class:`Infiller` (a streaming stage for a render loop); which frames are keyframes:
+:mod:`newsmotion_engine.video.infill_schedule`.
 
 Example::
 
@@ -56,109 +41,21 @@ import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Literal
 
 import cv2
 import numpy as np
 
-from newsmotion_engine.errors import NewsmotionError
-from newsmotion_engine.video.spec import BACKGROUND_CHROMA_GREEN, MAX_KEYFRAME_RATIO
+from newsmotion_engine.errors import InfillError
+from newsmotion_engine.video.flow import FlowConfig, check_frame, dis_flow, luma, pixel_grid, source_points, visibility
+from newsmotion_engine.video.infill_schedule import keyframe_schedule
+from newsmotion_engine.video.spec import BACKGROUND_CHROMA_GREEN
 
-__all__ = [
-    "MAX_RATIO",
-    "FlowConfig",
-    "InfillConfig",
-    "InfillError",
-    "Infiller",
-    "KeyframePair",
-    "KeyframeSchedule",
-    "estimate_flow",
-    "interpolate",
-    "keyframe_schedule",
-]
+__all__ = ["InfillConfig", "Infiller", "KeyframePair", "interpolate"]
 
-MAX_RATIO = MAX_KEYFRAME_RATIO
-_PRESETS = {
-    "ultrafast": cv2.DISOPTICAL_FLOW_PRESET_ULTRAFAST,
-    "fast": cv2.DISOPTICAL_FLOW_PRESET_FAST,
-    "medium": cv2.DISOPTICAL_FLOW_PRESET_MEDIUM,
-}
 # Weight of the nearer keyframe where both samples are occluded: small enough to vanish next to
 # any real visibility, large enough to decide where both are ~0.
 _FALLBACK_WEIGHT = 1e-3
-
-
-class InfillError(NewsmotionError, ValueError):
-    """Bad input to the infill stage (shapes, dtypes, ratios, out-of-order keyframes)."""
-
-
-# --------------------------------------------------------------------------------------------
-# Configuration
-# --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class FlowConfig:
-    """DIS optical flow settings (OpenCV ``cv2.DISOpticalFlow``).
-
-    Args:
-        preset: ``"ultrafast"``, ``"fast"`` (default) or ``"medium"`` (OpenCV's presets); the
-            fields below override single parameters of it when not ``None``. On the infill bench
-            at 720x1280 medium gained 0.1-0.3 dB over fast for about 3.5x the flow time.
-        finest_scale: the finest pyramid level the search and refinement run at (0 = full
-            resolution; fast uses 2, a quarter, medium 1, a half); the flow of that level is
-            upsampled to full resolution.
-        patch_size, patch_stride: search patch size and stride in pixels.
-        gradient_descent_iters: patch search iterations per level.
-        variational_refinement_iters: variational refinement iterations per level (0 = off).
-        downscale: compute the flow on frames shrunk by this integer factor and upsample it
-            (1 = full resolution). Cheaper, less precise.
-    """
-
-    preset: Literal["ultrafast", "fast", "medium"] = "fast"
-    finest_scale: int | None = None
-    patch_size: int | None = None
-    patch_stride: int | None = None
-    gradient_descent_iters: int | None = None
-    variational_refinement_iters: int | None = None
-    downscale: int = 1
-
-    def __post_init__(self) -> None:
-        if self.preset not in _PRESETS:
-            raise InfillError(f"flow preset {self.preset!r} is unknown: use one of {', '.join(_PRESETS)}")
-        for name in ("finest_scale", "patch_size", "patch_stride", "gradient_descent_iters", "variational_refinement_iters"):
-            v = getattr(self, name)
-            if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0):
-                raise InfillError(f"flow {name} {v!r} is not a non-negative integer")
-        if not isinstance(self.downscale, (int, np.integer)) or isinstance(self.downscale, bool) or not 1 <= self.downscale <= 8:
-            raise InfillError(f"flow downscale {self.downscale!r} is out of range: use an integer 1..8")
-
-    def create(self) -> cv2.DISOpticalFlow:
-        """A configured DIS instance (not thread-safe: one per thread)."""
-        dis = cv2.DISOpticalFlow_create(_PRESETS[self.preset])
-        if self.finest_scale is not None:
-            dis.setFinestScale(int(self.finest_scale))
-        if self.patch_size is not None:
-            dis.setPatchSize(int(self.patch_size))
-        if self.patch_stride is not None:
-            dis.setPatchStride(int(self.patch_stride))
-        if self.gradient_descent_iters is not None:
-            dis.setGradientDescentIterations(int(self.gradient_descent_iters))
-        if self.variational_refinement_iters is not None:
-            dis.setVariationalRefinementIterations(int(self.variational_refinement_iters))
-        return dis
-
-    def as_dict(self) -> dict[str, Any]:
-        dis = self.create()
-        return {
-            "method": "opencv-dis",
-            "preset": self.preset,
-            "finest_scale": dis.getFinestScale(),
-            "patch_size": dis.getPatchSize(),
-            "patch_stride": dis.getPatchStride(),
-            "gradient_descent_iters": dis.getGradientDescentIterations(),
-            "variational_refinement_iters": dis.getVariationalRefinementIterations(),
-            "downscale": self.downscale,
-        }
 
 
 @dataclass(frozen=True)
@@ -226,15 +123,6 @@ class InfillConfig:
 # --------------------------------------------------------------------------------------------
 # Input checks
 # --------------------------------------------------------------------------------------------
-def _check_frame(name: str, frame: Any) -> np.ndarray:
-    arr = np.asarray(frame)
-    if arr.dtype != np.uint8:
-        raise InfillError(f"{name}: expected a uint8 RGB frame, got dtype {arr.dtype}")
-    if arr.ndim != 3 or arr.shape[2] != 3 or arr.shape[0] < 8 or arr.shape[1] < 8:
-        raise InfillError(f"{name}: expected a [height, width, 3] RGB frame at least 8x8, got shape {arr.shape}")
-    return arr
-
-
 def _check_alpha(name: str, alpha: Any, shape: tuple[int, int]) -> np.ndarray:
     arr = np.asarray(alpha)
     if arr.dtype != np.uint8:
@@ -264,72 +152,6 @@ def _check_t(t: Any) -> float:
     if not 0.0 < tf < 1.0:
         raise InfillError(f"time t={t!r} must lie strictly between the keyframes (0 < t < 1)")
     return tf
-
-
-# --------------------------------------------------------------------------------------------
-# Flow and warping primitives
-# --------------------------------------------------------------------------------------------
-@lru_cache(maxsize=4)
-def _grid(height: int, width: int) -> np.ndarray:
-    """Pixel coordinates ``[H, W, 2]`` (x, y), float32. Read-only (shared)."""
-    xs, ys = np.meshgrid(np.arange(width, dtype=np.float32), np.arange(height, dtype=np.float32))
-    g = np.stack([xs, ys], axis=-1)
-    g.setflags(write=False)
-    return g
-
-
-def _luma(frame: np.ndarray) -> np.ndarray:
-    return cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY)
-
-
-def _flow(dis: cv2.DISOpticalFlow, g0: np.ndarray, g1: np.ndarray, downscale: int) -> np.ndarray:
-    if downscale == 1:
-        return dis.calc(g0, g1, None)
-    h, w = g0.shape
-    small = (max(8, round(w / downscale)), max(8, round(h / downscale)))
-    f = dis.calc(cv2.resize(g0, small, interpolation=cv2.INTER_AREA), cv2.resize(g1, small, interpolation=cv2.INTER_AREA), None)
-    up = cv2.resize(f, (w, h), interpolation=cv2.INTER_LINEAR)
-    up[..., 0] *= w / small[0]
-    up[..., 1] *= h / small[1]
-    return up
-
-
-def estimate_flow(src: np.ndarray, dst: np.ndarray, config: FlowConfig | None = None) -> np.ndarray:
-    """Dense DIS flow ``F`` float32 ``[H, W, 2]`` from ``src`` to ``dst`` (uint8 RGB frames of one
-    shape): ``src(x) ~ dst(x + F(x))``."""
-    a = _check_frame("flow source", src)
-    b = _check_frame("flow target", dst)
-    if a.shape != b.shape:
-        raise InfillError(f"flow frames differ in shape: {a.shape} vs {b.shape}")
-    cfg = config or FlowConfig()
-    return _flow(cfg.create(), _luma(a), _luma(b), cfg.downscale)
-
-
-def _visibility(f_ab: np.ndarray, f_ba: np.ndarray, grid: np.ndarray, cfg: InfillConfig) -> np.ndarray:
-    """Soft visibility in [0, 1] of each pixel of frame a in frame b, from forward/backward
-    consistency; pixels whose flow leaves the frame get 0."""
-    target = grid + f_ab
-    back = cv2.remap(f_ba, target, None, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-    d = f_ab + back
-    err = d[..., 0] ** 2 + d[..., 1] ** 2
-    tol = cfg.occlusion_alpha * (f_ab[..., 0] ** 2 + f_ab[..., 1] ** 2 + back[..., 0] ** 2 + back[..., 1] ** 2) + cfg.occlusion_beta
-    vis = np.exp(-np.square(err / tol))
-    h, w = f_ab.shape[:2]
-    inside = (target[..., 0] >= -0.5) & (target[..., 0] <= w - 0.5) & (target[..., 1] >= -0.5) & (target[..., 1] <= h - 0.5)
-    vis[~inside] = 0.0
-    return vis.astype(np.float32)
-
-
-def _source_points(flow: np.ndarray, s: float, grid: np.ndarray, iters: int) -> tuple[np.ndarray, np.ndarray]:
-    """Solve ``p + s * flow(p) = x`` for every pixel ``x`` by fixed-point iteration; returns the
-    points ``[H, W, 2]`` and the last step's length (px; small where it settled)."""
-    p = grid - s * flow
-    step = np.zeros_like(p)
-    for _ in range(iters):
-        nxt = grid - s * cv2.remap(flow, p, None, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-        np.subtract(nxt, p, out=step)
-        p = nxt
-    return p, cv2.magnitude(step[..., 0], step[..., 1])
 
 
 # --------------------------------------------------------------------------------------------
@@ -364,8 +186,8 @@ class KeyframePair:
         config: InfillConfig | None = None,
         gap: int = 1,
     ) -> None:
-        a = _check_frame("keyframe a", a)
-        b = _check_frame("keyframe b", b)
+        a = check_frame("keyframe a", a)
+        b = check_frame("keyframe b", b)
         if a.shape != b.shape:
             raise InfillError(f"keyframes differ in shape: a {a.shape} vs b {b.shape}")
         if (alpha_a is None) != (alpha_b is None):
@@ -376,7 +198,7 @@ class KeyframePair:
         self.gap = int(gap)
         self.shape = a.shape
         h, w = a.shape[:2]
-        self._grid = _grid(h, w)
+        self._grid = pixel_grid(h, w)
         self.matte = alpha_a is not None
         if self.matte:
             self.background = _check_background(background)
@@ -393,9 +215,9 @@ class KeyframePair:
         t0 = time.perf_counter()
         fc = self.config.flow
         dis = fc.create()
-        la, lb = _luma(a), _luma(b)
-        self.f01 = _flow(dis, la, lb, fc.downscale)
-        self.f10 = _flow(dis, lb, la, fc.downscale)
+        la, lb = luma(a), luma(b)
+        self.f01 = dis_flow(dis, la, lb, fc.downscale)
+        self.f10 = dis_flow(dis, lb, la, fc.downscale)
         self.flow_ms = (time.perf_counter() - t0) * 1e3
         g = int(self.config.geometry_scale)
         if g == 1:
@@ -404,10 +226,10 @@ class KeyframePair:
             small = (max(2, -(-w // g)), max(2, -(-h // g)))
             self._f01g = cv2.resize(self.f01, small, interpolation=cv2.INTER_AREA) * (small[0] / w)
             self._f10g = cv2.resize(self.f10, small, interpolation=cv2.INTER_AREA) * (small[0] / w)
-            self._grid_g = _grid(small[1], small[0])
+            self._grid_g = pixel_grid(small[1], small[0])
         self._scale_g = w / self._grid_g.shape[1]
-        self.v0 = _visibility(self._f01g, self._f10g, self._grid_g, self.config)
-        self.v1 = _visibility(self._f10g, self._f01g, self._grid_g, self.config)
+        self.v0 = visibility(self._f01g, self._f10g, self._grid_g, self.config.occlusion_alpha, self.config.occlusion_beta)
+        self.v1 = visibility(self._f10g, self._f01g, self._grid_g, self.config.occlusion_alpha, self.config.occlusion_beta)
 
     def _premultiplied(self, frame: np.ndarray, alpha: np.ndarray) -> np.ndarray:
         """``[H, W, 4]`` uint8: the person colour premultiplied by its matte and the matte.
@@ -450,7 +272,7 @@ class KeyframePair:
         unnormalized confidence (visibility x convergence) on the coarse grid."""
         cfg = self.config
         g = self._scale_g
-        p, residual = _source_points(disp_g, 1.0, self._grid_g, cfg.fixed_point_iters)
+        p, residual = source_points(disp_g, 1.0, self._grid_g, cfg.fixed_point_iters)
         conf = cv2.remap(vis_g, p, None, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
         conf *= np.exp(-np.square(residual * (g / cfg.converge_px)))
         if p.shape[:2] != self.shape[:2]:
@@ -558,81 +380,6 @@ def interpolate(
         mid = interpolate(frame0, frame2, 0.5, matte0, matte2)   # exact chroma background
     """
     return KeyframePair(a, b, alpha_a=alpha_a, alpha_b=alpha_b, background=background, config=config).at(t)[0]
-
-
-# --------------------------------------------------------------------------------------------
-# Keyframe schedule
-# --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class KeyframeSchedule:
-    """Which frames of a ``frames``-long clip a backend generates (``keyframes``) and which are
-    infilled. ``pairs`` lists ``(k0, k1, gap)``: consecutive keyframes, ``k1 - k0 == gap``; in a
-    loop the last pair's ``k1`` is ``frames`` (frame 0 of the next cycle)."""
-
-    frames: int
-    ratio: int
-    loop: bool
-    keyframes: tuple[int, ...]
-
-    @property
-    def pairs(self) -> tuple[tuple[int, int, int], ...]:
-        ends = list(self.keyframes[1:]) + ([self.frames] if self.loop else [])
-        return tuple((k0, k1, k1 - k0) for k0, k1 in zip(self.keyframes, ends))
-
-    @property
-    def infilled(self) -> tuple[int, ...]:
-        keys = set(self.keyframes)
-        return tuple(i for i in range(self.frames) if i not in keys)
-
-    @property
-    def generated_fraction(self) -> float:
-        """Share of the frames the backend generates."""
-        return len(self.keyframes) / self.frames
-
-    def source(self, index: int) -> tuple[int, int, float]:
-        """``(k0, k1, t)`` for frame ``index``: a keyframe gives ``(index, index, 0.0)``; an
-        infilled frame lies at ``t`` between keyframes ``k0`` and ``k1`` (``k1 == frames`` means
-        frame 0 of the next cycle)."""
-        if not 0 <= index < self.frames:
-            raise InfillError(f"frame {index} is outside the {self.frames}-frame clip")
-        for k0, k1, gap in self.pairs:
-            if index == k0:
-                return (k0, k0, 0.0)
-            if k0 < index < k1:
-                return (k0, k1, (index - k0) / gap)
-        raise AssertionError("unreachable: every frame is a keyframe or lies between two")
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"frames": self.frames, "ratio": self.ratio, "loop": self.loop, "keyframes": len(self.keyframes),
-                "generated_fraction": round(self.generated_fraction, 4)}  # fmt: skip
-
-
-def keyframe_schedule(frames: int, ratio: int, *, loop: bool = True) -> KeyframeSchedule:
-    """The keyframe schedule of a ``frames``-long clip at ``ratio`` (1 = every frame, 2 = every 2nd
-    frame generated, 3 = every 3rd, ... up to :data:`MAX_RATIO`).
-
-    Keyframes are ``0, ratio, 2 ratio, ...``. ``loop=True`` (the motion loops are seamless: frame
-    ``frames`` is frame 0): the frames after the last keyframe are infilled between it and frame 0
-    of the next cycle; with ``frames % ratio == 0`` every gap equals ``ratio``, otherwise the wrap
-    gap is shorter (``frames % ratio``). ``loop=False``: the last frame is always a keyframe (the
-    last gap may be shorter), so nothing is extrapolated.
-
-    Example::
-
-        s = keyframe_schedule(8, 2)    # keyframes (0, 2, 4, 6); 7 infilled between 6 and 8 == 0
-        s.source(7)                    # (6, 8, 0.5)
-    """
-    for name, v in (("frames", frames), ("ratio", ratio)):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
-            raise InfillError(f"keyframe schedule: {name} {v!r} is not an integer")
-    if frames < 1:
-        raise InfillError(f"keyframe schedule: frames {frames} must be at least 1")
-    if not 1 <= ratio <= MAX_RATIO:
-        raise InfillError(f"keyframe ratio {ratio} is out of range: use 1..{MAX_RATIO} (1 = no infill)")
-    keys = list(range(0, int(frames), int(ratio)))
-    if not loop and keys[-1] != frames - 1:
-        keys.append(int(frames) - 1)
-    return KeyframeSchedule(int(frames), int(ratio), bool(loop), tuple(keys))
 
 
 # --------------------------------------------------------------------------------------------
@@ -756,7 +503,7 @@ class Infiller:
                 f"all {len(self.schedule.keyframes)} keyframes of the {self.schedule.frames}-frame clip were already "
                 "pushed: call flush() to end the clip"
             )
-        frame = _check_frame(f"keyframe {index}", keyframe)
+        frame = check_frame(f"keyframe {index}", keyframe)
         matte = None if alpha is None else _check_alpha(f"matte of keyframe {index}", alpha, frame.shape[:2])
         if self._first is not None:
             if frame.shape != self._first[0].shape:

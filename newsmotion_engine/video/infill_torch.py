@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from newsmotion_engine.video.infill import _FALLBACK_WEIGHT, InfillError, KeyframePair, _check_t
+from newsmotion_engine.errors import InfillError
+from newsmotion_engine.video.infill import _FALLBACK_WEIGHT, KeyframePair, _check_t
 
 __all__ = ["at_torch"]
 

@@ -1,5 +1,5 @@
-"""Sparse keyframes + flow infill: the keyframe schedule, the streaming stage's ordering, the
-synthesized frames on motion with known flow, the matte path's exact background, bad input."""
+"""Sparse keyframes + flow infill: the streaming stage's ordering, the synthesized frames on motion
+with known flow, the matte path's exact background, bad input."""
 
 from __future__ import annotations
 
@@ -7,17 +7,9 @@ import cv2
 import numpy as np
 import pytest
 
-from newsmotion_engine.errors import NewsmotionError
-from newsmotion_engine.video.infill import (
-    FlowConfig,
-    InfillConfig,
-    InfillError,
-    Infiller,
-    KeyframePair,
-    estimate_flow,
-    interpolate,
-    keyframe_schedule,
-)
+from newsmotion_engine.errors import InfillError, NewsmotionError
+from newsmotion_engine.video.flow import FlowConfig
+from newsmotion_engine.video.infill import InfillConfig, Infiller, KeyframePair, interpolate
 
 GREEN = (0, 177, 64)
 W, H = 128, 96
@@ -42,41 +34,6 @@ def _shifted(tex: np.ndarray, dx: float, dy: float, w: int = W, h: int = H) -> n
     """A ``w`` x ``h`` view of ``tex`` moved by (dx, dy): frame pixel x shows tex at x - d + 64."""
     m = np.float32([[1, 0, dx - 64], [0, 1, dy - 64]])
     return cv2.warpAffine(tex, m, (w, h), flags=cv2.INTER_CUBIC, borderMode=cv2.BORDER_REFLECT)
-
-
-# -------------------------------------------------------------------------------- schedule
-def test_schedule_1_to_2_loop_wraps_to_frame_zero():
-    s = keyframe_schedule(8, 2)
-    assert s.keyframes == (0, 2, 4, 6) and s.infilled == (1, 3, 5, 7)
-    assert s.pairs == ((0, 2, 2), (2, 4, 2), (4, 6, 2), (6, 8, 2))  # 8 is the next cycle's frame 0
-    assert s.source(0) == (0, 0, 0.0) and s.source(3) == (2, 4, 0.5) and s.source(7) == (6, 8, 0.5)
-    assert s.generated_fraction == 0.5
-
-
-def test_schedule_1_to_3_times_and_short_wrap():
-    s = keyframe_schedule(9, 3)
-    assert s.keyframes == (0, 3, 6) and s.infilled == (1, 2, 4, 5, 7, 8)
-    assert s.source(7) == (6, 9, pytest.approx(1 / 3)) and s.source(8) == (6, 9, pytest.approx(2 / 3))
-    # 10 frames at 1:3: keyframe 9 sits next to the next cycle's frame 0 (a wrap gap of 1).
-    s10 = keyframe_schedule(10, 3)
-    assert s10.keyframes == (0, 3, 6, 9) and s10.pairs[-1] == (9, 10, 1) and 9 not in s10.infilled
-    # 11 frames: a wrap gap of 2, one frame infilled half way.
-    assert keyframe_schedule(11, 3).source(10) == (9, 11, 0.5)
-
-
-def test_schedule_without_loop_ends_on_a_keyframe():
-    s = keyframe_schedule(11, 3, loop=False)
-    assert s.keyframes == (0, 3, 6, 9, 10) and s.pairs[-1] == (9, 10, 1)
-    assert keyframe_schedule(10, 3, loop=False).keyframes == (0, 3, 6, 9)
-    assert keyframe_schedule(9, 2, loop=False).keyframes == (0, 2, 4, 6, 8)
-    assert keyframe_schedule(1, 3, loop=False).keyframes == (0,)
-    assert keyframe_schedule(5, 1).infilled == ()
-
-
-@pytest.mark.parametrize("frames, ratio", [(0, 2), (8, 0), (8, 9), (8.0, 2), (8, True)])
-def test_schedule_rejects_bad_arguments(frames, ratio):
-    with pytest.raises(InfillError):
-        keyframe_schedule(frames, ratio)
 
 
 # -------------------------------------------------------------------------------- streaming order
@@ -133,14 +90,6 @@ def test_infiller_state_resets_between_clips():
 
 
 # -------------------------------------------------------------------------------- known motion
-def test_flow_matches_a_known_translation():
-    tex = _texture(4)
-    a, b = _shifted(tex, 0, 0), _shifted(tex, 5.0, -3.0)
-    f = estimate_flow(a, b)
-    inner = f[16:-16, 16:-16]
-    assert np.abs(inner[..., 0] - 5.0).mean() < 0.2 and np.abs(inner[..., 1] + 3.0).mean() < 0.2
-
-
 @pytest.mark.parametrize("ratio", [2, 3])
 def test_infill_of_a_translated_texture_is_close_to_the_truth(ratio):
     """Constant velocity (3, 1.5) px/frame: every in-between within 35 dB of the true frame,
