@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -43,6 +44,8 @@ sys.path.insert(0, str(REPO))
 
 import dagster as dg  # noqa: E402
 
+from newsmotion_engine.bench.common import cpu_device  # noqa: E402
+from newsmotion_engine.bench.record import BenchResult, write_result  # noqa: E402
 from newsmotion_engine.guidance.catalogue import LOOP_IDS  # noqa: E402
 from newsmotion_engine.render.telemetry import RenderTelemetry  # noqa: E402
 from newsmotion_engine.samples import astronaut_rgb  # noqa: E402
@@ -343,11 +346,16 @@ def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
         else:
             result["work_dir"] = str(work)
-    text = json.dumps(result, indent=2)
-    print(text)
+    print(json.dumps(result, indent=2))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+        write_result(args.json, BenchResult.now(
+            args.json.stem, device=cpu_device(), command=shlex.join(["python", *sys.argv]), data=result,
+            title=f"fault test: {args.portraits} portraits x 7 warp renders under dagster dev; a killed run worker, "
+                  "a killed daemon, Ctrl-C and restart",
+            headline={"renders completed": f"{result.get('renders_completed')} / {result['expected_renders']}",
+                      "temporary files left": len(result.get("temp_files_left") or []), "runs retried": result.get("runs_retried", 0),
+                      "all recorded after the restart (s)": result.get("time_to_recover_s") or "not recovered"},
+        ))  # fmt: skip
     ok = result.get("renders_completed") == result["expected_renders"] and not result.get("temp_files_left")
     return 0 if ok else 1
 

@@ -12,7 +12,7 @@ judge is only worth making if it scores that perfect render higher. Measures not
 from __future__ import annotations
 
 import argparse
-import json
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -48,12 +48,20 @@ def summary(rows: list[dict]) -> dict:
 
 
 def _write(path: str, stride: int, rows: list[dict]) -> None:
+    from newsmotion_engine.bench.common import cpu_device
+    from newsmotion_engine.bench.record import BenchResult, write_result
+
     result = {"benchmark": "fidelity-smoothing", "stride": stride, **summary(rows), "rows": rows}
-    Path(path).write_text(json.dumps(result, indent=1) + "\n")
+    write_result(Path(path), BenchResult.now(
+        Path(path).stem, device=cpu_device(), command=shlex.join(["python", *sys.argv]), data=result,
+        title="the pose-fidelity judge on perfect rigid renders, raw vs One-Euro-smoothed keypoints",
+        headline={"rigid renders' pck, raw": result["pck_body_mean"]["raw"], "rigid renders' pck, One Euro": result["pck_body_mean"]["one_euro"]},
+    ))  # fmt: skip
 
 
 def main(argv: list[str]) -> int:
     from newsmotion_engine.bench.fidelity import rigid_motion_control
+    from newsmotion_engine.bench.record import read_result
     from newsmotion_engine.guidance.cache import ensure_guidance
     from newsmotion_engine.guidance.holistic import HolisticDetector
     from newsmotion_engine.guidance.smoothing import smooth_sequence
@@ -72,9 +80,9 @@ def main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     if a.summarize:
         try:
-            old = json.loads(Path(a.summarize).read_text())
+            old = read_result(Path(a.summarize)).data
             stride, rows = old["stride"], old["rows"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:  # NotABenchResult is a ValueError
             print(f"error: {a.summarize}: not a fidelity-smoothing result ({type(exc).__name__}: {exc})", file=sys.stderr)
             return 2
         _write(a.summarize, stride, rows)

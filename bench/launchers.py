@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import shutil
 import statistics
 import sys
@@ -34,6 +35,8 @@ from newsmotion_assets.assets.render import render  # noqa: E402
 from newsmotion_assets.launchers import LAUNCHER_ENV  # noqa: E402
 from newsmotion_assets.partitions import loop_partitions, persona_partitions  # noqa: E402
 from newsmotion_assets.resources import RendererResource, StorageResource, release_warm_backends  # noqa: E402
+from newsmotion_engine.bench.common import cpu_device  # noqa: E402
+from newsmotion_engine.bench.record import BenchResult, write_result  # noqa: E402
 from newsmotion_engine.bench.suites import sample_portrait  # noqa: E402
 from newsmotion_engine.guidance.cache import all_loop_ids  # noqa: E402
 from newsmotion_engine.persona.sources import install_source  # noqa: E402
@@ -91,8 +94,12 @@ def run(json_path: Path | None) -> dict:
         ours = result["launchers"]
         result["subprocess_overhead_s_per_step"] = round(ours["subprocess"]["step_s_mean"] - ours["in-process"]["step_s_mean"], 3)
     if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(result, indent=2) + "\n")
+        write_result(json_path, BenchResult.now(
+            json_path.stem, device=cpu_device(), command=shlex.join(["python", *sys.argv]), data=result,
+            title="the demo's 7 warp renders through dagster.materialize: in-process vs a Pipes subprocess per step",
+            headline={"step, in-process (s)": ours["in-process"]["step_s_mean"], "step, subprocess (s)": ours["subprocess"]["step_s_mean"],
+                      "subprocess overhead per step (s)": result["subprocess_overhead_s_per_step"]},
+        ))  # fmt: skip
     return result
 
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from newsmotion_engine.cachedir import replacing
+from newsmotion_engine.cachedir import replacing, utc_now
 
 SCHEMA = "newsmotion.bench_result"
 VERSION = 1
@@ -36,6 +36,13 @@ class BenchResult:
     headline: dict[str, float | int | str]  # label (unit in it) -> value, in display order
     data: dict[str, Any]  # the bench's full output
     weights: str | None = None  # "random weights" for diffusion benches; None without model weights
+
+    @classmethod
+    def now(cls, name: str, *, title: str, device: str, command: str, headline: dict[str, float | int | str],
+            data: dict[str, Any], weights: str | None = None) -> BenchResult:  # fmt: skip
+        """A record of a measurement just made: ``created_at`` now, ``commit`` this checkout's."""
+        return cls(name=name, title=title, created_at=utc_now(), device=device, commit=current_commit(), command=command,
+                   headline=headline, data=data, weights=weights)  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         """The record as it is on disk (JSON-able)."""

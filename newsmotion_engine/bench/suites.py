@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from newsmotion_engine.bench.common import cpu_device
-from newsmotion_engine.bench.record import BenchResult, current_commit, write_result
-from newsmotion_engine.cachedir import utc_now
+from newsmotion_engine.bench.record import BenchResult, write_result
 from newsmotion_engine.storage import Storage
 
 Log = Callable[[str], None]
@@ -115,8 +114,8 @@ SUITES: dict[str, ProductBench] = {name: bench for name, bench in BENCHES.items(
 def bench_record(name: str, data: dict[str, Any]) -> BenchResult:
     """The record of a product bench's output ``data``, measured now on this machine."""
     bench = BENCHES[name]
-    return BenchResult(name=name, title=bench.title, created_at=utc_now(), device=cpu_device(), commit=current_commit(),
-                       command=bench.command, headline=bench.headline(name, data), data=data)
+    return BenchResult.now(name, title=bench.title, device=cpu_device(), command=bench.command,
+                           headline=bench.headline(name, data), data=data)
 
 
 def run_suite(
