@@ -2,20 +2,24 @@
 host copies one chunk ahead) against the whole ``vae.decode`` on the GPU, float32 VAE of the
 ``smoke`` preset at 720x1280 (the CPU tests cover the tiny preset bit for bit).
 
-    python bench/cuda_stream_decode_check.py [--json OUT.json]
+    python bench/cuda_stream_decode_check.py [--json benchmarks/results/stream_decode_check_h100.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import shlex
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from newsmotion_engine.render.wan_animate import denoise
-from newsmotion_engine.render.wan_animate.components import VAE_DTYPE, build_vae, torch_dtype
-from newsmotion_engine.render.wan_animate.config import WanAnimateOptions
+from newsmotion_engine.bench.record import BenchResult, write_result
+
+from newsmotion_engine.render.backends.wan_animate import denoise
+from newsmotion_engine.render.backends.wan.components import VAE_DTYPE, build_vae, torch_dtype
+from newsmotion_engine.render.backends.wan_animate.config import WanAnimateOptions
 
 
 def main() -> int:
@@ -38,8 +42,13 @@ def main() -> int:
     result["bit_identical"] = all(c["max_abs_diff_u8"] == 0 for c in result["cases"])
     print("bit identical:", result["bit_identical"])
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+        diffs = [c["max_abs_diff_u8"] for c in result["cases"] if c["max_abs_diff_u8"] is not None]
+        write_result(Path(args.json), BenchResult.now(
+            Path(args.json).stem, device=result["device"], command=shlex.join(["python", *sys.argv]), data=result,
+            weights="random weights", title="the streamed VAE decode (per latent frame) vs the whole decode, float32 VAE, 1-11 latent frames",
+            headline={"max difference (of 255)": max(diffs, default=255), "cases": len(result["cases"]),
+                      "bit identical": str(result["bit_identical"]).lower()},
+        ))  # fmt: skip
     return 0 if result["bit_identical"] else 1
 
 
