@@ -162,10 +162,9 @@ def _bench_vae(backend: Any, width: int, height: int, frames: int, log: Log) -> 
 def _bench_stock(backend: Any, loop: Any, persona: Any, width: int, height: int, frames: int, steps: int, log: Log) -> dict[str, Any]:
     """Stock ``WanAnimatePipeline`` (bf16, SDPA, its defaults) on the whole clip."""
     import torch
-    from diffusers import WanAnimatePipeline
     from PIL import Image
 
-    from benchmarks.gpu import BENCH_PROMPT, stock_reference
+    from benchmarks.gpu import BENCH_PROMPT, stock_pipeline, stock_reference
     from newsmotion_engine.render.clip import retargeted_keypoints
     from newsmotion_engine.render.backends.wan.encoders import encode_prompts
     from newsmotion_engine.render.backends.wan_animate import caches as C
@@ -188,11 +187,7 @@ def _bench_stock(backend: Any, loop: Any, persona: Any, width: int, height: int,
     pose = [Image.fromarray(f) for f in C.pose_frames(persona, retargeted_keypoints(loop, persona)[:frames], width, height)]
     size = int(comps.transformer.config.motion_encoder_size)
     face = [Image.fromarray(np.roll(np.asarray(Image.fromarray(ref).resize((size, size))), i, axis=1)) for i in range(frames)]
-    pipe = WanAnimatePipeline(tokenizer=None, text_encoder=None, vae=comps.vae, scheduler=comps.new_scheduler(),
-                              image_processor=proc, image_encoder=img_enc, transformer=comps.transformer)  # fmt: skip
-    pipe.set_progress_bar_config(disable=True)
-    calls = {"n": 0}
-    hook = comps.transformer.register_forward_pre_hook(lambda *_: calls.__setitem__("n", calls["n"] + 1))
+    pipe, calls, hook = stock_pipeline(comps, proc, img_enc)
     peak_reset(dev)
     t0 = time.perf_counter()
     with torch.no_grad():

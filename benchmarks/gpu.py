@@ -196,6 +196,20 @@ def stock_reference(pipe: Any, image_encoder: Any, persona: Any, width: int, hei
     pipe.encode_image = lambda image, device=None: encode_image_tokens(image_encoder, ref, device).to(device)
     return Image.fromarray(ref)
 
+def stock_pipeline(comps: Any, processor: Any, image_encoder: Any) -> tuple[Any, dict[str, int], Any]:
+    """diffusers' stock ``WanAnimatePipeline`` over the backend's loaded components (no text
+    encoder: prompt embeddings are passed in), the count of its transformer forwards
+    (``calls["n"]``) and the hook that counts them (``.remove()`` it after the stock run)."""
+    from diffusers import WanAnimatePipeline
+
+    pipe = WanAnimatePipeline(tokenizer=None, text_encoder=None, vae=comps.vae, scheduler=comps.new_scheduler(),
+                              image_processor=processor, image_encoder=image_encoder, transformer=comps.transformer)  # fmt: skip
+    pipe.set_progress_bar_config(disable=True)
+    calls = {"n": 0}
+    hook = comps.transformer.register_forward_pre_hook(lambda *_: calls.__setitem__("n", calls["n"] + 1))
+    return pipe, calls, hook
+
+
 def _bench_render(opts: Any, width: int, height: int, frames: int, steps: int, log: Log, accel: Sequence[AccelConfig],
                   guidance_scale: float = 1.0, variants: Mapping[str, Sequence[AccelConfig]] | None = None,
                   warmup_steps: int = 2, deadline: float = math.inf,
@@ -209,7 +223,6 @@ def _bench_render(opts: Any, width: int, height: int, frames: int, steps: int, l
     ``warmup_steps``-step render (both CFG passes) pays compilation and autotuning first.
     """
     import torch
-    from diffusers import WanAnimatePipeline
     from PIL import Image
 
     from newsmotion_engine.accel import registry
@@ -268,11 +281,7 @@ def _bench_render(opts: Any, width: int, height: int, frames: int, steps: int, l
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
-        pipe = WanAnimatePipeline(tokenizer=None, text_encoder=None, vae=comps.vae, scheduler=comps.new_scheduler(),
-                                  image_processor=proc, image_encoder=img_enc, transformer=comps.transformer)  # fmt: skip
-        pipe.set_progress_bar_config(disable=True)
-        stock_calls = {"n": 0}
-        counter = comps.transformer.register_forward_pre_hook(lambda *_: stock_calls.__setitem__("n", stock_calls["n"] + 1))
+        pipe, stock_calls, counter = stock_pipeline(comps, proc, img_enc)
         peak_reset(device)
         t0 = time.perf_counter()
         with torch.no_grad():

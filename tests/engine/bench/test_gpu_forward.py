@@ -8,6 +8,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
+from newsmotion_engine.accel import registry  # noqa: E402
+from newsmotion_engine.accel.fp8 import Fp8Linears  # noqa: E402
+from newsmotion_engine.bench import gpu  # noqa: E402
 from newsmotion_engine.bench.gpu import bench_gpu_forward  # noqa: E402
 from newsmotion_engine.bench.record import read_result  # noqa: E402
 
@@ -23,3 +26,17 @@ def test_forward_bench_tiny_cpu_writes_a_labelled_record(tmp_path):
     assert v["compile_blocks"] == {"skipped": "compile timing needs CUDA"}
     assert record.headline["stock bf16 forward (ms)"] == v["stock_bf16"]["forward_ms"]
     assert res["forward"]["variants"] == v
+
+
+def test_forward_variants_are_config_tuples():
+    from newsmotion_engine.accel.attention import Attention
+    from newsmotion_engine.accel.compile import Compile
+
+    best = Attention("fp8-triton", variant="int8qk-fp8pv")
+    table = gpu.forward_variant_configs(best, best, cuda=True)
+    assert set(table) == set(gpu.FORWARD_VARIANTS) and table["stock_bf16"] == ()
+    assert table["all"] == (Fp8Linears(mode="auto", keep_original=True), best, Compile())
+    assert table["all_cudagraphs"][-1] == Compile(cudagraphs=True)
+    assert all(registry.is_reversible(c) for v in table.values() if isinstance(v, tuple) for c in v)
+    cpu = gpu.forward_variant_configs(Attention("sdpa"), None, cuda=False)
+    assert isinstance(cpu["all_cudnn"], gpu.Skip) and isinstance(cpu["attention_fp8_triton"], gpu.Skip)

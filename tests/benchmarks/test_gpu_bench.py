@@ -4,8 +4,6 @@ builders, the acceleration registry, and the segment renderer ``frames()`` uses.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 pytest.importorskip("torch")
@@ -15,9 +13,11 @@ from newsmotion_engine.accel import registry  # noqa: E402
 from newsmotion_engine.accel.cfg import CFGSchedule  # noqa: E402
 from newsmotion_engine.accel.fp8 import Fp8Linears  # noqa: E402
 from newsmotion_engine.accel.teacache import TeaCache  # noqa: E402
-from newsmotion_engine.bench import gpu  # noqa: E402
-from newsmotion_engine.render.wan_animate import segment  # noqa: E402
-from newsmotion_engine.render.wan_animate.backend import WanAnimateBackend  # noqa: E402
+from newsmotion_engine.render.backends.wan_animate import segment  # noqa: E402
+from newsmotion_engine.render.backends.wan_animate.backend import WanAnimateBackend  # noqa: E402
+
+from benchmarks import gpu  # noqa: E402
+from benchmarks.lab_record import read_lab_data  # noqa: E402
 
 SMALL = dict(width=64, height=64, frames=5, steps=2, reps=1, device="cpu", log=lambda s: None)
 
@@ -41,7 +41,7 @@ def test_bench_gpu_tiny_cpu_writes_labelled_json_through_the_shipped_path(tmp_pa
         _spy(monkeypatch, WanAnimateBackend, name, calls)
     out = tmp_path / "gpu_tiny.json"
     res = gpu.bench_gpu("tiny", part="all", json_path=out, render_variants=["all", "kernels_only"], **SMALL)
-    data = json.loads(out.read_text())
+    data = read_lab_data(out)
     assert data["weights"] == "random weights" and "numerical drift" in data["note"]
     v = data["forward"]["variants"]
     assert v["stock_bf16"]["forward_ms"] > 0 and v["stock_bf16"]["finite"]
@@ -84,20 +84,6 @@ def test_bench_accepts_flat_option_mappings_and_rejects_bad_ones():
     assert row["settings"]["cfg"] == {"start": 0.0, "stop": 1.0, "every": 2, "momentum": 0.5}
     assert row["settings"]["ffn_chunks"] == {"chunks": 2} and "attention" not in row["settings"]  # "best" on CPU: stock SDPA
     assert row["cfg"]["uncond_passes"] == 1 and row["cfg"]["cond_passes"] == 2
-
-
-def test_forward_variants_are_config_tuples():
-    from newsmotion_engine.accel.attention import Attention
-    from newsmotion_engine.accel.compile import Compile
-
-    best = Attention("fp8-triton", variant="int8qk-fp8pv")
-    table = gpu.forward_variant_configs(best, best, cuda=True)
-    assert set(table) == set(gpu.FORWARD_VARIANTS) and table["stock_bf16"] == ()
-    assert table["all"] == (Fp8Linears(mode="auto", keep_original=True), best, Compile())
-    assert table["all_cudagraphs"][-1] == Compile(cudagraphs=True)
-    assert all(registry.is_reversible(c) for v in table.values() if isinstance(v, tuple) for c in v)
-    cpu = gpu.forward_variant_configs(Attention("sdpa"), None, cuda=False)
-    assert isinstance(cpu["all_cudnn"], gpu.Skip) and isinstance(cpu["attention_fp8_triton"], gpu.Skip)
 
 
 def test_backend_smoke_runs_a_clip_through_the_shipped_entry_points():
