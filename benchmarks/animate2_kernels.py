@@ -2,7 +2,7 @@
 random weights). The 14B cached forward at 720x1280 x 81 frames spends ~0.8 s of its 9.25 s in
 inductor's fused elementwise / reduction kernels (the FP8 linears' row quantizations with their
 fused prologues: layer norm + modulation, GELU; RoPE; the attention's quantizations), several
-times their memory-bound time (``bench/results/gpu_animate2_clip_ours_81f_kernelform_profile_14b_h200.json``).
+times their memory-bound time (``cb32d61:bench/results/gpu_animate2_clip_ours_81f_kernelform_profile_14b_h200.json``).
 
 This bench builds the 14B architecture with ``--layers`` blocks (same block, same shapes: the
 compiled graph is one block's, whatever the count), applies our accelerations (FP8 linears, the
@@ -15,7 +15,7 @@ cuDNN / memory-layout setting; ``--soak SECONDS`` calls the attention kernel bac
 the card's clock and power. ``--rows-sweep`` (or ``--rows-only``, no model) also times the one-pass row quantization of
 ``accel/fp8_rows.py`` per program shape, beside inductor's compiled quantization of the same input.
 
-    python -m benchmarks.animate2_kernels --json $OUT/gpu_animate2_kernels_14b_h200.json
+    python -m benchmarks.animate2_kernels --json $OUT/wan_animate_2_kernels_h200.json
 
 ``--preset tiny`` runs the same code eagerly on the CPU (a dry run: no compile, no profile).
 """

@@ -23,7 +23,8 @@ from newsmotion_engine.guidance.draw import draw_pose
 from newsmotion_engine.persona.build import ensure_persona
 from newsmotion_engine.render.base import RenderSpec
 from newsmotion_engine.render.clip import retargeted_keypoints
-from newsmotion_engine.render.wan_animate import caches as C
+from newsmotion_engine.render.backends.wan.artifacts import reference_frame
+from newsmotion_engine.render.backends.wan_animate import caches as C
 from newsmotion_engine.samples import write_sample_portrait
 from newsmotion_engine.storage import Storage
 
@@ -65,7 +66,7 @@ def main(persona_id: str, loop_id: str, out_png: str) -> None:
     rows = []
     for width, height in ((720, 1280), (720, 720)):
         spec = RenderSpec(width=width, height=height)
-        ref = C.reference_frame(persona, width, height, spec.background)
+        ref = reference_frame(persona, width, height, spec.background)
         pose = C.pose_frames(persona, kp[[0, t]], width, height)
         cells = [tile(ref, f"reference {width}x{height}"), tile(pose[1], f"wan pose f{t}"),
                  tile(overlay(ref, pose[0]), "f0 over reference"), tile(overlay(ref, pose[1]), f"f{t} over reference")]

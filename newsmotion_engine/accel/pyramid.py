@@ -18,7 +18,7 @@ This follows the idea of Pyramidal Flow Matching (Y. Jin et al., "Pyramidal Flow
 Efficient Video Generative Modeling", https://arxiv.org/abs/2410.05954) in its simplest
 training-free form. Whether the pictures hold up can only be judged with real weights: it is off
 by default, and ``newsmotion calibrate pyramid`` measures PSNR / SSIM against the full-resolution
-run on a user's own clips (:mod:`newsmotion_engine.render.wan_animate.calibrate`).
+run on a user's own clips (:mod:`newsmotion_engine.render.backends.wan_animate.calibrate`).
 
 :class:`PyramidCascade` (registry order 45; options ``pyramid_low_steps``, ``pyramid_factor``) is a
 sampling-time acceleration like the CFG schedule: applying it attaches it to the components

@@ -10,7 +10,7 @@ the median is reported too). Per-stage milliseconds say where the time goes:
 - ``remap_ms``: ``cv2.remap`` of the reachable region (compositing is folded into it);
 - ``composite_ms``: filling the rest of the frame from the prefilled template;
 - ``arms_ms``: the arm layers: ARAP solve per arm, triangle raster, map, remap, composite over
-  the body (:mod:`newsmotion_engine.render.limbs`);
+  the body (:mod:`newsmotion_engine.render.backends.warp.limbs`);
 - ``pipe_ms``: writer thread: RGB -> yuv420p conversion and pipe writes (overlaps rendering);
 - ``encode_ms``: CPU time ffmpeg (x264) spent per frame (a separate process, overlapping);
 - ``encode_wait_ms``: time the renderer blocked because the encoder was behind.

@@ -128,7 +128,7 @@ def draw_wan_pose(
         keypoints: float ``[133, 3]``, x and y normalized to ``box`` (default: the whole frame).
         width, height: the canvas in pixels; the stroke sizes follow its shorter side.
         box: ``(x, y, w, h)`` in pixels where the keypoints' unit square lies on the canvas (e.g.
-            the portrait's placement, :func:`~newsmotion_engine.render.warp.place_portrait`), so
+            the portrait's placement, :func:`~newsmotion_engine.render.placement.place_portrait`), so
             a canvas of another aspect ratio places the pose without stretching it.
         out: optional ``uint8 [height, width, 3]`` buffer to draw into (cleared first).
 

@@ -1,5 +1,6 @@
-"""Rendering: the backend protocol and registry, retargeting, the CPU ``warp`` backend and
-``render_clip`` (persona x loop -> mp4 + :class:`RenderTelemetry`). ``render.job`` renders from ids.
+"""Rendering: the backend protocol and registry, retargeting and ``render_clip`` (persona x loop
+-> mp4 + :class:`RenderTelemetry`); ``render.job`` renders from ids. The backends are packages
+under ``render.backends``.
 
 Importing this package registers the built-in backends (``available_backends()`` lists them).
 """
@@ -20,12 +21,9 @@ from newsmotion_engine.render.base import (
     validate_options,
 )
 from newsmotion_engine.render.retarget import retarget
-from newsmotion_engine.render import warp as _warp  # noqa: F401  (registers "warp")
-from newsmotion_engine.render import wan_animate as _wan_animate
-from newsmotion_engine.render import wan_animate_2 as _wan_animate_2
+from newsmotion_engine.render.backends import register_built_in
 
-_wan_animate.register()  # lazy: torch/diffusers load only when a wan-animate backend is created
-_wan_animate_2.register()
+register_built_in()  # lazy: torch/diffusers load only when a Wan backend is created
 from newsmotion_engine.render.clip import render_clip
 from newsmotion_engine.render.telemetry import RenderProvenance, RenderTelemetry
 

@@ -52,7 +52,7 @@ a render that follows exactly scores 1 whatever the extractor's bias on this app
 uncalibrated figures are kept in ``calibration["raw"]``.
 
 Where the persona canvas lands in the output frame is the placement every backend shares
-(:func:`newsmotion_engine.render.warp.place_portrait`: scaled to fit, centred, bottom-anchored).
+(:func:`newsmotion_engine.render.placement.place_portrait`: scaled to fit, centred, bottom-anchored).
 
 mediapipe is not installed on the GPU machine: there, and whenever it cannot run, the result is
 ``None`` with a reason (:func:`measure_render`), never an exception. The engine stays free of
@@ -158,7 +158,7 @@ def mediapipe_available() -> bool:
 def frame_placement(portrait_hw: tuple[int, int], width: int, height: int) -> tuple[float, float, float, float]:
     """``(ox, oy, w, h)``: where the persona canvas lands on a ``width`` x ``height`` frame (the
     placement every backend uses)."""
-    from newsmotion_engine.render.warp import place_portrait
+    from newsmotion_engine.render.placement import place_portrait
 
     return place_portrait(portrait_hw, width, height)
 

@@ -6,7 +6,7 @@ from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.partitions import loop_partitions, persona_partitions
 from newsmotion_assets.resources import RendererResource, StorageResource
 from newsmotion_engine.persona.sources import install_source
-from newsmotion_engine.render.wan_animate import caches as wan_caches
+from newsmotion_engine.render.backends.wan_animate import caches as wan_caches
 
 STORAGE = {"storage": StorageResource()}  # root: $NEWSMOTION_STORAGE, this test's own folder
 WAN_TINY = RendererResource(

@@ -17,7 +17,7 @@ from newsmotion_assets.partitions import loop_partitions, persona_partitions  # 
 from newsmotion_assets.resources import RendererResource, StorageResource, release_warm_backends  # noqa: E402
 from newsmotion_engine.persona.sources import install_source  # noqa: E402
 from newsmotion_engine.render.telemetry import RenderTelemetry  # noqa: E402
-from newsmotion_engine.render.wan_animate_2 import caches as C  # noqa: E402
+from newsmotion_engine.render.backends.wan_animate_2 import caches as C  # noqa: E402
 from newsmotion_engine.video.encode import probe_video  # noqa: E402
 
 STORAGE = {"storage": StorageResource()}

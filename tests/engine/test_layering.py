@@ -45,3 +45,41 @@ def test_dagster_pipes_only_in_the_entry_point_and_only_lazily():
     trees = {str(p.relative_to(ENGINE)): ast.parse(p.read_text()) for p in _modules()}
     assert [name for name, tree in trees.items() if "dagster_pipes" in _imported(tree)] == ["pipes.py"]
     assert "dagster_pipes" not in _top_level_imports(trees["pipes.py"])
+
+
+def _imported_modules(tree: ast.AST) -> set[str]:
+    """Full dotted names of the modules ``tree`` imports (``from a import b`` counts as ``a.b``)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_a_backend_package_imports_no_other_backend_only_the_shared_wan_layer():
+    # Each backend is one package under render/backends/; the Wan backends share render/backends/wan/,
+    # which imports none of them.
+    root = ENGINE / "render" / "backends"
+    packages = sorted(p.name for p in root.iterdir() if (p / "__init__.py").is_file())
+    assert {"wan", "warp", "wan_animate", "wan_animate_2"} <= set(packages)
+    offenders = []
+    for package in packages:
+        allowed = {package} if package == "wan" else {package, "wan"}
+        for path in (root / package).rglob("*.py"):
+            for name in _imported_modules(ast.parse(path.read_text())):
+                parts = name.split(".")
+                if parts[:3] == ["newsmotion_engine", "render", "backends"] and len(parts) > 3 and parts[3] in packages \
+                        and parts[3] not in allowed:  # fmt: skip
+                    offenders.append(f"{path.relative_to(root)} imports {name}")
+    assert offenders == []
+
+
+def test_installed_packages_never_import_the_lab_harness():
+    # benchmarks/ is not installed: the engine and the Dagster code may not depend on it.
+    import newsmotion_assets
+
+    roots = (ENGINE, Path(newsmotion_assets.__file__).parent)
+    offenders = [str(p) for root in roots for p in sorted(root.rglob("*.py")) if "benchmarks" in _imported(ast.parse(p.read_text()))]
+    assert offenders == []

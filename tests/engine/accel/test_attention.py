@@ -87,8 +87,8 @@ def test_processor_matches_the_stock_self_attention(monkeypatch):
     from diffusers.models.transformers.transformer_wan_animate import WanAttnProcessor
 
     from newsmotion_engine.bench.gpu import forward_inputs
-    from newsmotion_engine.render.wan_animate.components import build_transformer
-    from newsmotion_engine.render.wan_animate.config import WanAnimateOptions
+    from newsmotion_engine.render.backends.wan_animate.components import build_transformer
+    from newsmotion_engine.render.backends.wan_animate.config import WanAnimateOptions
 
     opts = WanAnimateOptions(preset="tiny", device="cpu", dtype="float32")
     cpu = torch.device("cpu")
@@ -152,8 +152,8 @@ def test_attention_config_and_restore(monkeypatch):
     import types
 
     from newsmotion_engine.accel.registry import apply_accelerations, remove_accelerations
-    from newsmotion_engine.render.wan_animate.components import build_transformer
-    from newsmotion_engine.render.wan_animate.config import WanAnimateOptions
+    from newsmotion_engine.render.backends.wan_animate.components import build_transformer
+    from newsmotion_engine.render.backends.wan_animate.config import WanAnimateOptions
 
     opts = WanAnimateOptions(preset="tiny", device="cpu", dtype="float32")
     model = build_transformer(opts, torch.device("cpu"), torch.float32)

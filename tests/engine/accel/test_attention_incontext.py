@@ -18,7 +18,7 @@ _INTERPRETED = """
 import torch
 from newsmotion_engine.accel import attention as A
 from newsmotion_engine.accel import attention_incontext as I
-from newsmotion_engine.render.wan_animate_2.attention import split_cached_attention
+from newsmotion_engine.render.backends.wan_animate_2.attention import split_cached_attention
 
 torch.manual_seed(0)
 kernel = A._build_kernel(autotune=False)
@@ -83,7 +83,7 @@ def test_kernel_on_the_gpu_against_float32_attention_under_the_stock_mask(hw, fr
     cb32d61:bench/results/gpu_incontext_check_h200.log): the kernel against float32 attention under the
     stock mask, 8 heads of 128."""
     from newsmotion_engine.accel import attention as A
-    from newsmotion_engine.render.wan_animate_2.attention import split_cached_attention
+    from newsmotion_engine.render.backends.wan_animate_2.attention import split_cached_attention
 
     torch.manual_seed(0)
     S = hw * frames

@@ -77,7 +77,7 @@ def test_the_torch_path_is_the_processors_unfused_arithmetic():
     difference allowed: torch's CPU RMSNorm may round its float32 result to bf16 before the weight
     (the GPU's fused op and inductor round once), one bf16 step on some values."""
     from newsmotion_engine.accel.attention_incontext import ReferenceKV, reference_launch
-    from newsmotion_engine.render.wan_animate_2.attention import apply_rope
+    from newsmotion_engine.render.backends.wan_animate_2.attention import apply_rope
 
     q, k, v, wq, wk, eps, cos, sin, rks, rkm, H = _inputs(B=1)
     norm_q, norm_k = torch.nn.RMSNorm(q.shape[-1], eps=eps), torch.nn.RMSNorm(q.shape[-1], eps=eps)

@@ -20,8 +20,8 @@ from newsmotion_engine.accel.fp8 import (  # noqa: E402
 from newsmotion_engine.accel.memory import FfnChunks, VaeTiling, chunk_feed_forward, unchunk_feed_forward  # noqa: E402
 from newsmotion_engine.accel.registry import AccelConfigError  # noqa: E402
 from newsmotion_engine.bench.gpu import forward_inputs  # noqa: E402
-from newsmotion_engine.render.wan_animate.components import build_transformer  # noqa: E402
-from newsmotion_engine.render.wan_animate.config import WanAnimateOptions  # noqa: E402
+from newsmotion_engine.render.backends.wan_animate.components import build_transformer  # noqa: E402
+from newsmotion_engine.render.backends.wan_animate.config import WanAnimateOptions  # noqa: E402
 
 OPTS = WanAnimateOptions(preset="tiny", device="cpu", dtype="float32")
 CPU = torch.device("cpu")

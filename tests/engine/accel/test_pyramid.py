@@ -10,8 +10,8 @@ import torch
 from newsmotion_engine.accel.cfg import CFGStrategy
 from newsmotion_engine.accel.pyramid import PyramidCascade, low_size
 from newsmotion_engine.accel.registry import AccelConfigError, apply_accelerations, remove_accelerations
-from newsmotion_engine.render.wan_animate import denoise
-from newsmotion_engine.render.wan_animate.config import WanAnimateConfigError, parse_accelerations
+from newsmotion_engine.render.backends.wan_animate import denoise
+from newsmotion_engine.render.backends.wan_animate.config import WanAnimateConfigError, parse_accelerations
 
 
 class _Recorder:

@@ -21,8 +21,8 @@ from newsmotion_engine.accel.fp8 import Float8Linear, Fp8Linears  # noqa: E402
 from newsmotion_engine.accel.memory import ChunkedFeedForward, FfnChunks, VaeTiling  # noqa: E402
 from newsmotion_engine.accel.teacache import TeaCache  # noqa: E402
 from newsmotion_engine.bench.gpu import forward_inputs  # noqa: E402
-from newsmotion_engine.render.wan_animate.components import load_render_components  # noqa: E402
-from newsmotion_engine.render.wan_animate.config import WanAnimateOptions  # noqa: E402
+from newsmotion_engine.render.backends.wan_animate.components import load_render_components  # noqa: E402
+from newsmotion_engine.render.backends.wan_animate.config import WanAnimateOptions  # noqa: E402
 
 OPTS = WanAnimateOptions(preset="tiny", device="cpu", dtype="float32")
 

@@ -19,8 +19,8 @@ from newsmotion_engine.accel.teacache import (  # noqa: E402
     teacache_stats,
 )
 from newsmotion_engine.bench.gpu import forward_inputs  # noqa: E402
-from newsmotion_engine.render.wan_animate.components import build_transformer  # noqa: E402
-from newsmotion_engine.render.wan_animate.config import WanAnimateOptions  # noqa: E402
+from newsmotion_engine.render.backends.wan_animate.components import build_transformer  # noqa: E402
+from newsmotion_engine.render.backends.wan_animate.config import WanAnimateOptions  # noqa: E402
 
 OPTS = WanAnimateOptions(preset="tiny", device="cpu", dtype="float32")
 TIMESTEPS = [999.0, 900.0, 880.0, 870.0, 700.0, 500.0]

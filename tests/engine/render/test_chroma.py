@@ -68,7 +68,7 @@ def test_composite_frames_modes():
 def test_every_diffusion_backend_output_is_composited(monkeypatch):
     """The hook in DiffusersBackend.frames: chroma='matte' (default) keys the raw frames, 'off' passes them."""
     from newsmotion_engine.render.base import RenderSpec
-    from newsmotion_engine.render.diffusers_backend import DiffusersBackend
+    from newsmotion_engine.render.backends.wan.diffusers_backend import DiffusersBackend
 
     frame, _ = _generated_like()
 

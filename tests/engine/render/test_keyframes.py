@@ -9,7 +9,7 @@ import pytest
 from newsmotion_engine.render import BackendNeeds, RenderSpec, RenderTelemetry, get_backend, render_clip
 from newsmotion_engine.render.base import InvalidSpecError
 from newsmotion_engine.render.keyframes import clip_schedule, driving_keypoints, infill_frames, keyed_matte
-from newsmotion_engine.render.wan_animate.caches import plan_segments
+from newsmotion_engine.render.backends.wan.segments import plan_segments
 from newsmotion_engine.video import probe_video
 
 BG = (0, 177, 64)
@@ -144,7 +144,7 @@ def test_wan_animate_segments_fit_a_short_keyframe_clip():
 
 
 def test_fitted_segment_frames_cover_the_clip_in_as_many_segments():
-    from newsmotion_engine.render.wan_animate.caches import fitted_segment_frames
+    from newsmotion_engine.render.backends.wan.segments import fitted_segment_frames
 
     assert fitted_segment_frames(120, 81, 1) == 61  # 2 x 61 (121 frames) instead of 2 x 81 (161)
     for frames in (13, 40, 81, 82, 120, 200, 333):

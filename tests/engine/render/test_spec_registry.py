@@ -167,7 +167,7 @@ def test_cli_render_prints_one_error_line_for_bad_options(capsys, backend, optio
 
 
 def test_warp_options_are_typed_and_prepare_is_a_no_op():
-    from newsmotion_engine.render.warp import WarpOptions
+    from newsmotion_engine.render.backends.warp.warp import WarpOptions
 
     backend = get_backend("warp", threads=1, grid_step=8)
     assert backend.options == WarpOptions(threads=1, grid_step=8) and backend.grid_step == 8
