@@ -48,32 +48,16 @@ import cv2
 import numpy as np
 
 from newsmotion_engine.bench.common import machine_info
-from newsmotion_engine.video.compare import ssim_map
+from newsmotion_engine.video.compare import psnr_db, ssim_map
 from newsmotion_engine.video.infill import InfillConfig, Infiller, KeyframePair
 from newsmotion_engine.video.infill_schedule import keyframe_schedule
 
-__all__ = ["bench_infill", "psnr", "ssim_map", "TARGET_PSNR_DB", "TARGET_FACE_PSNR_DB"]
+__all__ = ["bench_infill", "TARGET_PSNR_DB", "TARGET_FACE_PSNR_DB"]
 
 TARGET_PSNR_DB = 35.0
 TARGET_FACE_PSNR_DB = 30.0
 
 Log = Callable[[str], None]
-
-
-# --------------------------------------------------------------------------------------------
-# Metrics
-# --------------------------------------------------------------------------------------------
-def psnr(a: np.ndarray, b: np.ndarray, mask: np.ndarray | None = None) -> float:
-    """PSNR in dB of two uint8 images (all channels), over the pixels where ``mask`` is true."""
-    if mask is None:
-        count = a.size
-        sse = cv2.norm(a, b, cv2.NORM_L2SQR)
-    else:
-        m = mask.astype(np.uint8)
-        count = int(cv2.countNonZero(m)) * (a.shape[2] if a.ndim == 3 else 1)
-        sse = cv2.norm(a, b, cv2.NORM_L2SQR, mask=m)
-    mse = sse / max(count, 1)
-    return _PSNR_CAP_DB if mse <= 1e-10 else min(_PSNR_CAP_DB, 10.0 * np.log10(255.0**2 / mse))
 
 
 # --------------------------------------------------------------------------------------------
@@ -130,7 +114,7 @@ def _warp_clip(loop_id: str, persona: Any, width: int, height: int, frames: int 
     from newsmotion_engine.render.base import RenderSpec, get_backend
     from newsmotion_engine.render.clip import DEFAULT_LOOP_CANVAS
     from newsmotion_engine.render.retarget import retarget
-    from newsmotion_engine.render.warp import place_portrait
+    from newsmotion_engine.render.placement import place_portrait
     from newsmotion_engine.skeleton import FACE_START
 
     kp = author_loop(loop_id)
@@ -297,11 +281,11 @@ def _measure_clip(clip: Clip, ratio: int, config: InfillConfig, background: tupl
             has_face = bool(face.any())
             rows.append({
                 "frame": i,
-                "psnr": psnr(out, rgb),
+                "psnr": psnr_db(out, rgb),
                 "ssim": float(smap.mean()),
-                "face_psnr": psnr(out, rgb, face) if has_face else None,
+                "face_psnr": psnr_db(out, rgb, face) if has_face else None,
                 "face_ssim": float(smap[face].mean()) if has_face else None,
-                "hold_psnr": psnr(hold, rgb),
+                "hold_psnr": psnr_db(hold, rgb),
             })  # fmt: skip
 
     for i, (rgb, matte, face) in enumerate(clip.frames()):
@@ -515,17 +499,6 @@ def bench_infill(
         "infill_face_psnr_db": headline.get("face_psnr_db"),
         "infill_ms_per_frame_cpu": speed["ms_per_infilled_frame"]["1:2"],
         "target_psnr_db": TARGET_PSNR_DB,
-def headline(result: dict[str, Any]) -> dict[str, float]:
-    """The figures people read from :func:`bench_infill`'s result: PSNR of the infilled frames per
-    keyframe ratio, and the CPU time per infilled frame."""
-    figures: dict[str, float] = {}
-    for ratio, row in result["overall"].items():
-        figures[f"PSNR at {ratio} (dB)"] = round(row["psnr_db"], 1)
-        figures[f"face PSNR at {ratio} (dB)"] = round(row["face_psnr_db"], 1)
-    figures["CPU per infilled frame (ms)"] = result["infill_ms_per_frame_cpu"]
-    return figures
-
-
         "target_face_psnr_db": TARGET_FACE_PSNR_DB,
         "meets_target": targets,
         "overall": overall,
@@ -540,6 +513,17 @@ def headline(result: dict[str, Any]) -> dict[str, float]:
         "wall_s": round(time.perf_counter() - started, 1),
         "machine": {**machine_info(), "opencv": cv2.__version__},
     }
+
+
+def headline(result: dict[str, Any]) -> dict[str, float]:
+    """The figures people read from :func:`bench_infill`'s result: PSNR of the infilled frames per
+    keyframe ratio, and the CPU time per infilled frame."""
+    figures: dict[str, float] = {}
+    for ratio, row in result["overall"].items():
+        figures[f"PSNR at {ratio} (dB)"] = round(row["psnr_db"], 1)
+        figures[f"face PSNR at {ratio} (dB)"] = round(row["face_psnr_db"], 1)
+    figures["CPU per infilled frame (ms)"] = result["infill_ms_per_frame_cpu"]
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from newsmotion_engine.bench.infill import bench_infill, psnr, ssim_map
+from newsmotion_engine.bench.infill import bench_infill
+from newsmotion_engine.video.compare import psnr_db, ssim_map
 
 
 def _synthetic():
@@ -33,8 +34,8 @@ def test_ssim_matches_scikit_image_and_psnr_is_standard():
     ref = metrics.structural_similarity(ga, gb, gaussian_weights=True, sigma=1.5, use_sample_covariance=False, data_range=255)
     assert float(ssim_map(a, b).mean()) == pytest.approx(ref, abs=2e-3)
     mse = np.mean((a.astype(float) - b) ** 2)
-    assert psnr(a, b) == pytest.approx(10 * np.log10(255**2 / mse), abs=1e-3)
-    assert psnr(a, a) == 100.0
+    assert psnr_db(a, b) == pytest.approx(10 * np.log10(255**2 / mse), abs=1e-3)
+    assert psnr_db(a, a) == 100.0
 
 
 def test_bench_infill_reports_quality_per_clip_and_overall(tmp_path):
