@@ -164,30 +164,14 @@ def _bench_stock(backend: Any, loop: Any, persona: Any, width: int, height: int,
     import torch
     from PIL import Image
 
-    from benchmarks.gpu import BENCH_PROMPT, stock_pipeline, stock_reference
-    from newsmotion_engine.render.clip import retargeted_keypoints
-    from newsmotion_engine.render.backends.wan.encoders import encode_prompts
-    from newsmotion_engine.render.backends.wan_animate import caches as C
-    from newsmotion_engine.render.backends.wan.components import load_text_encoder
-    from newsmotion_engine.render.backends.wan_animate.components import load_image_encoder
+    from benchmarks.gpu import stock_inputs, stock_pipeline, stock_reference
 
-    comps, opts = backend.components, backend.options
+    comps = backend.components
     dev, dtype = comps.device, comps.dtype
-    proc, img_enc = load_image_encoder(opts, dev)
-    img_enc = img_enc.to(dtype)
-    tok, txt_enc = load_text_encoder(opts, dev)
-    t0 = time.perf_counter()
-    emb = encode_prompts(tok, txt_enc, [BENCH_PROMPT, ""], dev)
-    sync(dev)
-    text_s = time.perf_counter() - t0
-    del txt_enc
-    gc.collect()
-    ref = persona.portrait
-    # The pose video ours draws: the retargeted loop in Wan's style on the reference person.
-    pose = [Image.fromarray(f) for f in C.pose_frames(persona, retargeted_keypoints(loop, persona)[:frames], width, height)]
-    size = int(comps.transformer.config.motion_encoder_size)
-    face = [Image.fromarray(np.roll(np.asarray(Image.fromarray(ref).resize((size, size))), i, axis=1)) for i in range(frames)]
-    pipe, calls, hook = stock_pipeline(comps, proc, img_enc)
+    si = stock_inputs(backend.options, comps, loop, persona, width, height, frames)
+    img_enc, emb, text_s = si.image_encoder, si.prompt_embeds, si.text_encode_s
+    pose, face = [Image.fromarray(f) for f in si.pose_frames], [Image.fromarray(f) for f in si.face_frames]
+    pipe, calls, hook = stock_pipeline(comps, si.processor, img_enc)
     peak_reset(dev)
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -197,7 +181,7 @@ def _bench_stock(backend: Any, loop: Any, persona: Any, width: int, height: int,
     sync(dev)
     pipeline_s = time.perf_counter() - t0
     hook.remove()
-    del pipe, img_enc
+    del pipe, img_enc, si
     gc.collect()
     if dev.type == "cuda":
         torch.cuda.empty_cache()

@@ -196,6 +196,49 @@ def stock_reference(pipe: Any, image_encoder: Any, persona: Any, width: int, hei
     pipe.encode_image = lambda image, device=None: encode_image_tokens(image_encoder, ref, device).to(device)
     return Image.fromarray(ref)
 
+@dataclass
+class StockInputs:
+    """What the stock pipeline is given, made as ours makes it."""
+
+    processor: Any  # the CLIP image processor
+    image_encoder: Any
+    prompt_embeds: Any  # [the bench prompt, the empty negative prompt]
+    text_encode_s: float  # the prompt encoding's time: the stock side's end-to-end time includes it
+    pose_frames: np.ndarray  # the pose video ours draws (the retargeted loop in Wan's style on the reference person)
+    face_frames: np.ndarray  # the reference's face-sized image, shifted a pixel per frame
+
+
+def stock_inputs(opts: Any, comps: Any, loop: Any, persona: Any, width: int, height: int, frames: int) -> StockInputs:
+    """The stock side's encoders and inputs for ``frames`` frames; the text encoder is freed once
+    the prompts are encoded."""
+    import torch
+    from PIL import Image
+
+    from newsmotion_engine.render.backends.wan.components import load_text_encoder
+    from newsmotion_engine.render.backends.wan.encoders import encode_prompts
+    from newsmotion_engine.render.backends.wan_animate import caches as C
+    from newsmotion_engine.render.backends.wan_animate.components import load_image_encoder
+    from newsmotion_engine.render.clip import retargeted_keypoints
+
+    device = comps.device
+    processor, image_encoder = load_image_encoder(opts, device)
+    image_encoder = image_encoder.to(comps.dtype)
+    tokenizer, text_encoder = load_text_encoder(opts, device)
+    t0 = time.perf_counter()
+    emb = encode_prompts(tokenizer, text_encoder, [BENCH_PROMPT, ""], device)
+    sync(device)
+    text_s = time.perf_counter() - t0
+    del text_encoder
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    pose = C.pose_frames(persona, retargeted_keypoints(loop, persona)[:frames], width, height)
+    size = int(comps.transformer.config.motion_encoder_size)
+    face_image = np.asarray(Image.fromarray(persona.portrait).resize((size, size)))
+    face = np.stack([np.roll(face_image, i, axis=1) for i in range(frames)])
+    return StockInputs(processor, image_encoder, emb, text_s, pose, face)
+
+
 def stock_pipeline(comps: Any, processor: Any, image_encoder: Any) -> tuple[Any, dict[str, int], Any]:
     """diffusers' stock ``WanAnimatePipeline`` over the backend's loaded components (no text
     encoder: prompt embeddings are passed in), the count of its transformer forwards
@@ -228,14 +271,10 @@ def _bench_render(opts: Any, width: int, height: int, frames: int, steps: int, l
     from newsmotion_engine.accel import registry
     from newsmotion_engine.accel.fp8 import module_weight_gib
     from newsmotion_engine.render.base import RenderSpec
-    from newsmotion_engine.render.clip import retargeted_keypoints
     from newsmotion_engine.render.backends.wan_animate import caches as C
     from newsmotion_engine.render.backends.wan_animate import segment as S
     from newsmotion_engine.render.backends.wan_animate.backend import WanAnimateBackend
-    from newsmotion_engine.render.backends.wan.components import load_text_encoder
-    from newsmotion_engine.render.backends.wan.encoders import encode_prompts
     from newsmotion_engine.render.backends.wan.segments import plan_segments
-    from newsmotion_engine.render.backends.wan_animate.components import load_image_encoder
 
     variants = dict(variants) if variants is not None else {"all": RENDER_VARIANTS["all"]}
     base_types = {type(c) for c in accel}
@@ -254,34 +293,17 @@ def _bench_render(opts: Any, width: int, height: int, frames: int, steps: int, l
         backend.load()  # the backend's own component loading (no accelerations yet: stock runs first)
         comps = backend.components
         device, dtype = comps.device, comps.dtype
-        proc, img_enc = load_image_encoder(bopts, device)
-        img_enc = img_enc.to(dtype)
-        tok, txt_enc = load_text_encoder(bopts, device)
-        log(f"render components built in {time.perf_counter() - t0:.1f}s")
-
-        # Inputs: a synthetic reference image, the pose video the backend draws (the retargeted
-        # loop in Wan's style on the reference person, caches.pose_frames) and a face video.
+        # Inputs: a synthetic reference image and what the stock side is given of it.
         loop, persona = bench_inputs(width, height, frames, Path(tmp))
         spec = RenderSpec(width=width, height=height, seed=0)
-        ref = persona.portrait
-        pose_frames = C.pose_frames(persona, retargeted_keypoints(loop, persona), width, height)
-        fsize = opts.preset_spec.transformer["motion_encoder_size"]
-        face_frames = np.stack([np.roll(np.asarray(Image.fromarray(ref).resize((fsize, fsize))), i, axis=1) for i in range(frames)])
+        si = stock_inputs(bopts, comps, loop, persona, width, height, frames)
+        img_enc, emb, text_s, pose_frames, face_frames = si.image_encoder, si.prompt_embeds, si.text_encode_s, si.pose_frames, si.face_frames
+        log(f"render components built in {time.perf_counter() - t0:.1f}s")
         t_lat = (frames - 1) // 4 + 1
         h, w = height // 8, width // 8
         noise = torch.randn((1, 16, t_lat + 1, h, w), generator=torch.Generator("cpu").manual_seed(0))
 
-        # Text embeddings for the stock side (timed; the stock end-to-end time includes them).
-        t0 = time.perf_counter()
-        emb = encode_prompts(tok, txt_enc, [BENCH_PROMPT, ""], device)
-        sync(device)
-        text_s = time.perf_counter() - t0
-        del txt_enc
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-
-        pipe, stock_calls, counter = stock_pipeline(comps, proc, img_enc)
+        pipe, stock_calls, counter = stock_pipeline(comps, si.processor, img_enc)
         peak_reset(device)
         t0 = time.perf_counter()
         with torch.no_grad():
@@ -299,7 +321,7 @@ def _bench_render(opts: Any, width: int, height: int, frames: int, steps: int, l
         log(f"render stock: {res['stock']}")
         if save is not None:
             save(res)
-        del pipe, img_enc
+        del pipe, img_enc, si
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
