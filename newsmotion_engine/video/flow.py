@@ -27,7 +27,9 @@ import numpy as np
 
 from newsmotion_engine.errors import InfillError
 
-__all__ = ["FlowConfig", "check_frame", "dis_flow", "estimate_flow", "luma", "pixel_grid", "source_points", "visibility"]
+__all__ = [
+    "FlowConfig", "check_frame", "dis_flow", "estimate_flow", "luma", "pixel_grid", "source_points", "visibility",
+]
 
 _PRESETS = {
     "ultrafast": cv2.DISOPTICAL_FLOW_PRESET_ULTRAFAST,

@@ -208,29 +208,103 @@ def cut_arms(
     Returns:
         ``(layers, body, report)``: the arm layers, the body composited over the background with
         the arms removed (uint8 ``[H, W, 3]``), and which parts are animated.
-    """
-    H, W = alpha.shape
-    report = LimbReport()
-    bx0, by0, bx1, by1 = portrait_box
 
-    def shown(j: int) -> str | None:
-        x, y = rest_px[j]
-        if rest_conf[j] < threshold:
-            return f"confidence {rest_conf[j]:.2f} < {threshold:g}"
+    The steps: which parts the portrait shows (:func:`_plan_arms`), the arm's radius
+    (:func:`_arm_radius`), each arm's cut region (:func:`_cut_region`), the body with the arms
+    removed (:func:`_body_without_arms`), and each arm's layer and mesh (:func:`_arm_layer`).
+    """
+    report = LimbReport()
+    rest = _Rest(rest_px, rest_conf, face, portrait_box, threshold)
+    plans = _plan_arms(rest, report)
+    r = _arm_radius(alpha, rest, plans)
+    face_keep = (cv2.dilate((face > 0.3).astype(np.uint8), np.ones((5, 5), np.uint8)) == 0).astype(np.float32)
+    cuts = [_cut_region(plan, rest, face_keep, r) for plan in plans]
+    union = np.zeros(alpha.shape, np.float32)
+    for cut in cuts:
+        union = np.maximum(union, cut.region)
+    body = _body_without_arms(portrait, alpha, rest, cuts, union, background)
+    built = [_arm_layer(cut, portrait, alpha, rest, iterations, report) for cut in cuts]
+    layers = [layer for layer in built if layer is not None]
+    report.limited = {p: report.limited[p] for p in PART_NAMES if p in report.limited}
+    return layers, body, report
+
+
+@dataclass(frozen=True)
+class _Rest:
+    """The rest pose as the cut sees it: landmarks in output pixels with their confidences, the
+    face mask, where the portrait lies on the frame, the confidence a cut joint needs, and the
+    shoulders' width and centre line (a quarter of the frame and its middle without shoulders)."""
+
+    px: np.ndarray
+    conf: np.ndarray
+    face: np.ndarray
+    box: tuple[int, int, int, int]
+    threshold: float
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.face.shape
+
+    def shown(self, j: int) -> str | None:
+        """``None`` when joint ``j`` is shown, else why not."""
+        x, y = self.px[j]
+        bx0, by0, bx1, by1 = self.box
+        if self.conf[j] < self.threshold:
+            return f"confidence {self.conf[j]:.2f} < {self.threshold:g}"
         if not (bx0 + 1 <= x < bx1 - 1 and by0 + 1 <= y < by1 - 1):
             return "outside the portrait"
         return None
 
-    def on_face(j: int) -> bool:
-        x, y = (int(round(v)) for v in rest_px[j])
-        return 0 <= x < W and 0 <= y < H and float(face[y, x]) > 0.5
+    def on_face(self, j: int) -> bool:
+        H, W = self.shape
+        x, y = (int(round(v)) for v in self.px[j])
+        return 0 <= x < W and 0 <= y < H and float(self.face[y, x]) > 0.5
 
-    ls, rs = rest_px[BODY["left_shoulder"]], rest_px[BODY["right_shoulder"]]
-    shoulders_ok = shown(BODY["left_shoulder"]) is None and shown(BODY["right_shoulder"]) is None
-    sw = float(np.linalg.norm(ls - rs)) if shoulders_ok else 0.25 * W
-    mid_x = float((ls[0] + rs[0]) / 2) if shoulders_ok else W / 2.0
+    @property
+    def shoulders_shown(self) -> bool:
+        return self.shown(BODY["left_shoulder"]) is None and self.shown(BODY["right_shoulder"]) is None
 
-    plans = []  # (side, parts, joints, hand_pts, carried joint pair or None)
+    @property
+    def shoulder_width(self) -> float:
+        ls, rs = self.px[BODY["left_shoulder"]], self.px[BODY["right_shoulder"]]
+        return float(np.linalg.norm(ls - rs)) if self.shoulders_shown else 0.25 * self.shape[1]
+
+    @property
+    def mid_x(self) -> float:
+        ls, rs = self.px[BODY["left_shoulder"]], self.px[BODY["right_shoulder"]]
+        return float((ls[0] + rs[0]) / 2) if self.shoulders_shown else self.shape[1] / 2.0
+
+
+@dataclass
+class _ArmPlan:
+    """The parts of one arm to cut: their names, bones (keypoint index pairs), the hand's shown
+    points, and a forearm carried rigidly on the upper arm (its joint pair) when its wrist is not
+    shown."""
+
+    side: str
+    parts: list[str]
+    joints: list[tuple[int, int]]
+    hand_pts: np.ndarray
+    carried: tuple[int, int] | None
+
+
+@dataclass
+class _ArmCut:
+    """One arm's cut: its plan, the rest bones, the capsule segments and the bone moving each,
+    the hard cut region, and the arm's radius."""
+
+    plan: _ArmPlan
+    bones: np.ndarray
+    segs: np.ndarray
+    seg_bone: list[int]
+    region: np.ndarray
+    r: float
+
+
+def _plan_arms(rest: _Rest, report: LimbReport) -> list[_ArmPlan]:
+    """Which parts of each arm are cut (see the module docstring); the others, with the reason,
+    go into ``report``, and the report lists the parts in the fixed part order."""
+    plans: list[_ArmPlan] = []
     for side in SIDES:
         sh, el, wr, h0 = _CHAIN[side]
         parts: list[str] = []
@@ -241,14 +315,14 @@ def cut_arms(
             name = f"{side}_{part}"
             if part == "hand":
                 hp = np.arange(h0, h0 + 21)
-                ok = np.array([shown(int(j)) is None for j in hp])
+                ok = np.array([rest.shown(int(j)) is None for j in hp])
                 hand_pts = hp[ok] if ok.sum() >= 11 else hand_pts
                 why = None if ok.sum() >= 11 else f"not in the portrait ({int(ok.sum())} of 21 hand points shown)"
             else:
-                which = a if shown(a) else b
-                why = shown(which)
+                which = a if rest.shown(a) else b
+                why = rest.shown(which)
                 why = None if why is None else f"not in the portrait ({_joint_name(which)}: {why})"
-                if why is None and part == "upper_arm" and on_face(sh):
+                if why is None and part == "upper_arm" and rest.on_face(sh):
                     # A shoulder on the face is a mislocated arm (the profile cameraman's left
                     # shoulder lands on his cheek): cutting along it tears the jaw and what the
                     # hand holds, so the arm rides with the body instead.
@@ -267,7 +341,7 @@ def cut_arms(
             parts.append(name)
             joints.append((a, b))
         if parts:
-            plans.append((side, parts, joints, hand_pts, carried))
+            plans.append(_ArmPlan(side, parts, joints, hand_pts, carried))
         else:
             for part in _PARTS:
                 report.not_animated.setdefault(f"{side}_{part}", "its parent part is not animated")
@@ -277,8 +351,8 @@ def cut_arms(
         # without a hand found where its wrist is, nothing confirms them (his right elbow lies on
         # the coat's pocket, its wrist on the camera: cut there, a piece of coat swung onto his
         # head). Such an arm rides with the body too; its shoulder still steers the body's warp.
-        for plan in [p for p in plans if p[0] not in report.implausible and p[3].size == 0]:
-            side, bad = plan[0], report.implausible[0]
+        for plan in [p for p in plans if p.side not in report.implausible and p.hand_pts.size == 0]:
+            side, bad = plan.side, report.implausible[0]
             plans.remove(plan)
             report.unconfirmed.append(side)
             report.not_animated[f"{side}_upper_arm"] = (
@@ -287,83 +361,101 @@ def cut_arms(
                 why = report.not_animated.get(name, "").split("; what shows of it")[0]
                 report.not_animated[name] = why if why.startswith("not in the portrait") else "its parent part is not animated"
     # Report in the fixed part order.
-    report.animated = [p for p in PART_NAMES if any(p in plan[1] for plan in plans)]
+    report.animated = [p for p in PART_NAMES if any(p in plan.parts for plan in plans)]
     report.not_animated = {p: report.not_animated[p] for p in PART_NAMES if p in report.not_animated}
+    return plans
 
-    face_keep = (cv2.dilate((face > 0.3).astype(np.uint8), np.ones((5, 5), np.uint8)) == 0).astype(np.float32)
-    cuts = []
-    union = np.zeros((H, W), np.float32)
-    # The arm's radius: the distance from the upper-arm bone to the matte's outer edge. Arms are
-    # alike, and one side may have something held against it (its edge then lies far out), so
-    # the smaller measurement serves both; bounded by plausible proportions of the shoulders.
+
+def _arm_radius(alpha: np.ndarray, rest: _Rest, plans: list[_ArmPlan]) -> float:
+    """The arm's radius: the distance from the upper-arm bone to the matte's outer edge. Arms are
+    alike, and one side may have something held against it (its edge then lies far out), so the
+    smaller measurement serves both; bounded by plausible proportions of the shoulders."""
+    sw, mid_x = rest.shoulder_width, rest.mid_x
     measured = []
-    for side, parts, joints, hand_pts, carried in plans:
-        a, b = rest_px[joints[0][0]], rest_px[joints[0][1]]
+    for plan in plans:
+        a, b = rest.px[plan.joints[0][0]], rest.px[plan.joints[0][1]]
         d = _outer_radius(alpha, a, b, 1.0 if a[0] >= mid_x else -1.0, 0.6 * sw)
         if d is not None:
             measured.append(d)
-    r = float(np.clip(1.15 * min(measured) if measured else 0.18 * sw, 0.08 * sw, 0.25 * sw))
-    for side, parts, joints, hand_pts, carried in plans:
-        def pos(j: int) -> np.ndarray:
-            return rest_px[hand_pts].mean(axis=0) if j == _HAND_CENTRE else rest_px[j]
+    return float(np.clip(1.15 * min(measured) if measured else 0.18 * sw, 0.08 * sw, 0.25 * sw))
 
-        bones = np.array([[pos(a), pos(b)] for a, b in joints])
-        away = _away(bones, mid_x)
-        # Capsule segments (the animated bones, then a carried forearm) and the bone moving each.
-        segs = [tuple(seg) for seg in bones]
-        seg_bone = list(range(len(bones)))
-        radii = [r, 0.85 * r, 0.75 * r][: len(parts)]
-        if carried is not None:
-            a, b = carried
-            start = rest_px[a]
-            end = rest_px[b] if rest_conf[b] > 0 else start + 0.85 * (bones[-1, 1] - bones[-1, 0])
-            segs.append((start, end))
-            seg_bone.append(len(bones) - 1)
-            radii.append(0.85 * r)
-        region = np.zeros((H, W), np.float32)
-        yy, xx = np.mgrid[0:H, 0:W]
-        for k, ((a, b), rad) in enumerate(zip(segs, radii)):
-            cap = _capsule((H, W), a, b, rad)
-            # On the side away from the body the arm ends at the matte's edge, wherever that is
-            # within 1.5 radii: no sliver of sleeve is left behind on the body.
-            u = (b - a) / max(float(np.linalg.norm(b - a)), 1e-9)
-            n = np.array([-u[1], u[0]])
-            n = n if n[0] * away >= 0 else -n
-            outside = ((xx - a[0]) * n[0] + (yy - a[1]) * n[1]) > 0
-            cap = np.maximum(cap, _capsule((H, W), a, b, 1.5 * rad) * outside)
-            if k == 0:
-                # The upper arm starts at the shoulder joint: what lies beyond it, toward the neck
-                # (a collar, the astronaut's helmet ring), moves with the body; cut into the arm
-                # it would leave with the arm and tear where the neck bends.
-                cap *= (((xx - a[0]) * u[0] + (yy - a[1]) * u[1]) >= -SHOULDER_CAP * rad).astype(np.float32)
-            if k < len(parts) and parts[k].endswith("hand"):
-                # The hand: its points and the wrist, grown by the arm's radius (the palm and the
-                # outline lie past the finger joints).
-                pts = np.concatenate([rest_px[hand_pts], rest_px[[joints[-1][0]]]])
-                hull = cv2.convexHull(np.round(pts).astype(np.int32))
-                hm = np.zeros((H, W), np.uint8)
-                cv2.fillConvexPoly(hm, hull, 255)
-                k = 2 * int(round(r)) + 1
-                hm = cv2.dilate(hm, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (k, k)))
-                cap = np.maximum(cap, hm.astype(np.float32) / 255.0)
-            region = np.maximum(region, cap)
-        # A hard cut (the matte keeps the person's soft outline): a soft cut would leave, once
-        # the arm moves, a one-pixel ghost of the arm's outline on the body.
-        region = ((region >= 0.5) & (face_keep > 0)).astype(np.float32)
-        union = np.maximum(union, region)
-        cuts.append((side, parts, joints, hand_pts, bones, np.array(segs), seg_bone, region, r))
 
-    # The torso behind the arms: a polygon from the shoulders (and a band above them, the neck)
-    # down to the hips (or the matte's bottom under the shoulders).
+def _cut_region(plan: _ArmPlan, rest: _Rest, face_keep: np.ndarray, r: float) -> _ArmCut:
+    """One arm's hard cut: a capsule per bone (and per carried forearm), reaching out to the
+    matte's edge on the side away from the body, the hand grown round its points, minus the
+    face."""
+    H, W = rest.shape
+    rest_px, parts, joints, hand_pts = rest.px, plan.parts, plan.joints, plan.hand_pts
+
+    def pos(j: int) -> np.ndarray:
+        return rest_px[hand_pts].mean(axis=0) if j == _HAND_CENTRE else rest_px[j]
+
+    bones = np.array([[pos(a), pos(b)] for a, b in joints])
+    away = _away(bones, rest.mid_x)
+    # Capsule segments (the animated bones, then a carried forearm) and the bone moving each.
+    segs = [tuple(seg) for seg in bones]
+    seg_bone = list(range(len(bones)))
+    radii = [r, 0.85 * r, 0.75 * r][: len(parts)]
+    if plan.carried is not None:
+        a, b = plan.carried
+        start = rest_px[a]
+        end = rest_px[b] if rest.conf[b] > 0 else start + 0.85 * (bones[-1, 1] - bones[-1, 0])
+        segs.append((start, end))
+        seg_bone.append(len(bones) - 1)
+        radii.append(0.85 * r)
+    region = np.zeros((H, W), np.float32)
+    yy, xx = np.mgrid[0:H, 0:W]
+    for k, ((a, b), rad) in enumerate(zip(segs, radii)):
+        cap = _capsule((H, W), a, b, rad)
+        # On the side away from the body the arm ends at the matte's edge, wherever that is
+        # within 1.5 radii: no sliver of sleeve is left behind on the body.
+        u = (b - a) / max(float(np.linalg.norm(b - a)), 1e-9)
+        n = np.array([-u[1], u[0]])
+        n = n if n[0] * away >= 0 else -n
+        outside = ((xx - a[0]) * n[0] + (yy - a[1]) * n[1]) > 0
+        cap = np.maximum(cap, _capsule((H, W), a, b, 1.5 * rad) * outside)
+        if k == 0:
+            # The upper arm starts at the shoulder joint: what lies beyond it, toward the neck
+            # (a collar, the astronaut's helmet ring), moves with the body; cut into the arm
+            # it would leave with the arm and tear where the neck bends.
+            cap *= (((xx - a[0]) * u[0] + (yy - a[1]) * u[1]) >= -SHOULDER_CAP * rad).astype(np.float32)
+        if k < len(parts) and parts[k].endswith("hand"):
+            # The hand: its points and the wrist, grown by the arm's radius (the palm and the
+            # outline lie past the finger joints).
+            pts = np.concatenate([rest_px[hand_pts], rest_px[[joints[-1][0]]]])
+            hull = cv2.convexHull(np.round(pts).astype(np.int32))
+            hm = np.zeros((H, W), np.uint8)
+            cv2.fillConvexPoly(hm, hull, 255)
+            size = 2 * int(round(r)) + 1
+            hm = cv2.dilate(hm, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (size, size)))
+            cap = np.maximum(cap, hm.astype(np.float32) / 255.0)
+        region = np.maximum(region, cap)
+    # A hard cut (the matte keeps the person's soft outline): a soft cut would leave, once
+    # the arm moves, a one-pixel ghost of the arm's outline on the body.
+    region = ((region >= 0.5) & (face_keep > 0)).astype(np.float32)
+    return _ArmCut(plan, bones, np.array(segs), seg_bone, region, r)
+
+
+def _body_without_arms(
+    portrait: np.ndarray, alpha: np.ndarray, rest: _Rest, cuts: list[_ArmCut], union: np.ndarray,
+    background: tuple[int, int, int],
+) -> np.ndarray:
+    """The body layer composited over the background: the torso behind the arms filled, and
+    elsewhere under an arm whatever is nearer, the rest of the person or the background."""
+    H, W = alpha.shape
     body_rgb = portrait.astype(np.float32)
     body_alpha = alpha.copy()
     if cuts:
+        # The torso behind the arms: a polygon from the shoulders (and a band above them, the
+        # neck) down to the hips (or the matte's bottom under the shoulders).
+        rest_px = rest.px
+        ls, rs = rest_px[BODY["left_shoulder"]], rest_px[BODY["right_shoulder"]]
         bottom = float(np.nonzero((alpha > 0.5).any(axis=1))[0].max()) if (alpha > 0.5).any() else H - 1.0
         lh, rh = BODY["left_hip"], BODY["right_hip"]
-        lhp = rest_px[lh] if shown(lh) is None else np.array([ls[0], bottom])
-        rhp = rest_px[rh] if shown(rh) is None else np.array([rs[0], bottom])
+        lhp = rest_px[lh] if rest.shown(lh) is None else np.array([ls[0], bottom])
+        rhp = rest_px[rh] if rest.shown(rh) is None else np.array([rs[0], bottom])
         # The torso's sides run down from about the shoulder joints (which sit inside the arms).
-        up = 0.35 * sw
+        up = 0.35 * rest.shoulder_width
         poly = np.array([rs, rs - (0, up), ls - (0, up), ls, lhp, rhp])
         torso = np.zeros((H, W), np.uint8)
         cv2.fillPoly(torso, [np.round(poly * 16).astype(np.int32)], 255, cv2.LINE_8, 4)
@@ -385,9 +477,8 @@ def cut_arms(
         # One fill per arm, from what lies around that arm.
         filled = portrait.astype(np.float32)
         for cut in cuts:
-            region = cut[7]
-            one = _fill_behind(portrait, alpha, region, torso_f)
-            filled[region > 0] = one[region > 0]
+            one = _fill_behind(portrait, alpha, cut.region, torso_f)
+            filled[cut.region > 0] = one[cut.region > 0]
         # The body changes only where the arm layer is opaque: at rest, arm over body gives back
         # the portrait (no fill or background showing through the layer's antialiased rim).
         opaque = union >= 0.999
@@ -401,95 +492,103 @@ def cut_arms(
         body_alpha = np.where(opaque, torso_f * (alpha >= 0.98), np.clip(rim, 0.0, 1.0)).astype(np.float32)
         # Where the layer's cut moves with the body (``_body_attachment``), a sub-pixel shift of
         # its edge would show a hairline of fill: a thin band inside that cut keeps the portrait.
-        keep = _attached_rim(cuts, mid_x, (H, W))
+        keep = _attached_rim(cuts, rest.mid_x, (H, W))
         body_rgb[keep] = portrait[keep]
         body_alpha[keep] = alpha[keep] >= 0.98  # the soft outline stays the rim's (arm over body = portrait)
     bg = np.asarray(background, np.float32)
-    body = np.clip(body_rgb * body_alpha[..., None] + bg * (1.0 - body_alpha[..., None]) + 0.5, 0, 255).astype(np.uint8)
+    return np.clip(body_rgb * body_alpha[..., None] + bg * (1.0 - body_alpha[..., None]) + 0.5, 0, 255).astype(np.uint8)
 
-    layers = []
-    for side, parts, joints, hand_pts, bones, segs, seg_bone, region, r in cuts:
-        a_layer = alpha * region
-        ys, xs = np.nonzero(a_layer > 1e-3)
-        if ys.size == 0:
-            for p in parts:
-                report.animated.remove(p)
-                report.not_animated[p] = "the matte is empty there"
-            continue
-        pad = 6
-        x0, y0 = max(0, xs.min() - pad), max(0, ys.min() - pad)
-        x1, y1 = min(W, xs.max() + 1 + pad), min(H, ys.max() + 1 + pad)
-        crop_a = a_layer[y0:y1, x0:x1]
-        rgba = np.empty((y1 - y0, x1 - x0, 4), np.uint8)
-        rgba[..., :3] = np.clip(portrait[y0:y1, x0:x1].astype(np.float32) * crop_a[..., None] + 0.5, 0, 255)
-        rgba[..., 3] = np.clip(crop_a * 255 + 0.5, 0, 255)
-        shown_box = (max(0, bx0), max(0, by0), min(W, bx1), min(H, by1))
-        cut = _cut_edges(crop_a, (x0, y0), shown_box)
-        # Where the arm runs off the frame, the layer continues past the frame's edge (its last
-        # line of pixels repeated, ``APRON`` of the frame height): a swing may bring that much of
-        # it into view before its cut shows. Only past the frame: at rest nothing invented shows.
-        apron = int(round(APRON * H))
-        grow = [apron if k in cut and shown_box[k] == (0, 0, W, H)[k] == (x0, y0, x1, y1)[k] else 0 for k in range(4)]
-        if any(grow):
-            rgba = cv2.copyMakeBorder(rgba, grow[1], grow[3], grow[0], grow[2], cv2.BORDER_REPLICATE)
-            crop_a = cv2.copyMakeBorder(crop_a, grow[1], grow[3], grow[0], grow[2], cv2.BORDER_REPLICATE)
-            x0, y0 = x0 - grow[0], y0 - grow[1]
-        cell = int(np.clip(round(0.5 * r), 6, 32))
-        cover = cv2.dilate((crop_a > 1e-3).astype(np.uint8), np.ones((3, 3), np.uint8), iterations=4) > 0
-        verts, tris = grid_mesh(cover, cell, origin=(x0, y0))
-        # Part of each triangle: the nearest bone to its centre.
-        cent = verts[tris].mean(axis=1)
-        sb = np.asarray(seg_bone)
-        dist_t = np.stack([_seg_dist(cent, a, b) for a, b in segs], axis=1)
-        tri_part = sb[np.argmin(dist_t, axis=1)]
-        # Only triangles with something of the arm in them are drawn (the rest of the mesh only
-        # carries the deformation); the draw grows ids past the drawn ones for the soft edge.
-        tri_box = np.concatenate([np.floor(verts[tris].min(axis=1)), np.ceil(verts[tris].max(axis=1))], axis=1)
-        tri_box = (tri_box - (x0, y0, x0, y0)).astype(int)
-        tri_box[:, 0::2] = np.clip(tri_box[:, 0::2], 0, x1 - x0)
-        tri_box[:, 1::2] = np.clip(tri_box[:, 1::2], 0, y1 - y0)
-        integral = cv2.integral((crop_a > 1e-3).astype(np.uint8))
-        content = (integral[tri_box[:, 3], tri_box[:, 2]] - integral[tri_box[:, 1], tri_box[:, 2]]
-                   - integral[tri_box[:, 3], tri_box[:, 0]] + integral[tri_box[:, 1], tri_box[:, 0]]) > 0  # fmt: skip
-        order = np.argsort(tri_part, kind="stable")
-        draw_order = order[content[order]]
-        dist_s = np.stack([_seg_dist(verts, a, b) for a, b in segs], axis=1)
-        # Per bone: the distance to the nearest segment it moves.
-        dist_v = np.stack([dist_s[:, sb == k].min(axis=1) for k in range(len(bones))], axis=1)
-        skin = np.exp(-((dist_v - dist_v.min(axis=1, keepdims=True)) / (0.5 * r)) ** 2)
-        skin /= skin.sum(axis=1, keepdims=True)
-        # Handles: the vertices nearest to points along each bone.
-        handles: dict[int, np.ndarray] = {}
-        for k, (a, b) in enumerate(bones):
-            ts = (0.0, 0.25, 0.5, 0.75, 1.0) if k == 0 else (0.25, 0.5, 0.75, 1.0)
-            for t in ts:
-                q = a + t * (b - a)
-                d = np.linalg.norm(verts - q, axis=1)
-                v = int(np.argmin(d))
-                if d[v] > 1.5 * cell:
-                    continue
-                w = handles.setdefault(v, np.zeros(len(bones)))
-                w[k] += 1.0
-        idx = np.array(sorted(handles), dtype=np.int64)
-        hw = np.stack([handles[v] / handles[v].sum() for v in idx]) if idx.size else np.zeros((0, len(bones)))
-        mesh = ArapMesh(verts, tris, idx)
-        attach = _body_attachment(verts, bones[0], r, _away(bones, mid_x))
-        attached = np.nonzero(attach > 0)[0]
-        edge_v, edge_n = _edge_vertices(verts, cut, shown_box, cell)
-        edges = [_EDGE_NAMES[k] for k in sorted(cut)]
-        if edges:
-            report.limited[parts[0]] = (
-                f"the visible photo ends across it at its {' and '.join(edges)} edge{'s' if len(edges) > 1 else ''}: "
-                "its motion is held back where the cut would come into view (the arm beyond the "
-                "photo is not invented)"
-            )
-        distal = sorted({j for pair in joints for j in pair if j not in (joints[0][0], _HAND_CENTRE)} | set(hand_pts.tolist()))
-        layers.append(ArmLayer(side, tuple(parts), bones, tuple(joints), hand_pts, mesh, hw, skin, draw_order,
-                               rgba, (int(x0), int(y0)), iterations, edge_v, edge_n,
-                               (apron if any(grow) else 0) + EDGE_TOLERANCE * H,
-                               np.asarray(distal, np.int64), attached, attach[attached]))  # fmt: skip
-    report.limited = {p: report.limited[p] for p in PART_NAMES if p in report.limited}
-    return layers, body, report
+
+def _arm_layer(
+    cut: _ArmCut, portrait: np.ndarray, alpha: np.ndarray, rest: _Rest, iterations: int, report: LimbReport
+) -> ArmLayer | None:
+    """One arm's layer: its premultiplied RGBA crop (continued past the frame's edge where the arm
+    runs off it), a grid mesh over it, each triangle's bone and draw order, the vertices' skinning
+    weights, the ARAP handles along the bones, the vertices on the photo's cut and those that move
+    with the body. ``None`` (and the parts reported so) where the matte is empty."""
+    H, W = alpha.shape
+    plan, bones, segs, seg_bone, r = cut.plan, cut.bones, cut.segs, cut.seg_bone, cut.r
+    parts, joints, hand_pts = plan.parts, plan.joints, plan.hand_pts
+    bx0, by0, bx1, by1 = rest.box
+    a_layer = alpha * cut.region
+    ys, xs = np.nonzero(a_layer > 1e-3)
+    if ys.size == 0:
+        for p in parts:
+            report.animated.remove(p)
+            report.not_animated[p] = "the matte is empty there"
+        return None
+    pad = 6
+    x0, y0 = max(0, xs.min() - pad), max(0, ys.min() - pad)
+    x1, y1 = min(W, xs.max() + 1 + pad), min(H, ys.max() + 1 + pad)
+    crop_a = a_layer[y0:y1, x0:x1]
+    rgba = np.empty((y1 - y0, x1 - x0, 4), np.uint8)
+    rgba[..., :3] = np.clip(portrait[y0:y1, x0:x1].astype(np.float32) * crop_a[..., None] + 0.5, 0, 255)
+    rgba[..., 3] = np.clip(crop_a * 255 + 0.5, 0, 255)
+    shown_box = (max(0, bx0), max(0, by0), min(W, bx1), min(H, by1))
+    edge_cut = _cut_edges(crop_a, (x0, y0), shown_box)
+    # Where the arm runs off the frame, the layer continues past the frame's edge (its last
+    # line of pixels repeated, ``APRON`` of the frame height): a swing may bring that much of
+    # it into view before its cut shows. Only past the frame: at rest nothing invented shows.
+    apron = int(round(APRON * H))
+    grow = [apron if k in edge_cut and shown_box[k] == (0, 0, W, H)[k] == (x0, y0, x1, y1)[k] else 0 for k in range(4)]
+    if any(grow):
+        rgba = cv2.copyMakeBorder(rgba, grow[1], grow[3], grow[0], grow[2], cv2.BORDER_REPLICATE)
+        crop_a = cv2.copyMakeBorder(crop_a, grow[1], grow[3], grow[0], grow[2], cv2.BORDER_REPLICATE)
+        x0, y0 = x0 - grow[0], y0 - grow[1]
+    cell = int(np.clip(round(0.5 * r), 6, 32))
+    cover = cv2.dilate((crop_a > 1e-3).astype(np.uint8), np.ones((3, 3), np.uint8), iterations=4) > 0
+    verts, tris = grid_mesh(cover, cell, origin=(x0, y0))
+    # Part of each triangle: the nearest bone to its centre.
+    cent = verts[tris].mean(axis=1)
+    sb = np.asarray(seg_bone)
+    dist_t = np.stack([_seg_dist(cent, a, b) for a, b in segs], axis=1)
+    tri_part = sb[np.argmin(dist_t, axis=1)]
+    # Only triangles with something of the arm in them are drawn (the rest of the mesh only
+    # carries the deformation); the draw grows ids past the drawn ones for the soft edge.
+    tri_box = np.concatenate([np.floor(verts[tris].min(axis=1)), np.ceil(verts[tris].max(axis=1))], axis=1)
+    tri_box = (tri_box - (x0, y0, x0, y0)).astype(int)
+    tri_box[:, 0::2] = np.clip(tri_box[:, 0::2], 0, x1 - x0)
+    tri_box[:, 1::2] = np.clip(tri_box[:, 1::2], 0, y1 - y0)
+    integral = cv2.integral((crop_a > 1e-3).astype(np.uint8))
+    content = (integral[tri_box[:, 3], tri_box[:, 2]] - integral[tri_box[:, 1], tri_box[:, 2]]
+               - integral[tri_box[:, 3], tri_box[:, 0]] + integral[tri_box[:, 1], tri_box[:, 0]]) > 0  # fmt: skip
+    order = np.argsort(tri_part, kind="stable")
+    draw_order = order[content[order]]
+    dist_s = np.stack([_seg_dist(verts, a, b) for a, b in segs], axis=1)
+    # Per bone: the distance to the nearest segment it moves.
+    dist_v = np.stack([dist_s[:, sb == k].min(axis=1) for k in range(len(bones))], axis=1)
+    skin = np.exp(-((dist_v - dist_v.min(axis=1, keepdims=True)) / (0.5 * r)) ** 2)
+    skin /= skin.sum(axis=1, keepdims=True)
+    # Handles: the vertices nearest to points along each bone.
+    handles: dict[int, np.ndarray] = {}
+    for k, (a, b) in enumerate(bones):
+        ts = (0.0, 0.25, 0.5, 0.75, 1.0) if k == 0 else (0.25, 0.5, 0.75, 1.0)
+        for t in ts:
+            q = a + t * (b - a)
+            d = np.linalg.norm(verts - q, axis=1)
+            v = int(np.argmin(d))
+            if d[v] > 1.5 * cell:
+                continue
+            w = handles.setdefault(v, np.zeros(len(bones)))
+            w[k] += 1.0
+    idx = np.array(sorted(handles), dtype=np.int64)
+    hw = np.stack([handles[v] / handles[v].sum() for v in idx]) if idx.size else np.zeros((0, len(bones)))
+    mesh = ArapMesh(verts, tris, idx)
+    attach = _body_attachment(verts, bones[0], r, _away(bones, rest.mid_x))
+    attached = np.nonzero(attach > 0)[0]
+    edge_v, edge_n = _edge_vertices(verts, edge_cut, shown_box, cell)
+    edges = [_EDGE_NAMES[k] for k in sorted(edge_cut)]
+    if edges:
+        report.limited[parts[0]] = (
+            f"the visible photo ends across it at its {' and '.join(edges)} edge{'s' if len(edges) > 1 else ''}: "
+            "its motion is held back where the cut would come into view (the arm beyond the "
+            "photo is not invented)"
+        )
+    distal = sorted({j for pair in joints for j in pair if j not in (joints[0][0], _HAND_CENTRE)} | set(hand_pts.tolist()))
+    return ArmLayer(plan.side, tuple(parts), bones, tuple(joints), hand_pts, mesh, hw, skin, draw_order,
+                    rgba, (int(x0), int(y0)), iterations, edge_v, edge_n,
+                    (apron if any(grow) else 0) + EDGE_TOLERANCE * H,
+                    np.asarray(distal, np.int64), attached, attach[attached])  # fmt: skip
 
 
 # Per edge of a rectangle (left, top, right, bottom): is it vertical, and its inward normal.
@@ -540,12 +639,12 @@ def _away(bones: np.ndarray, mid_x: float) -> float:
     return 1.0 if bones[0, 0, 0] >= mid_x else -1.0
 
 
-def _attached_rim(cuts: list, mid_x: float, shape: tuple[int, int], width: int = 2) -> np.ndarray:
+def _attached_rim(cuts: list[_ArmCut], mid_x: float, shape: tuple[int, int], width: int = 2) -> np.ndarray:
     """bool ``[H, W]``: the ``width`` px inside each arm region's cut where that cut moves at
     least half with the body."""
     keep = np.zeros(shape, bool)
     for cut in cuts:
-        bones, region, r = cut[4], cut[7], cut[8]
+        bones, region, r = cut.bones, cut.region, cut.r
         inside = region.astype(np.uint8)
         ys, xs = np.nonzero(inside & (cv2.erode(inside, _K3, iterations=width) == 0))
         w = _body_attachment(np.stack([xs, ys], axis=1).astype(np.float64), bones[0], r, _away(bones, mid_x))
