@@ -41,7 +41,9 @@ def test_a_persona_that_failed_its_blocking_check_gets_no_backend_cache_and_no_r
         tick = dg.evaluate_automation_conditions(defs=defs, instance=instance)
         assert tick.total_requested == 0  # nothing upstream exists yet
 
-        _materialize(instance, resources, "nod", [guidance_cache, guidance_cache_valid, backend_guidance_cache])
+        # Two runs, as the demo does: the base cache and its backend cache have different backfill policies.
+        _materialize(instance, resources, "nod", [guidance_cache, guidance_cache_valid])
+        _materialize(instance, resources, "nod", [backend_guidance_cache])
         _materialize(instance, resources, "good", [persona_cache, persona_cache_valid])
         _materialize(instance, resources, "bad", [persona_cache])
         _damage(storage.persona_dir("bad") / "landmarks.npy")
