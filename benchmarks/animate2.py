@@ -98,21 +98,22 @@ def _header(preset: str, dev: Any, **shape: Any) -> dict[str, Any]:
     }
 
 
-def _write_json(path: Path, result: dict[str, Any]) -> None:
-    """As a result record, atomically (a reader never sees half a file)."""
+def _write_json(path: Path, result: dict[str, Any], title: str | None = None) -> None:
+    """As a result record, atomically (a reader never sees half a file); the title defaults to the
+    part's stock-vs-ours comparison."""
     shape = "x".join(str(v) for v in (result.get("shape") or {}).values())
-    title = f"wan-animate-2 {result.get('preset', '')} {result.get('part', '')}: stock vs ours {shape}".replace("  ", " ")
-    write_lab_result(path, result, title=title.strip(), headline=top_level_figures(result))
+    title = title or " ".join(f"wan-animate-2 {result.get('preset', '')} {result.get('part', '')}: stock vs ours {shape}".split())
+    write_lab_result(path, result, title=title, headline=top_level_figures(result))
 
 
 class _Writer:
-    def __init__(self, result: dict[str, Any], path: str | Path | None) -> None:
-        self.result, self.path, self.t0 = result, Path(path) if path else None, time.perf_counter()
+    def __init__(self, result: dict[str, Any], path: str | Path | None, title: str | None = None) -> None:
+        self.result, self.path, self.title, self.t0 = result, Path(path) if path else None, title, time.perf_counter()
 
     def __call__(self) -> None:
         self.result["wall_s"] = round(time.perf_counter() - self.t0, 1)
         if self.path is not None:
-            _write_json(self.path, self.result)
+            _write_json(self.path, self.result, self.title)
 
 
 # ---------------------------------------------------------------------------------------- forward
@@ -518,12 +519,12 @@ def _profile_forward(comps: Any, geom: Any, kv: Any) -> dict[str, Any]:
 def _part_clip_ours(preset: str, dev_name: str, width: int, height: int, frames: int, segment_frames: int | None,
                     accel: Mapping[str, Any], result: dict, write: Callable[[], None], log: Log, *,
                     fit_segments: bool = False, kv_offload: bool = False, cold_loop: bool = True,
-                    profile: bool = False, decode_overlap: str = "off") -> None:  # fmt: skip
+                    profile: bool = False) -> None:  # fmt: skip
     from newsmotion_engine.render.base import RenderSpec
     from newsmotion_engine.render.backends.wan_animate_2.backend import WanAnimate2Backend
 
     opts = _options(preset, dev_name, accel, segment_frames=segment_frames, fit_segments=fit_segments, reference_kv="gpu-lru",
-                    kv_fp8=True, kv_lru_gib=200.0, kv_offload=kv_offload, decode_overlap=decode_overlap)  # fmt: skip
+                    kv_fp8=True, kv_lru_gib=200.0, kv_offload=kv_offload)  # fmt: skip
     backend = WanAnimate2Backend(opts)
     length = backend.plan(frames).segment_frames
     side: dict[str, Any] = {"options": {k: str(v) for k, v in opts.as_mapping().items()},
@@ -852,7 +853,7 @@ def bench_animate2(preset: str = "14b", *, part: str = "forward", width: int | N
                    accel: Mapping[str, Any] | None = None, warmup: int = 1, reps: int = 2, budget_s: float = 540.0,
                    ms_preset: str | None = None, ms_forwards: int = 4, ms_side: str | None = None, ms_go: str | None = None,
                    fit_segments: bool = False, kv_offload: bool = False, cold_loop: bool = True, profile: bool = False,
-                   decode_overlap: str = "off", json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
+                   json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
     """Run one part (see the module docstring); returns (and writes, after every measurement) the result."""
     import torch
 
@@ -881,8 +882,7 @@ def bench_animate2(preset: str = "14b", *, part: str = "forward", width: int | N
         _part_attention(preset, dev, width, height, segment_frames, warmup, max(reps, 3), result, write, log)
     if part == "clip-ours":
         _part_clip_ours(preset, device, width, height, frames, segment_frames, accel, result, write, log,
-                        fit_segments=fit_segments, kv_offload=kv_offload, cold_loop=cold_loop, profile=profile,
-                        decode_overlap=decode_overlap)  # fmt: skip
+                        fit_segments=fit_segments, kv_offload=kv_offload, cold_loop=cold_loop, profile=profile)
     if part == "clip-stock":
         _part_clip_stock(preset, device, width, height, frames, segment_frames, None, result, write, log)
     if part in ("clip", "all"):
@@ -954,8 +954,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kv-offload", action="store_true", help="ours: the K/V LRU in pinned host memory (device peak)")
     p.add_argument("--no-cold-loop", action="store_true", help="clip-ours: skip the second clip with the K/V LRU emptied")
     p.add_argument("--profile", action="store_true", help="clip-ours: profile one cached forward after the clip (GPU)")
-    p.add_argument("--decode-overlap", default="off", choices=("auto", "on", "off"),
-                   help="clip-ours: decode each segment while the next denoises (the backend's decode_overlap)")
     p.add_argument("--combine", nargs=2, metavar=("OURS_JSON", "STOCK_JSON"),
                    help="merge a clip-ours and a clip-stock result (two device calls) into --json")
     p.add_argument("--json")
@@ -975,7 +973,7 @@ def main(argv: list[str] | None = None) -> int:
                    device=a.device, accel=json.loads(a.accel) if a.accel else None, warmup=a.warmup, reps=a.reps,
                    budget_s=a.budget_s, ms_preset=a.ms_preset, ms_forwards=a.ms_forwards, ms_side=a.ms_side, ms_go=a.ms_go,
                    fit_segments=a.fit_segments, kv_offload=a.kv_offload, cold_loop=not a.no_cold_loop, profile=a.profile,
-                   decode_overlap=a.decode_overlap, json_path=a.json)  # fmt: skip
+                   json_path=a.json)  # fmt: skip
     return 0
 
 

@@ -122,7 +122,7 @@ def bench_prep(json_path: str | Path | None = None, log: Any = print, tokens: in
     dev = torch.device("cuda")
     result = _header("14b", dev, tokens=tokens, heads=heads)
     result.update(part="attention-prep")
-    write = _Writer(result, json_path)
+    write = _Writer(result, json_path, f"wan-animate-2 14B attention prep kernel vs torch, {tokens} tokens x {heads} heads")
     g = torch.Generator("cpu").manual_seed(5)
     n, d = heads * 128, 128
     raw = (torch.randn(1, tokens, 3 * n, generator=g) * 2).to(dev, torch.bfloat16)
@@ -183,7 +183,7 @@ def bench_decode(json_path: str | Path | None = None, log: Any = print, latent_f
     vae = build_vae(opts, dev, torch.bfloat16)
     result = _header("14b", dev, width=720, height=1280, latent_frames=latent_frames)
     result.update(part="decode", variants={})
-    write = _Writer(result, json_path)
+    write = _Writer(result, json_path, f"wan-animate-2 VAE decode settings, 720x1280, {latent_frames} latent frames")
     g = torch.Generator("cpu").manual_seed(6)
     latents = torch.randn(16, 1 + latent_frames, 160, 90, generator=g).to(dev)  # reference slot first, as a segment's
     shipped = None
@@ -224,7 +224,7 @@ def bench_soak(json_path: str | Path | None = None, log: Any = print, seconds: f
     S, hw, H, D = 79200, 3600, 40, 128
     result = _header("14b", dev, tokens=S, reference_tokens=S - hw, heads=H)
     result.update(part="attention-soak", seconds=seconds)
-    write = _Writer(result, json_path)
+    write = _Writer(result, json_path, f"wan-animate-2 14B in-context attention kernel under a {seconds:g} s soak")
     g = torch.Generator("cpu").manual_seed(7)
     q, k, v = ((torch.randn(1, S, H * D, generator=g) * 2).to(dev, torch.bfloat16) for _ in range(3))
     w = torch.ones(H * D, device=dev, dtype=torch.bfloat16)
@@ -280,7 +280,7 @@ def bench_rows(json_path: str | Path | None = None, log: Any = print) -> dict[st
         raise ValueError("the row-quantization sweep needs a CUDA GPU")
     result = _header("14b", torch.device("cuda"), rows=79200)
     result.update(part="rows-kernel")
-    write = _Writer(result, json_path)
+    write = _Writer(result, json_path, "FP8 row quantization kernel vs inductor, 79200 rows")
     _rows_sweep(result, write, log)
     write()
     return result
@@ -310,7 +310,7 @@ def bench_kernels(preset: str = "14b", *, layers: int = 2, width: int = 720, hei
     geom = geometry(opts.segment_length, width, height)
     result = _header(preset, dev, width=width, height=height, segment_frames=geom.segment_frames)
     result.update(part="kernels", layers=layers, tokens_generation=geom.seq_len, variants={})
-    write = _Writer(result, json_path)
+    write = _Writer(result, json_path, f"wan-animate-2 {preset} block forward per compile setting ({layers} layers, {width}x{height}), kernels by time")
     result["accelerations"] = apply_accelerations(comps, opts.accelerations).report
     inputs = _segment_inputs(comps, geom)
     t = torch.tensor(999.0, device=dev)
