@@ -9,13 +9,10 @@ One run (one device call) measures, on the same synthetic loop and reference ima
   77-frame segments; its own VAE / CLIP encodes included, text encoding timed and added) —
   ``clip_120f_720p_s_stock``;
 - ``ours``: each :data:`CLIP_VARIANTS` entry renders the same clip through the shipped path —
-  :func:`~newsmotion_engine.render.queue.render_queue` (the 3-stage pipeline) -> ``render_clip`` ->
-  the backend's stages, with sparse keyframes + flow infill from ``RenderSpec.keyframes`` and the
+  ``render_clip`` -> the backend's frames, with sparse keyframes + flow infill from ``RenderSpec.keyframes`` and the
   variant's acceleration configs applied and removed through the registry. The fastest variant
   without experimental approximations is ``clip_120f_720p_s``; the experimental ones (sparse
   attention, pyramid) are reported beside it, labelled.
-- ``queue``: a batch of ``batch`` clips rendered serially vs pipelined: wall seconds, clips per
-  hour, GPU idle fraction (:class:`~newsmotion_engine.render.queue.QueueReport`).
 
 Frames are not encoded: the GPU machine has no ffmpeg (and none can be carried), so the clips go
 into :class:`FrameSink`, which does the per-frame colour conversion the encoder's writer thread
@@ -191,12 +188,15 @@ def _bench_stock(backend: Any, loop: Any, persona: Any, width: int, height: int,
     return res
 
 
-def _render_ours(backend: Any, loop: Any, persona: Any, spec: Any, tmp: Path, n: int, *, pipelined: bool = True,
-                 infill_device: str | None = None) -> Any:  # fmt: skip
-    from newsmotion_engine.render.queue import RenderJob, render_queue
+def _render_ours(backend: Any, loop: Any, persona: Any, spec: Any, out_path: Path, *,
+                 infill_device: str | None = None) -> tuple[Any, float]:  # fmt: skip
+    """One clip through the product path (``render_clip`` -> the backend's frames): its telemetry
+    and wall seconds."""
+    from newsmotion_engine.render.clip import render_clip
 
-    jobs = [RenderJob(loop, persona, spec, tmp / f"clip{i}.mp4") for i in range(n)]
-    return render_queue(backend, jobs, pipelined=pipelined, sink=FrameSink, infill_device=infill_device)
+    t0 = time.perf_counter()
+    telemetry = render_clip(loop, persona, backend, spec, out_path, sink=FrameSink, infill_device=infill_device)
+    return telemetry, time.perf_counter() - t0
 
 
 def bench_clip(
@@ -208,8 +208,6 @@ def bench_clip(
     frames: int = 120,
     steps: int = 4,
     variants: Sequence[str] | None = None,
-    batch: int = 4,
-    batch_variant: str = "keyframes_1to3",
     vae_frames: int = 61,
     device: str = "auto",
     budget_s: float | None = None,
@@ -218,13 +216,13 @@ def bench_clip(
 ) -> dict[str, Any]:
     """Run the clip benchmark (see the module docstring); the JSON is rewritten after every
     measurement, so a run cut short keeps what it measured. ``parts``: any of ``"vae"``,
-    ``"stock"``, ``"ours"``, ``"queue"``. ``variants``: names of :data:`CLIP_VARIANTS` (default all).
+    ``"stock"``, ``"ours"``. ``variants``: names of :data:`CLIP_VARIANTS` (default all).
     ``budget_s``: measurements that would start after this many seconds are skipped (recorded).
     ``vae_frames``: the decoded segment's length (61: a 120-frame clip at 1:2 keyframes).
 
     Keys: ``clip_120f_720p_s`` (fastest non-experimental "ours"), ``clip_120f_720p_s_stock``,
     ``clip_speedup_vs_stock``, ``clip_120f_720p_s_experimental`` (fastest with an approximation),
-    ``vae``, ``stock``, ``ours``, ``queue``, ``weights``.
+    ``vae``, ``stock``, ``ours``, ``weights``.
     """
     import diffusers
     import torch
@@ -235,12 +233,12 @@ def bench_clip(
     from newsmotion_engine.render.backends.wan_animate.backend import WanAnimateBackend
     from newsmotion_engine.render.backends.wan_animate.config import RANDOM_WEIGHTS_LABEL, WanAnimateOptions
 
-    unknown = set(parts) - {"vae", "stock", "ours", "queue"}
+    unknown = set(parts) - {"vae", "stock", "ours"}
     if unknown:
-        raise ValueError(f"parts {sorted(unknown)}: use vae, stock, ours, queue")
+        raise ValueError(f"parts {sorted(unknown)}: use vae, stock, ours")
     CLIP_VARIANTS.update(_variants())
     names = list(variants) if variants is not None else list(CLIP_VARIANTS)
-    bad = [n for n in names + [batch_variant] if n not in CLIP_VARIANTS]
+    bad = [n for n in names if n not in CLIP_VARIANTS]
     if bad:
         raise ValueError(f"clip variants {bad}: use {', '.join(CLIP_VARIANTS)}")
     t_start = time.perf_counter()
@@ -278,14 +276,14 @@ def bench_clip(
             result["stock"] = _bench_stock(backend, loop, persona, width, height, frames, steps, log)
             result["clip_120f_720p_s_stock"] = result["stock"]["end_to_end_s"]
             write()
-        if not ({"ours", "queue"} & set(parts)):
+        if "ours" not in parts:
             backend.close()
             return result
         base = registry.apply_accelerations(comps, _base_accel(dev.type == "cuda"))
         result["accel_report"] = base.report
         result["ours"] = {}
         t0 = time.perf_counter()
-        for name in (names if "ours" in parts else []):
+        for name in names:
             v = CLIP_VARIANTS[name]
             if time.perf_counter() > deadline:
                 result["ours"][name] = {"skipped": "device-time budget of this run spent"}
@@ -299,21 +297,20 @@ def bench_clip(
                 applied = registry.apply_accelerations(comps, v["accel"])
                 try:
                     t1 = time.perf_counter()
-                    _render_ours(backend, loop, persona, spec, tmp, 1, infill_device="cuda" if dev.type == "cuda" else None)
+                    _render_ours(backend, loop, persona, spec, tmp / "clip.mp4", infill_device="cuda" if dev.type == "cuda" else None)
                     row["first_run_s"] = round(time.perf_counter() - t1, 2)  # includes compiling this shape
                     peak_reset(dev)
-                    report = _render_ours(backend, loop, persona, spec, tmp, 1, infill_device="cuda" if dev.type == "cuda" else None)
-                    tele = report.telemetry[0]
+                    tele, wall_s = _render_ours(backend, loop, persona, spec, tmp / "clip.mp4",
+                                                infill_device="cuda" if dev.type == "cuda" else None)  # fmt: skip
                     stats = tele.backend_info.get("last_render", {})
-                    row.update(end_to_end_s=round(report.wall_s, 2), peak_vram_gib=peak_gib(dev), frames_out=tele.frames,
+                    row.update(end_to_end_s=round(wall_s, 2), peak_vram_gib=peak_gib(dev), frames_out=tele.frames,
                                # prepare holds face_video and pose_encode, which run side by side; decode is the
                                # GPU decode time, streamed beside the infill's CPU work.
                                stages_s={"prepare": stats.get("prep_s"), "face_video": stats.get("face_video_s"),
                                          "pose_encode": stats.get("pose_encode_s"), "denoise": stats.get("denoise_s"),
                                          "decode": stats.get("decode_s"),
                                          "infill": round((tele.keyframes or {}).get("infill_ms", 0.0) / 1e3, 3)},
-                               segments=stats.get("segments"), gpu_idle_fraction=report.gpu_idle_fraction,
-                               infill=tele.keyframes)  # fmt: skip
+                               segments=stats.get("segments"), infill=tele.keyframes)  # fmt: skip
                 finally:
                     registry.remove_accelerations(comps, applied)
             except Exception as exc:  # one failing variant is a result; the others still run
@@ -334,38 +331,9 @@ def bench_clip(
             best = min(approx, key=lambda n: approx[n]["end_to_end_s"])
             result["clip_120f_720p_s_experimental"] = approx[best]["end_to_end_s"]
             result["clip_fastest_experimental_variant"] = best
-        if "queue" in parts and time.perf_counter() < deadline:
-            result["queue"] = _bench_queue(backend, loop, persona, width, height, batch, batch_variant, tmp, log)
-            write()
         backend.close()
     write()
     return result
-
-
-def _bench_queue(backend: Any, loop: Any, persona: Any, width: int, height: int, batch: int, variant: str, tmp: Path, log: Log) -> dict[str, Any]:
-    """``batch`` clips of ``variant`` serial vs pipelined (the compiled shapes are warm by now)."""
-    from newsmotion_engine.accel import registry
-    from newsmotion_engine.render.base import RenderSpec
-
-    comps = backend.components
-    v = CLIP_VARIANTS[variant]
-    spec = RenderSpec(width=width, height=height, keyframes=v["keyframes"])
-    backend.prepare_guidance(loop, spec)
-    backend.prepare_persona(persona, spec)
-    applied = registry.apply_accelerations(comps, v["accel"])
-    out: dict[str, Any] = {"variant": variant, "clips": batch}
-    infill_device = "cuda" if comps.device.type == "cuda" else None
-    try:
-        _render_ours(backend, loop, persona, spec, tmp, 1, infill_device=infill_device)  # warm (compile this shape)
-        for mode in ("serial", "pipelined"):
-            report = _render_ours(backend, loop, persona, spec, tmp, batch, pipelined=mode == "pipelined", infill_device=infill_device)
-            out[mode] = report.as_dict()
-            log(f"queue {mode}: {out[mode]}")
-    finally:
-        registry.remove_accelerations(comps, applied)
-    if "serial" in out and "pipelined" in out:
-        out["throughput_ratio"] = round(out["pipelined"]["clips_per_hour"] / out["serial"]["clips_per_hour"], 3)
-    return out
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -379,12 +347,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--height", type=int, default=1280)
     parser.add_argument("--frames", type=int, default=120)
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--budget-s", type=float, default=None)
     parser.add_argument("--json", default=None)
     a = parser.parse_args(argv)
     bench_clip(a.preset, parts=a.parts.split(","), variants=a.variants.split(",") if a.variants else None, width=a.width,
-               height=a.height, frames=a.frames, steps=a.steps, batch=a.batch, budget_s=a.budget_s, json_path=a.json)  # fmt: skip
+               height=a.height, frames=a.frames, steps=a.steps, budget_s=a.budget_s, json_path=a.json)  # fmt: skip
 
 
 if __name__ == "__main__":

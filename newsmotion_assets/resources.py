@@ -186,15 +186,6 @@ class RendererResource(dg.ConfigurableResource):
             self._backend = self._load()
         return self._backend
 
-    def render_queue(self, jobs: list[Any], **kwargs: Any) -> Any:
-        """Render several clips through the engine's 3-stage queue (prepare on a CPU thread,
-        denoise on the GPU, decode + infill + encode overlapped); see
-        :func:`newsmotion_engine.render.queue.render_queue`. The resource owns the backend the
-        queue feeds."""
-        from newsmotion_engine.render.queue import render_queue
-
-        return render_queue(self.loaded, jobs, **kwargs)
-
     def fidelity_config(self) -> FidelityConfig:
         return FidelityConfig(enabled=self.fidelity, stride=self.fidelity_stride)
 

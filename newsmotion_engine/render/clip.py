@@ -63,7 +63,7 @@ def retargeted_keypoints(guidance: Any, persona: Any) -> np.ndarray:
 
 def clip_driving_keypoints(guidance: Any, persona: Any, spec: RenderSpec) -> np.ndarray:
     """What :func:`render_clip` hands the backend: the retargeted keypoints, at the keyframes
-    only when ``spec.keyframes > 1`` (the render queue prepares the same ahead of time)."""
+    only when ``spec.keyframes > 1``."""
     kp = retargeted_keypoints(guidance, persona)
     return driving_keypoints(kp, clip_schedule(kp.shape[0], spec))
 

@@ -2,10 +2,8 @@ import dagster as dg
 
 from newsmotion_assets.assets.backend import backend_guidance_cache, backend_persona_cache
 from newsmotion_assets.assets.guidance import guidance_cache
-from newsmotion_assets.assets.persona import persona_cache
-from newsmotion_assets.partitions import loop_partitions, persona_partitions
+from newsmotion_assets.partitions import loop_partitions
 from newsmotion_assets.resources import RendererResource, StorageResource
-from newsmotion_engine.persona.sources import install_source
 from newsmotion_engine.render.backends.wan_animate import caches as wan_caches
 
 STORAGE = {"storage": StorageResource()}  # root: $NEWSMOTION_STORAGE, this test's own folder
@@ -19,18 +17,10 @@ def _meta(result, node):
     return {k: v.value for k, v in mat.metadata.items()}
 
 
-def _upstream(instance, storage, astronaut_png):
-    install_source(storage, astronaut_png, "anchor")
-    instance.add_dynamic_partitions(loop_partitions.name, ["nod"])
-    instance.add_dynamic_partitions(persona_partitions.name, ["anchor"])
-    assert dg.materialize([guidance_cache], partition_key="nod", instance=instance, resources=STORAGE).success
-    assert dg.materialize([persona_cache], partition_key="anchor", instance=instance, resources=STORAGE).success
-
-
-def test_warp_needs_no_backend_artifacts(astronaut_png, storage):
+def test_warp_needs_no_backend_artifacts(upstream_caches, storage):
     resources = {"renderer": RendererResource(width=360, height=640), **STORAGE}
     with dg.instance_for_test() as instance:
-        _upstream(instance, storage, astronaut_png)
+        upstream_caches(instance)
         loop = dg.materialize([backend_guidance_cache], partition_key="nod", instance=instance, resources=resources)
         persona = dg.materialize([backend_persona_cache], partition_key="anchor", instance=instance, resources=resources)
         for meta in (_meta(loop, "backend_guidance_cache"), _meta(persona, "backend_persona_cache")):
@@ -55,10 +45,10 @@ def test_missing_upstream_cache_names_the_asset_to_materialize():
         assert "materialize guidance_cache[nod] first" in message
 
 
-def test_wan_animate_tiny_builds_its_sub_caches_once(astronaut_png, storage):
+def test_wan_animate_tiny_builds_its_sub_caches_once(upstream_caches, storage):
     resources = {"renderer": WAN_TINY, **STORAGE}
     with dg.instance_for_test() as instance:
-        _upstream(instance, storage, astronaut_png)
+        upstream_caches(instance)
         loop = dg.materialize([backend_guidance_cache], partition_key="nod", instance=instance, resources=resources)
         persona = dg.materialize([backend_persona_cache], partition_key="anchor", instance=instance, resources=resources)
         assert _meta(loop, "backend_guidance_cache")["built"] == 1

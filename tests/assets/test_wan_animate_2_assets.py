@@ -13,9 +13,7 @@ from newsmotion_assets.assets.backend import backend_guidance_cache, backend_per
 from newsmotion_assets.assets.guidance import guidance_cache  # noqa: E402
 from newsmotion_assets.assets.persona import persona_cache  # noqa: E402
 from newsmotion_assets.assets.render import render  # noqa: E402
-from newsmotion_assets.partitions import loop_partitions, persona_partitions  # noqa: E402
 from newsmotion_assets.resources import RendererResource, StorageResource, release_warm_backends  # noqa: E402
-from newsmotion_engine.persona.sources import install_source  # noqa: E402
 from newsmotion_engine.render.telemetry import RenderTelemetry  # noqa: E402
 from newsmotion_engine.render.backends.wan_animate_2 import caches as C  # noqa: E402
 from newsmotion_engine.video.encode import probe_video  # noqa: E402
@@ -26,19 +24,11 @@ TINY2 = {"preset": "tiny", "steps": 1, "device": "cpu", "dtype": "float32", "seg
 KEY = dg.MultiPartitionKey({"persona": "anchor", "loop": "nod"})
 
 
-def _upstream(instance, storage, astronaut_png):
-    install_source(storage, astronaut_png, "anchor")
-    instance.add_dynamic_partitions(loop_partitions.name, ["nod"])
-    instance.add_dynamic_partitions(persona_partitions.name, ["anchor"])
-    assert dg.materialize([guidance_cache], partition_key="nod", instance=instance, resources=STORAGE).success
-    assert dg.materialize([persona_cache], partition_key="anchor", instance=instance, resources=STORAGE).success
-
-
-def test_render_through_the_renderer_resource(astronaut_png, storage):
+def test_render_through_the_renderer_resource(upstream_caches, storage):
     resources = {"renderer": RendererResource(backend="wan-animate-2", options=TINY2, width=64, height=128), **STORAGE}
     try:
         with dg.instance_for_test() as instance:
-            _upstream(instance, storage, astronaut_png)
+            upstream_caches(instance)
             failed = dg.materialize([render], partition_key=KEY, instance=instance, resources=resources, raise_on_error=False)
             assert not failed.success  # renders only load: the backend caches are not there yet
             assert dg.materialize([backend_guidance_cache], partition_key="nod", instance=instance, resources=resources).success
@@ -56,12 +46,12 @@ def test_render_through_the_renderer_resource(astronaut_png, storage):
         release_warm_backends()
 
 
-def test_ab_comparison_asset_writes_per_frame_measures(astronaut_png, storage):
+def test_ab_comparison_asset_writes_per_frame_measures(upstream_caches, storage):
     config = {"a_label": "fp32", "a_backend": "wan-animate-2", "a_options": TINY2,
               "b_label": "two-steps", "b_backend": "wan-animate-2", "b_options": {**TINY2, "steps": 2}}  # fmt: skip
     resources = {"renderer": RendererResource(width=64, height=128), **STORAGE}
     with dg.instance_for_test() as instance:
-        _upstream(instance, storage, astronaut_png)
+        upstream_caches(instance)
         result = dg.materialize([ab_comparison], partition_key=KEY, instance=instance, resources=resources,
                                 run_config={"ops": {"ab_comparison": {"config": config}}})  # fmt: skip
         assert result.success

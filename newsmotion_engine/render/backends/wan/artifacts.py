@@ -1,8 +1,16 @@
 """What both Wan backends' sub-caches are made of: the reference frame they encode, the digest of
-the parent cache they are keyed on, and the tensor files they are written in."""
+the parent cache they are keyed on, and the one format they are stored in.
+
+The format: float32 ``.npy`` arrays in a :mod:`newsmotion_engine.cachedir` cache (each backend's
+``caches`` module declares them as a ``CacheSchema`` of ``ArraySpec``), written atomically into a
+temporary sibling (:func:`save_arrays` inside :func:`cachedir.write_cache`), validated on read
+(metadata, byte sizes, dtype and shape pattern) and memory-mapped; :func:`check_shape` pins the
+sizes a read knows (segments, latent frames, latent size), :func:`as_tensor` copies an array into
+process memory once, as a render hands it to the device."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +19,9 @@ import numpy as np
 from newsmotion_engine import cachedir
 from newsmotion_engine.errors import CacheCorruptError
 
-__all__ = ["load_tensors", "reference_frame", "save_tensors", "source_digest"]
+__all__ = ["F32", "as_tensor", "check_shape", "reference_frame", "save_arrays", "source_digest"]
+
+F32 = "float32"
 
 
 def source_digest(cache: Any) -> str:
@@ -42,25 +52,23 @@ def reference_frame(persona: Any, width: int, height: int, background: tuple[int
     return out
 
 
-def save_tensors(path: Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None) -> None:
-    from safetensors.torch import save_file
+def save_arrays(tmp: Path, arrays: Mapping[str, Any]) -> None:
+    """Write ``arrays`` (numpy arrays or CPU tensors, by file name) as ``.npy`` files into the
+    temporary folder :func:`cachedir.write_cache` hands its build."""
+    for name, value in arrays.items():
+        np.save(tmp / name, np.ascontiguousarray(np.asarray(value)))
 
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata=metadata)
+
+def check_shape(path: Path, array: np.ndarray, shape: tuple[int | None, ...]) -> None:
+    """:class:`CacheCorruptError` unless ``array`` has ``shape`` (``None`` = any size)."""
+    got = tuple(array.shape)
+    if len(got) != len(shape) or any(s is not None and s != g for s, g in zip(shape, got)):
+        raise CacheCorruptError(path, f"shape {list(got)}, expected {[s if s is not None else '*' for s in shape]}")
 
 
-def load_tensors(path: Path, expected: dict[str, tuple[int | None, ...]]) -> dict[str, Any]:
-    """Memory-mapped safetensors load with a shape check (``None`` = any size)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+def as_tensor(array: np.ndarray):
+    """A CPU tensor of a (memory-mapped, read-only) cache array: copied once into process memory,
+    which the following ``.to(device)`` needs anyway."""
+    import torch
 
-    try:
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CacheCorruptError(path, f"not a readable safetensors file ({exc})") from None
-    for name, shape in expected.items():
-        if name not in tensors:
-            raise CacheCorruptError(path, f"lacks tensor {name!r}")
-        got = tuple(tensors[name].shape)
-        if len(got) != len(shape) or any(s is not None and s != g for s, g in zip(shape, got)):
-            raise CacheCorruptError(path, f"tensor {name} has shape {list(got)}, expected {list(shape)}")
-    return tensors
+    return torch.from_numpy(np.array(array, dtype=array.dtype, copy=True))

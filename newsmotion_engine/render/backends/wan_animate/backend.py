@@ -33,7 +33,6 @@ wan-animate-2); this module holds what is wan-animate's own.
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -49,7 +48,7 @@ from newsmotion_engine.render.keyframes import clip_schedule, driving_keypoints
 from newsmotion_engine.render.backends.wan_animate import caches as C
 from newsmotion_engine.render.backends.wan_animate.config import NAME, WanAnimateOptions
 from newsmotion_engine.skeleton import FACE_START
-from newsmotion_engine.render.backends.wan import artifacts, encoders, segments
+from newsmotion_engine.render.backends.wan import artifacts, continuation, encoders, segments
 
 __all__ = ["ClipWork", "WanAnimateBackend", "WanAnimateOOMError"]
 
@@ -205,17 +204,13 @@ class WanAnimateBackend(DiffusersBackend):
             latents = self.denoise_clip_segment(work, k)
             yield from self.decode_clip_segment(work, k, latents)
 
-    # ------------------------------------------------------------------ stages (the render queue)
-    # frames() runs the three stages one after the other; the 3-stage render queue
-    # (newsmotion_engine.render.queue) overlaps them across segments and clips: plan_clip on a CPU
-    # thread, denoise_clip_segment on the GPU's main stream (in segment order: a continuation needs
-    # the previous segment's decoded tail, so it waits for that segment's decode), decode_clip_segment
-    # on a second stream with the encoder.
+    # ------------------------------------------------------------------ stages
+    # frames() runs them per clip: plan_clip once, then per segment (in order: a continuation
+    # reads the previous segment's decoded tail) denoise_clip_segment and decode_clip_segment.
     def plan_clip(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> ClipWork:
         """Stage 1 (CPU): load both sub-caches, build the face video (on a worker thread,
         ``face_video_s`` in the stats) while the pose video is drawn and VAE-encoded per segment
-        (on the GPU, through a copy of the VAE that does not share the decode stage's feature
-        caches; ``pose_encode_s``), draw every segment's noise.
+        (``pose_encode_s``), draw every segment's noise.
 
         Raises:
             BackendCacheError: a sub-cache is missing or stale (nothing is built here).
@@ -265,7 +260,7 @@ class WanAnimateBackend(DiffusersBackend):
         """Stage 2 (GPU): denoise segment ``k`` of ``work`` (segments in order); its latents.
 
         With ``continuation="frames"`` segment ``k > 0`` reads segment ``k - 1``'s decoded tail:
-        :meth:`decode_clip_segment` of ``k - 1`` must have started first (``work.wait_ready``).
+        :meth:`decode_clip_segment` of ``k - 1`` must have run first.
         """
         from newsmotion_engine.render.backends.wan_animate import segment as S
 
@@ -280,12 +275,12 @@ class WanAnimateBackend(DiffusersBackend):
             latents, st = S.denoise_latents(self.components, work.guidance, work.persona, work.faces[idx], plan=work.plan,
                                             segment=k, noise=work.noises[k], steps=o.steps, guidance_scale=o.guidance_scale,
                                             conditioning=conditioning)  # fmt: skip
-        work.timeline.append(("denoise", t0, time.perf_counter()))
         for key in st:
             if key in work.stats:
                 work.stats[key] += st[key]
         if work.continuation == "latent" and k + 1 < work.plan.segments:
-            work.set_conditioning(k + 1, S.latent_conditioning(work.guidance, work.plan, latents))
+            work.set_conditioning(k + 1, continuation.latent_continuation(work.guidance.cond0_latents, latents[:, :, 1:].cpu(),
+                                                                          work.plan.prev_frames))  # fmt: skip
         work.denoised += 1
         return latents
 
@@ -310,20 +305,15 @@ class WanAnimateBackend(DiffusersBackend):
         successor = work.continuation == "frames" and k + 1 < plan.segments
         # decode_s: the decoder's own time (CUDA: GPU time from events around each chunk's kernels,
         # so the consumer's CPU work between chunks is not counted; CPU: the calls' wall time).
-        # The timeline models the decode stream in order: a chunk runs from when it was issued or
-        # the previous chunk ended, whichever is later, for its GPU time.
         chunks = D.stream_decode(self.components.vae, latents, lookahead=int(latents.shape[2]) if successor else 1)
         skip = 0 if k == 0 else self.options.prev_frames
         tail: list[Any] = []  # the decoded chunks (device) that hold the last prev_frames frames
-        index, gpu_free = 0, 0.0
+        index = 0
         while True:
             with self._oom_explained(work.spec):
                 chunk = next(chunks, None)
             if chunk is None:
                 break
-            began = max(chunk.enqueued_at, gpu_free)
-            gpu_free = began + chunk.decode_s
-            work.timeline.append(("decode", began, gpu_free))
             work.stats["decode_s"] += chunk.decode_s
             if successor:
                 tail.append(chunk.video)
@@ -333,10 +323,9 @@ class WanAnimateBackend(DiffusersBackend):
                     t1 = time.perf_counter()
                     with self._oom_explained(work.spec):
                         decoded_tail = _cat_time(tail)
-                        work.set_conditioning(k + 1, S.frame_conditioning(self.components, plan, decoded_tail))
-                    t2 = time.perf_counter()
-                    work.timeline.append(("continuation", t1, t2))
-                    work.stats["continuation_encode_s"] += t2 - t1
+                        tail_frames = decoded_tail[:, :, -plan.prev_frames :]
+                        work.set_conditioning(k + 1, continuation.frames_continuation(self.components.vae, tail_frames, plan.segment_frames))
+                    work.stats["continuation_encode_s"] += time.perf_counter() - t1
                     del decoded_tail, tail[:]
             if chunk.last and k == plan.segments - 1:
                 self._finish(work)
@@ -395,12 +384,11 @@ def face_box(points: np.ndarray, width: int, height: int) -> tuple[int, int, int
 @dataclass
 class ClipWork:
     """One clip between the render stages: its plan, loaded sub-caches, face video, per-segment
-    noise, the continuation mode and the next segment's conditioning, stats and the GPU timeline
-    (``(stage, start, end)`` host times, for the render queue's idle figures).
+    noise, the continuation mode and the next segment's conditioning, and stats.
 
     Continuation: segment ``k > 0`` denoises from a conditioning the previous segment left here
     (:meth:`set_conditioning`): with ``"frames"`` its decode stage builds it, with ``"latent"`` its
-    denoise stage. :meth:`wait_ready` lets the render queue's denoise thread wait for it.
+    denoise stage.
     """
 
     plan: segments.SegmentPlan
@@ -414,24 +402,15 @@ class ClipWork:
     continuation: str = "frames"
     denoised: int = 0
     emitted: int = 0
-    timeline: list[tuple[str, float, float]] = field(default_factory=list)
     _next: tuple[int, Any] | None = field(default=None, init=False, repr=False)  # (segment, its conditioning)
-    _ready: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
 
     def set_conditioning(self, k: int, conditioning: Any) -> None:
         """Hand segment ``k``'s conditioning (float32 ``[1, 20, T_lat, h, w]`` on the CPU) over."""
-        with self._ready:
-            self._next = (k, conditioning)
-            self._ready.notify_all()
+        self._next = (k, conditioning)
 
     def ready(self, k: int) -> bool:
         """Whether segment ``k`` can denoise now (the first always can)."""
         return k == 0 or (self._next is not None and self._next[0] == k)
-
-    def wait_ready(self, k: int, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for segment ``k``'s conditioning; whether it is there."""
-        with self._ready:
-            return self._ready.wait_for(lambda: self.ready(k), timeout)
 
     def conditioning(self, k: int) -> Any:
         """Segment ``k``'s conditioning (``None`` for the first: the cached one).

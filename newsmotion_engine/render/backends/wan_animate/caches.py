@@ -1,14 +1,15 @@
-"""The two ``wan-animate`` sub-caches, written with :mod:`newsmotion_engine.cachedir`:
+"""The two ``wan-animate`` sub-caches, in the Wan backends' one format (:mod:`..wan.artifacts`:
+float32 ``.npy`` arrays in a :mod:`newsmotion_engine.cachedir` cache, validated, memory-mapped):
 
-- **Persona** ``{persona_cache}/wan-animate/{W}x{H}/``: ``ref_latents.safetensors`` (the reference
-  image's VAE latents with the 4 i2v mask channels, float32 ``[1, 20, 1, H/8, W/8]``) and
-  ``image_tokens.safetensors`` (CLIP penultimate hidden states of the whole reference frame
-  stretched to 224 x 224, as Wan preprocesses it: :func:`encode_image_tokens`; float32
-  ``[1, N, D]``). The reference image is the portrait composited over the render background and
-  placed on the W x H frame as the warp backend places it.
-- **Guidance** ``{guidance_cache}/wan-animate/{W}x{H}/``: ``cond0_latents.safetensors`` (the first
-  segment's conditioning: the all-zero video's latents with a zero mask) and
-  ``prompt_embeds.safetensors`` (``prompt`` and ``negative`` UMT5 embeddings, ``[1, 512, D]``).
+- **Persona** ``{persona_cache}/wan-animate/{W}x{H}/``: ``ref_latents.npy`` (the reference
+  image's VAE latents with the 4 i2v mask channels, ``[1, 20, 1, H/8, W/8]``) and
+  ``image_tokens.npy`` (CLIP penultimate hidden states of the whole reference frame stretched to
+  224 x 224, as Wan preprocesses it: :func:`~..wan.encoders.encode_image_tokens`; ``[1, N, D]``).
+  The reference image is the portrait composited over the render background and placed on the
+  W x H frame as every backend places it.
+- **Guidance** ``{guidance_cache}/wan-animate/{W}x{H}/``: ``cond0_latents.npy`` (the first
+  segment's conditioning: the all-zero video's latents with a zero mask), ``prompt_embeds.npy`` and
+  ``negative_embeds.npy`` (UMT5 embeddings, ``[1, 512, D]``).
 
 Pose video: not cached. As in Wan's animation mode (the driving pose retargeted to the reference,
 drawn on a canvas of the reference's size), it is the clip's retargeted keypoints drawn in Wan's
@@ -20,7 +21,7 @@ continue it cyclically (the loops are seamless), where the stock pipeline reflec
 Staleness key (``params``): format version, resolution, segment plan, model identity digest, the
 parent cache's source sha256 (and the prompt / background that went in). Any difference ->
 :class:`CacheStaleError` on read. Reading is this module's :func:`read_guidance_artifacts` /
-:func:`read_persona_artifacts` (validated metadata, then the tensors with a shape check); writing
+:func:`read_persona_artifacts` (validated metadata and arrays, then the shapes the plan fixes); writing
 is :func:`write_guidance_artifacts` / :func:`write_persona_artifacts` (atomic, via
 :func:`cachedir.write_cache`). The backend's ``prepare_guidance`` / ``prepare_persona`` combine
 them through :func:`cachedir.ensure` (the double-checked read-or-build); its render path only reads.
@@ -36,7 +37,8 @@ from typing import Any
 import numpy as np
 
 from newsmotion_engine import cachedir
-from newsmotion_engine.render.backends.wan.artifacts import load_tensors, save_tensors
+from newsmotion_engine.cachedir import ArraySpec
+from newsmotion_engine.render.backends.wan.artifacts import F32, as_tensor, check_shape, save_arrays
 from newsmotion_engine.render.backends.wan.encoders import TEXT_TOKENS, to_video_tensor, vae_encode
 from newsmotion_engine.render.backends.wan.segments import VAE_SCALE_SPATIAL, SegmentPlan
 
@@ -57,17 +59,20 @@ __all__ = [
 
 BACKEND_DIR = "wan-animate"
 FORMAT_VERSION = 1
-# 2: CLIP sees the whole reference frame stretched to 224 x 224 (was centre-cropped): older ones are rebuilt.
-PERSONA_SCHEMA_VERSION = 2
+# 2: CLIP sees the whole reference frame stretched to 224 x 224 (was centre-cropped);
+# 3: .npy arrays, the Wan backends' one sub-cache format (were safetensors). Older ones are rebuilt.
+PERSONA_SCHEMA_VERSION = 3
 PERSONA_SCHEMA = cachedir.CacheSchema(
-    kind="wan-animate-persona", version=PERSONA_SCHEMA_VERSION, arrays={},
-    files=("ref_latents.safetensors", "image_tokens.safetensors"),
+    kind="wan-animate-persona", version=PERSONA_SCHEMA_VERSION,
+    arrays={"ref_latents.npy": ArraySpec(F32, (1, 20, 1, None, None)), "image_tokens.npy": ArraySpec(F32, (1, None, None))},
 )  # fmt: skip
-# 2: the pose latents left the guidance sub-cache (encoded per render): older ones are rebuilt.
-GUIDANCE_SCHEMA_VERSION = 2
+# 2: the pose latents left the guidance sub-cache (encoded per render); 3: .npy arrays. Older ones are rebuilt.
+GUIDANCE_SCHEMA_VERSION = 3
 GUIDANCE_SCHEMA = cachedir.CacheSchema(
-    kind="wan-animate-guidance", version=GUIDANCE_SCHEMA_VERSION, arrays={},
-    files=("cond0_latents.safetensors", "prompt_embeds.safetensors"),
+    kind="wan-animate-guidance", version=GUIDANCE_SCHEMA_VERSION,
+    arrays={"cond0_latents.npy": ArraySpec(F32, (1, 20, None, None, None)),
+            "prompt_embeds.npy": ArraySpec(F32, (1, TEXT_TOKENS, None)),
+            "negative_embeds.npy": ArraySpec(F32, (1, TEXT_TOKENS, None))},
 )  # fmt: skip
 
 
@@ -99,23 +104,14 @@ def pose_frames(persona: Any, keypoints: np.ndarray, width: int, height: int) ->
 def encode_pose_latents(vae: Any, frames: np.ndarray, plan: SegmentPlan, device: Any):
     """One VAE encoding per inference segment of ``plan`` of the pose video ``frames`` (uint8
     ``[T, H, W, 3]``; segment ``k`` covers frames ``plan.start(k) ...``, cyclically past the end)
-    -> float32 ``[S, 16, T_lat, H/8, W/8]`` on the CPU.
-
-    Encodes through a shallow copy of ``vae``: it shares the weights but has its own temporal
-    feature caches. diffusers' Wan VAE keeps those on the module and clears them at every encode
-    and decode, so an encode on the render queue's prepare thread would otherwise corrupt a
-    decode running on its finish thread at the same time.
-    """
-    import copy
-
+    -> float32 ``[S, 16, T_lat, H/8, W/8]`` on the CPU."""
     import torch
 
-    encoder = copy.copy(vae)
     n = int(frames.shape[0])
     out = []
     for k in range(plan.segments):
         idx = [(plan.start(k) + j) % n for j in range(plan.segment_frames)]
-        out.append(vae_encode(encoder, to_video_tensor(frames[idx]), device))
+        out.append(vae_encode(vae, to_video_tensor(frames[idx]), device))
     return torch.cat(out)
 
 
@@ -144,24 +140,22 @@ def read_guidance_artifacts(cache_dir: Path, source: Mapping[str, Any], params: 
     """Validate the guidance sub-cache against ``source`` / ``params`` and load its tensors.
 
     Raises:
-        CacheMissingError / CacheStaleError / CacheCorruptError (from :mod:`cachedir`, or a tensor
+        CacheMissingError / CacheStaleError / CacheCorruptError (from :mod:`cachedir`, or an array
         of the wrong shape).
     """
-    cachedir.read_cache(cache_dir, GUIDANCE_SCHEMA, expected_source=source, expected_params=params)
+    a = cachedir.read_cache(cache_dir, GUIDANCE_SCHEMA, expected_source=source, expected_params=params).arrays
     h, w, t = height // VAE_SCALE_SPATIAL, width // VAE_SCALE_SPATIAL, plan.latent_frames
-    cond0 = load_tensors(cache_dir / "cond0_latents.safetensors", {"cond0_latents": (1, 20, t, h, w)})
-    text = load_tensors(cache_dir / "prompt_embeds.safetensors", {"prompt": (1, TEXT_TOKENS, None), "negative": (1, TEXT_TOKENS, None)})
-    return GuidanceArtifacts(cond0["cond0_latents"], text["prompt"], text["negative"])
+    check_shape(cache_dir / "cond0_latents.npy", a["cond0_latents.npy"], (1, 20, t, h, w))
+    return GuidanceArtifacts(as_tensor(a["cond0_latents.npy"]), as_tensor(a["prompt_embeds.npy"]), as_tensor(a["negative_embeds.npy"]))
 
 
 def write_guidance_artifacts(cache_dir: Path, artifacts: GuidanceArtifacts, *, source: Mapping[str, Any],
                              params: Mapping[str, Any], extra: Mapping[str, Any]) -> None:  # fmt: skip
     """Write the guidance sub-cache atomically (call under the cache's lock: :func:`cachedir.ensure`)."""
-    meta = {"weights": str(extra.get("weights", ""))}
 
     def build(tmp: Path) -> None:
-        save_tensors(tmp / "cond0_latents.safetensors", {"cond0_latents": artifacts.cond0_latents}, meta)
-        save_tensors(tmp / "prompt_embeds.safetensors", {"prompt": artifacts.prompt_embeds, "negative": artifacts.negative_embeds}, meta)
+        save_arrays(tmp, {"cond0_latents.npy": artifacts.cond0_latents, "prompt_embeds.npy": artifacts.prompt_embeds,
+                          "negative_embeds.npy": artifacts.negative_embeds})  # fmt: skip
 
     cachedir.write_cache(cache_dir, build, schema=GUIDANCE_SCHEMA, source=source, params=params, extra=extra)
 
@@ -169,20 +163,16 @@ def write_guidance_artifacts(cache_dir: Path, artifacts: GuidanceArtifacts, *, s
 def read_persona_artifacts(cache_dir: Path, source: Mapping[str, Any], params: Mapping[str, Any],
                            width: int, height: int) -> PersonaArtifacts:  # fmt: skip
     """Validate the persona sub-cache against ``source`` / ``params`` and load its tensors."""
-    cachedir.read_cache(cache_dir, PERSONA_SCHEMA, expected_source=source, expected_params=params)
-    h, w = height // VAE_SCALE_SPATIAL, width // VAE_SCALE_SPATIAL
-    ref = load_tensors(cache_dir / "ref_latents.safetensors", {"ref_latents": (1, 20, 1, h, w)})
-    tokens = load_tensors(cache_dir / "image_tokens.safetensors", {"image_tokens": (1, None, None)})
-    return PersonaArtifacts(ref["ref_latents"], tokens["image_tokens"])
+    a = cachedir.read_cache(cache_dir, PERSONA_SCHEMA, expected_source=source, expected_params=params).arrays
+    check_shape(cache_dir / "ref_latents.npy", a["ref_latents.npy"], (1, 20, 1, height // VAE_SCALE_SPATIAL, width // VAE_SCALE_SPATIAL))
+    return PersonaArtifacts(as_tensor(a["ref_latents.npy"]), as_tensor(a["image_tokens.npy"]))
 
 
 def write_persona_artifacts(cache_dir: Path, artifacts: PersonaArtifacts, *, source: Mapping[str, Any],
                             params: Mapping[str, Any], extra: Mapping[str, Any]) -> None:  # fmt: skip
     """Write the persona sub-cache atomically (call under the cache's lock: :func:`cachedir.ensure`)."""
-    meta = {"weights": str(extra.get("weights", ""))}
 
     def build(tmp: Path) -> None:
-        save_tensors(tmp / "ref_latents.safetensors", {"ref_latents": artifacts.ref_latents}, meta)
-        save_tensors(tmp / "image_tokens.safetensors", {"image_tokens": artifacts.image_tokens}, meta)
+        save_arrays(tmp, {"ref_latents.npy": artifacts.ref_latents, "image_tokens.npy": artifacts.image_tokens})
 
     cachedir.write_cache(cache_dir, build, schema=PERSONA_SCHEMA, source=source, params=params, extra=extra)

@@ -83,6 +83,7 @@ from newsmotion_engine.render.backends.wan.diffusers_config import (  # the flat
     RANDOM_WEIGHTS_LABEL,
     DiffusersOptions,
 )
+from newsmotion_engine.render.backends.wan.continuation import CONTINUATIONS
 from newsmotion_engine.render.backends.wan.prompts import WAN_ANIMATE_PROMPT, WAN_NEGATIVE_PROMPT
 from newsmotion_engine.render.backends.wan.diffusers_config import parse_accelerations as _parse_accelerations
 
@@ -105,8 +106,6 @@ RELEASED_SEGMENT_FRAMES = 77
 RELEASED_STEPS = 20
 RELEASED_GUIDANCE = 1.0
 RELEASED_FPS = 30  # the official preprocessing resamples the driving video to 30 fps
-# "frames": as trained (decoded frames VAE-encoded); "latent": opt-in, not as trained.
-CONTINUATIONS = ("frames", "latent")
 
 
 class WanAnimateConfigError(BackendOptionError):

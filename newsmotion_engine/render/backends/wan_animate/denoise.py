@@ -21,8 +21,8 @@ import torch
 
 from newsmotion_engine.accel.cfg import CFGStrategy
 
-__all__ = ["DecodedChunk", "SegmentInputs", "decode_latents", "decode_video", "denoise_segment", "frame_continuation",
-           "latent_continuation", "stream_decode", "streaming_unsupported", "to_frames"]
+__all__ = ["DecodedChunk", "SegmentInputs", "decode_latents", "decode_video", "denoise_segment", "stream_decode",
+           "streaming_unsupported", "to_frames"]
 
 
 @dataclass
@@ -144,37 +144,6 @@ def _resized_inputs(inputs: SegmentInputs, size: tuple[int, int]) -> SegmentInpu
                                pose_latents=_resize(inputs.pose_latents, size))  # fmt: skip
 
 
-def frame_continuation(vae: Any, tail: torch.Tensor, segment_frames: int, mask: torch.Tensor) -> torch.Tensor:
-    """Conditioning of a continuation segment as the model was trained (Wan's ``animate.py``, the
-    stock pipeline's ``prepare_prev_segment_cond_latents``): the previous segment's last decoded
-    frames ``tail`` (``[1, 3, prev_frames, H, W]`` in [-1, 1], straight from the VAE decoder, no
-    uint8 rounding), followed by zero frames up to ``segment_frames``, VAE-encoded (distribution
-    mode, normalized), with ``mask`` (prev_frames known) in front -> float32 ``[1, 20, T_lat, h, w]``
-    on the CPU."""
-    from newsmotion_engine.render.backends.wan.encoders import vae_encode
-
-    b, c, n, h, w = tail.shape
-    zeros = torch.zeros(b, c, segment_frames - n, h, w, dtype=tail.dtype, device=tail.device)
-    lat = vae_encode(vae, torch.cat([tail, zeros], dim=2), tail.device)
-    return torch.cat([mask.to(lat), lat], dim=1)
-
-
-def latent_continuation(cond0: torch.Tensor, previous: torch.Tensor, prev_frames: int, mask: torch.Tensor) -> torch.Tensor:
-    """EXPERIMENTAL, not what the model was trained on (opt-in ``continuation="latent"``):
-    conditioning of a continuation segment without re-encoding pixels: the first-segment
-    conditioning (all-zero video) whose first ``ceil(prev_frames / 4)`` latent frames are replaced
-    by the previous segment's last denoised latent frames, with the mask marking them known.
-
-    The model reads that slot as the VAE encoding of ``prev_frames`` decoded frames
-    (:func:`frame_continuation`): here latent frame 0 (trained: one pixel frame) holds a 4-frame
-    latent, and with ``prev_frames=5`` the two latent frames cover the last 8 frames, not 5.
-    """
-    n = (prev_frames - 1) // 4 + 1
-    lat = cond0[:, 4:].clone()
-    lat[:, :, :n] = previous[:, :, -n:].to(lat.dtype)
-    return torch.cat([mask.to(lat), lat], dim=1)
-
-
 def _denormalized(vae: Any, latents: torch.Tensor) -> torch.Tensor:
     """The VAE's input: ``latents`` without the reference latent frame, denormalized, VAE dtype."""
     z = vae.config.z_dim
@@ -208,16 +177,14 @@ def to_frames(video: torch.Tensor) -> np.ndarray:
 @dataclass
 class DecodedChunk:
     """Frames of one latent frame's decode (:func:`stream_decode`): ``video`` ``[1, 3, n, H, W]``
-    in [-1, 1] (VAE dtype, on the VAE's device: what :func:`frame_continuation` reads) and
+    in [-1, 1] (VAE dtype, on the VAE's device: what a ``"frames"`` continuation reads) and
     ``frames``, the same as uint8 ``[n, H, W, 3]`` on the host, ready to read. ``decode_s``: the
     decoder's time for this chunk (CUDA: GPU time between two events around its kernels; CPU:
-    wall time of the calls); ``enqueued_at``: host ``perf_counter`` when its work was issued;
-    ``last``: the segment's final chunk."""
+    wall time of the calls); ``last``: the segment's final chunk."""
 
     video: torch.Tensor
     frames: np.ndarray
     decode_s: float
-    enqueued_at: float
     last: bool
 
 
@@ -282,7 +249,7 @@ def stream_decode(vae: Any, latents: torch.Tensor, *, lookahead: int = 1) -> Ite
         t0 = time.perf_counter()
         video = decode_video(vae, latents)
         frames = to_frames(video)  # synchronous
-        yield DecodedChunk(video, frames, time.perf_counter() - t0, t0, True)
+        yield DecodedChunk(video, frames, time.perf_counter() - t0, True)
         return
     cuda = latents.device.type == "cuda"
     pending: list[tuple] = []  # chunks issued, not handed out yet
@@ -306,19 +273,19 @@ def stream_decode(vae: Any, latents: torch.Tensor, *, lookahead: int = 1) -> Ite
                 host.copy_(frames, non_blocking=True)
                 ready = torch.cuda.Event()
                 ready.record()
-                pending.append((video, host, frames, (start, end), ready, 0.0, t0, i == n - 1))
+                pending.append((video, host, frames, (start, end), ready, 0.0, i == n - 1))
             else:
-                pending.append((video, frames, frames, None, None, time.perf_counter() - t0, t0, i == n - 1))
+                pending.append((video, frames, frames, None, None, time.perf_counter() - t0, i == n - 1))
         while len(pending) > lookahead or (pending and i == n - 1):
             yield _ready_chunk(pending.pop(0))
 
 
 def _ready_chunk(item: tuple) -> DecodedChunk:
-    video, host, _device_frames, events, ready, seconds, enqueued_at, last = item
+    video, host, _device_frames, events, ready, seconds, last = item
     if ready is not None:
         ready.synchronize()  # its host copy has landed (and its decode kernels are done)
         seconds = events[0].elapsed_time(events[1]) / 1e3
-    return DecodedChunk(video, host.numpy(), seconds, enqueued_at, last)
+    return DecodedChunk(video, host.numpy(), seconds, last)
 
 
 def decode_latents(vae: Any, latents: torch.Tensor) -> np.ndarray:

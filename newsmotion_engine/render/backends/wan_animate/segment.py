@@ -4,8 +4,7 @@
 every segment of a clip, and the GPU benchmark's "ours" side calls it for the segment it times
 (STYLE 13: the benchmark measures the code users run). It assembles the segment's inputs from the
 guidance and persona artifacts and the segment's conditioning (the first segment's cached one, or
-a continuation's: :func:`frame_conditioning`, the previous segment's decoded tail VAE-encoded as
-the model was trained, or the opt-in :func:`latent_conditioning`), builds the CFG strategy from the components' schedule (set by the
+a continuation's, :mod:`..wan.continuation`), builds the CFG strategy from the components' schedule (set by the
 ``CFGSchedule`` acceleration; plain CFG without one), resets TeaCache's state (a new trajectory),
 denoises (:func:`denoise.denoise_segment`) and decodes.
 
@@ -29,12 +28,11 @@ import torch
 from newsmotion_engine.accel.cfg import CFGStrategy
 from newsmotion_engine.accel.teacache import reset_teacache, teacache_stats
 from newsmotion_engine.render.backends.wan_animate import denoise
-from newsmotion_engine.render.backends.wan.encoders import i2v_mask, to_video_tensor
-from newsmotion_engine.render.backends.wan.segments import VAE_SCALE_SPATIAL, SegmentPlan
+from newsmotion_engine.render.backends.wan.encoders import to_video_tensor
+from newsmotion_engine.render.backends.wan.segments import SegmentPlan
 from newsmotion_engine.render.backends.wan_animate.caches import GuidanceArtifacts, PersonaArtifacts
 
-__all__ = ["SegmentResult", "decode_frames", "denoise_latents", "frame_conditioning", "latent_conditioning",
-           "render_segment"]
+__all__ = ["SegmentResult", "decode_frames", "denoise_latents", "render_segment"]
 
 
 @dataclass
@@ -61,7 +59,7 @@ def render_segment(
     conditioning: torch.Tensor | None = None,
 ) -> SegmentResult:
     """Denoise and decode segment ``segment`` of ``plan`` (:func:`denoise_latents`, then
-    :func:`decode_frames`; the 3-stage render queue calls the two separately, on two streams).
+    :func:`decode_frames`).
 
     Args:
         components: the backend's loaded components (``transformer``, ``vae``, ``device``,
@@ -71,7 +69,7 @@ def render_segment(
         noise: float32 ``[1, 16, 1 + T_lat, h, w]`` initial latents.
         steps, guidance_scale: sampling settings (guidance 1.0 = no unconditional pass).
         conditioning: float32 ``[1, 20, T_lat, h, w]`` (mask + latents) of a continuation segment
-            (:func:`frame_conditioning` or :func:`latent_conditioning` of the previous one);
+            (:mod:`..wan.continuation`, from the previous one);
             required for every segment after the first, which uses the cached one.
     """
     latents, stats = denoise_latents(components, guidance, persona, face_frames, plan=plan, segment=segment, noise=noise,
@@ -97,8 +95,8 @@ def denoise_latents(
     (``denoise_s``, CFG passes, TeaCache computed / skipped)."""
     dev, dtype = components.device, components.dtype
     if segment > 0 and conditioning is None:
-        raise ValueError(f"render_segment: continuation segment {segment} needs its conditioning (frame_conditioning or "
-                         "latent_conditioning of the previous segment)")  # fmt: skip
+        raise ValueError(f"render_segment: continuation segment {segment} needs its conditioning (the previous "
+                         "segment's continuation)")  # fmt: skip
     cond = guidance.cond0_latents if segment == 0 else conditioning
     use_cfg = guidance_scale > 1.0
     inputs = denoise.SegmentInputs(
@@ -118,7 +116,6 @@ def denoise_latents(
                                           pyramid=getattr(components, "pyramid", None),
                                           new_scheduler=components.new_scheduler)  # fmt: skip
     if getattr(dev, "type", "cpu") == "cuda":
-        # This stream only: a device-wide sync would also wait for the render queue's decode stream.
         torch.cuda.current_stream(dev).synchronize()
     tc = teacache_stats(components.transformer)
     stats = {"denoise_s": time.perf_counter() - t0, **strategy.stats(),
@@ -127,28 +124,7 @@ def denoise_latents(
 
 
 def decode_frames(components: Any, latents: torch.Tensor) -> tuple[np.ndarray, float]:
-    """The decoding half of :func:`render_segment`: uint8 ``[T, H, W, 3]`` frames and seconds.
-    Runs on the current CUDA stream (the render queue's decode stream)."""
+    """The decoding half of :func:`render_segment`: uint8 ``[T, H, W, 3]`` frames and seconds."""
     t0 = time.perf_counter()
     video = denoise.decode_latents(components.vae, latents)  # ends in a copy to the host: synchronous
     return video, time.perf_counter() - t0
-
-
-def frame_conditioning(components: Any, plan: SegmentPlan, video: torch.Tensor) -> torch.Tensor:
-    """The next segment's conditioning as the model was trained: the last ``plan.prev_frames``
-    frames of this segment's decoded ``video`` (before uint8 rounding), then zero frames,
-    VAE-encoded, with the mask marking ``prev_frames`` known -> float32 ``[1, 20, T_lat, h, w]`` on
-    the CPU (the copy synchronizes the stream it ran on)."""
-    h, w = video.shape[-2] // VAE_SCALE_SPATIAL, video.shape[-1] // VAE_SCALE_SPATIAL
-    mask = i2v_mask(plan.latent_frames, h, w, plan.prev_frames)
-    with torch.no_grad():
-        return denoise.frame_continuation(components.vae, video[:, :, -plan.prev_frames :], plan.segment_frames, mask)
-
-
-def latent_conditioning(guidance: GuidanceArtifacts, plan: SegmentPlan, latents: torch.Tensor) -> torch.Tensor:
-    """The opt-in ``continuation="latent"`` conditioning (EXPERIMENTAL, not what the model was
-    trained on: see :func:`denoise.latent_continuation`) from this segment's denoised ``latents``
-    (reference frame first); no VAE encode."""
-    h, w = guidance.cond0_latents.shape[-2:]
-    mask = i2v_mask(plan.latent_frames, h, w, plan.prev_frames)
-    return denoise.latent_continuation(guidance.cond0_latents, latents[:, :, 1:].cpu(), plan.prev_frames, mask)

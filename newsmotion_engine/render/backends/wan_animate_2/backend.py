@@ -295,7 +295,7 @@ class WanAnimate2Backend(DiffusersBackend):
 
         comps, o = self.components, self.options
         dev, dtype = comps.device, comps.dtype
-        t = lambda a: C.as_tensor(a).to(dev, dtype)  # noqa: E731
+        t = lambda a: artifacts.as_tensor(a).to(dev, dtype)  # noqa: E731
         # FP8 (and offloaded) layers quantize as the extract pass stores each layer's K/V.
         # Under the 8-bit in-context attention a cache that no file is written from is stored
         # straight in that kernel's form (kv.py: 8-bit, whatever kv_fp8 says — the kernel reads
@@ -370,7 +370,6 @@ class WanAnimate2Backend(DiffusersBackend):
     def _frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
         import torch
 
-        from newsmotion_engine.render.backends.wan_animate_2.decode_ahead import BackgroundDecode, overlaps
         from newsmotion_engine.render.backends.wan_animate_2.segment import render_segment
 
         o, comps = self.options, self.components
@@ -385,17 +384,7 @@ class WanAnimate2Backend(DiffusersBackend):
         gen = torch.Generator("cpu").manual_seed(spec.seed)
         stats: dict[str, Any] = {"segments": plan.segments, "kv_s": 0.0, "denoise_s": 0.0, "decode_s": 0.0,
                                  "cond_passes": 0, "uncond_passes": 0, "teacache_computed": 0, "teacache_skipped": 0, "segment_denoise_s": []}  # fmt: skip
-        overlap = overlaps(o.decode_overlap, comps.device, o.continuation)
-        emitted, previous, pending = 0, None, None  # pending: (segment, BackgroundDecode)
-        decode_wait_s = 0.0
-
-        def collect(job: BackgroundDecode) -> np.ndarray:
-            nonlocal decode_wait_s
-            t = time.perf_counter()
-            _, frames = job.result()
-            decode_wait_s += time.perf_counter() - t
-            stats["decode_s"] += job.decode_s
-            return frames
+        emitted, previous = 0, None
 
         def emit(k: int, frames: np.ndarray) -> Iterator[np.ndarray]:
             nonlocal emitted
@@ -405,47 +394,23 @@ class WanAnimate2Backend(DiffusersBackend):
                 emitted += 1
                 yield np.ascontiguousarray(frame)
 
-        try:
-            for k in range(plan.segments):
-                noise = torch.randn(geom.noise_shape, generator=gen, dtype=torch.float32)
-                # The clip's last frames are all a segment has to decode, unless the next segment
-                # continues from its decoded pixels (continuation="pixel").
-                first = 0 if k == 0 else o.prev_frames
-                last_needed = k == plan.segments - 1 or o.continuation != "pixel"
-                # (counted from the plan: with decode_overlap the previous segment's frames are
-                # not emitted yet)
-                emitted_before = min(T, k * (geom.segment_frames - o.prev_frames) + (o.prev_frames if k else 0))
-                wanted = first + (T - emitted_before)
-                decode = wanted if last_needed and wanted < geom.segment_frames else None
-                result = render_segment(comps, g, p, geom=geom, segment=k, noise=noise, steps=o.num_steps,
-                                        guidance_scale=o.cfg_scale, kv_source=kv_source, previous=previous,
-                                        continuation=o.continuation, prev_frames=o.prev_frames, generator=gen,
-                                        decode_frames=decode, decode=not overlap)  # fmt: skip
-                for key in ("kv_s", "denoise_s", "decode_s", "cond_passes", "uncond_passes", "teacache_computed", "teacache_skipped"):
-                    stats[key] += result.stats[key]
-                stats["segment_denoise_s"].append(round(result.stats["denoise_s"], 3))
-                previous = result
-                if not overlap:
-                    yield from emit(k, result.frames)
-                    continue
-                # This segment decodes in the background while the next one denoises. The one
-                # before it (decoding since this one started) is collected first: the VAE keeps
-                # its causal cache on the module, so two decodes must never overlap.
-                # The consumer (the mp4 encoder) takes the earlier frames while this one decodes.
-                done = collect(pending[1]) if pending is not None else None
-                pending = (k, BackgroundDecode(comps.vae, result.latents, decode, comps.device))
-                if done is not None:
-                    yield from emit(k - 1, done)
-            if pending is not None:
-                k, job = pending
-                pending = None
-                yield from emit(k, collect(job))
-        finally:
-            if pending is not None:  # the consumer stopped early: let the worker finish first
-                pending[1].wait()
-        stats["decode_overlap"] = overlap
-        if overlap:
-            stats["decode_wait_s"] = round(decode_wait_s, 3)
+        for k in range(plan.segments):
+            noise = torch.randn(geom.noise_shape, generator=gen, dtype=torch.float32)
+            # The clip's last frames are all a segment has to decode, unless the next segment
+            # continues from its decoded frames (continuation="frames").
+            first = 0 if k == 0 else o.prev_frames
+            last_needed = k == plan.segments - 1 or o.continuation != "frames"
+            wanted = first + (T - emitted)
+            decode = wanted if last_needed and wanted < geom.segment_frames else None
+            result = render_segment(comps, g, p, geom=geom, segment=k, noise=noise, steps=o.num_steps,
+                                    guidance_scale=o.cfg_scale, kv_source=kv_source, previous=previous,
+                                    continuation=o.continuation, prev_frames=o.prev_frames, generator=gen,
+                                    decode_frames=decode)  # fmt: skip
+            for key in ("kv_s", "denoise_s", "decode_s", "cond_passes", "uncond_passes", "teacache_computed", "teacache_skipped"):
+                stats[key] += result.stats[key]
+            stats["segment_denoise_s"].append(round(result.stats["denoise_s"], 3))
+            previous = result
+            yield from emit(k, result.frames)
         stats["prep_s"] = prep_s
         for key in ("kv_s", "denoise_s", "decode_s", "prep_s"):
             stats[key] = round(stats[key], 3)

@@ -1,6 +1,9 @@
 """The ``wan-animate-2`` sub-caches (one format module; written with :mod:`newsmotion_engine.cachedir`,
 arrays memory-mapped on load).
 
+The format is the one both Wan backends use (:mod:`..wan.artifacts`): float32 ``.npy`` arrays,
+validated and memory-mapped.
+
 - **Tier 1, per (loop, resolution)** ``{guidance_cache}/wan-animate-2/{W}x{H}/`` — the inputs of
   every segment's reference-extraction pass plus the loop's persona-free text, none of which depend
   on the persona (float32 ``.npy``):
@@ -49,13 +52,13 @@ import numpy as np
 from newsmotion_engine import cachedir
 from newsmotion_engine.cachedir import ArraySpec
 from newsmotion_engine.errors import CacheCorruptError
+from newsmotion_engine.render.backends.wan.artifacts import F32, check_shape, save_arrays
 from newsmotion_engine.render.backends.wan.segments import SegmentPlan
 
 __all__ = [
     "GUIDANCE_SCHEMA",
     "PERSONA_SCHEMA",
     "GuidanceArtifacts",
-    "as_tensor",
     "PersonaArtifacts",
     "guidance_artifacts_dir",
     "kv_cache_dir",
@@ -73,7 +76,6 @@ BACKEND_DIR = "wan-animate-2"
 FORMAT_VERSION = 2
 TEXT_TOKENS = 512
 VAE_SCALE = 8
-F32 = "float32"
 GUIDANCE_SCHEMA = cachedir.CacheSchema(
     kind="wan-animate-2-guidance",
     version=FORMAT_VERSION,
@@ -140,25 +142,6 @@ def kv_cache_dir(guidance_dir: Path) -> Path:
     return guidance_dir / "kv"
 
 
-def _check_shape(path: Path, array: np.ndarray, shape: tuple[int | None, ...]) -> None:
-    got = tuple(array.shape)
-    if len(got) != len(shape) or any(s is not None and s != g for s, g in zip(shape, got)):
-        raise CacheCorruptError(path, f"shape {list(got)}, expected {[s if s is not None else '*' for s in shape]}")
-
-
-def as_tensor(array: np.ndarray):
-    """A CPU tensor of a (memory-mapped, read-only) cache array: copied once into process memory,
-    which the following ``.to(device)`` needs anyway."""
-    import torch
-
-    return torch.from_numpy(np.array(array, dtype=array.dtype, copy=True))
-
-
-def _save(tmp: Path, arrays: Mapping[str, Any]) -> None:
-    for name, value in arrays.items():
-        np.save(tmp / name, np.ascontiguousarray(value))
-
-
 def read_guidance_artifacts(cache_dir: Path, source: Mapping[str, Any], params: Mapping[str, Any], plan: SegmentPlan,
                             width: int, height: int) -> GuidanceArtifacts:  # fmt: skip
     """Validate Tier 1 against ``source`` / ``params`` and memory-map it (shapes checked against
@@ -166,8 +149,8 @@ def read_guidance_artifacts(cache_dir: Path, source: Mapping[str, Any], params: 
     loaded = cachedir.read_cache(cache_dir, GUIDANCE_SCHEMA, expected_source=source, expected_params=params)
     a = loaded.arrays
     h, w, t = height // VAE_SCALE, width // VAE_SCALE, plan.latent_frames
-    _check_shape(cache_dir / "driving_condition.npy", a["driving_condition.npy"], (plan.segments, 20, t, h, w))
-    _check_shape(cache_dir / "gen_condition.npy", a["gen_condition.npy"], (20, t, h, w))
+    check_shape(cache_dir / "driving_condition.npy", a["driving_condition.npy"], (plan.segments, 20, t, h, w))
+    check_shape(cache_dir / "gen_condition.npy", a["gen_condition.npy"], (20, t, h, w))
     return GuidanceArtifacts(a["driving_condition.npy"], a["clip_context.npy"], a["gen_condition.npy"],
                              a["negative_embeds.npy"], a["prompt_ref_embeds.npy"])  # fmt: skip
 
@@ -177,7 +160,7 @@ def write_guidance_artifacts(cache_dir: Path, artifacts: GuidanceArtifacts, *, s
     """Write Tier 1 atomically (under the cache's lock: :func:`cachedir.ensure`)."""
 
     def build(tmp: Path) -> None:
-        _save(tmp, {"driving_condition.npy": artifacts.driving_condition, "clip_context.npy": artifacts.clip_context,
+        save_arrays(tmp, {"driving_condition.npy": artifacts.driving_condition, "clip_context.npy": artifacts.clip_context,
                     "gen_condition.npy": artifacts.gen_condition,
                     "negative_embeds.npy": artifacts.negative_embeds, "prompt_ref_embeds.npy": artifacts.prompt_ref_embeds})  # fmt: skip
 
@@ -188,14 +171,14 @@ def read_persona_artifacts(cache_dir: Path, source: Mapping[str, Any], params: M
                            width: int, height: int) -> PersonaArtifacts:  # fmt: skip
     loaded = cachedir.read_cache(cache_dir, PERSONA_SCHEMA, expected_source=source, expected_params=params)
     ref = loaded.arrays["ref_latents.npy"]
-    _check_shape(cache_dir / "ref_latents.npy", ref, (20, 1, height // VAE_SCALE, width // VAE_SCALE))
+    check_shape(cache_dir / "ref_latents.npy", ref, (20, 1, height // VAE_SCALE, width // VAE_SCALE))
     return PersonaArtifacts(ref, loaded.arrays["image_tokens.npy"], loaded.arrays["prompt_embeds.npy"])
 
 
 def write_persona_artifacts(cache_dir: Path, artifacts: PersonaArtifacts, *, source: Mapping[str, Any],
                             params: Mapping[str, Any], extra: Mapping[str, Any]) -> None:  # fmt: skip
     def build(tmp: Path) -> None:
-        _save(tmp, {"ref_latents.npy": artifacts.ref_latents, "image_tokens.npy": artifacts.image_tokens,
+        save_arrays(tmp, {"ref_latents.npy": artifacts.ref_latents, "image_tokens.npy": artifacts.image_tokens,
                     "prompt_embeds.npy": artifacts.prompt_embeds})
 
     cachedir.write_cache(cache_dir, build, schema=PERSONA_SCHEMA, source=source, params=params, extra=extra)
@@ -207,7 +190,7 @@ def write_kv_cache(cache_dir: Path, segments: list[tuple[np.ndarray, np.ndarray]
 
     def build(tmp: Path) -> None:
         for k, (data, scale) in enumerate(segments):
-            _save(tmp, {f"kv_{k}.npy": data, f"kv_scale_{k}.npy": scale})
+            save_arrays(tmp, {f"kv_{k}.npy": data, f"kv_scale_{k}.npy": scale})
 
     cachedir.write_cache(cache_dir, build, schema=kv_schema(len(segments)), source=source, params=params, extra=extra)
 

@@ -2,7 +2,7 @@
 architecture with seeded random weights.
 
 Render-time components (:func:`load_render_components`): transformer, VAE (its decoder; its
-encoder only for ``continuation="pixel"``), scheduler config. The image encoder and the text
+encoder only for ``continuation="frames"``), scheduler config. The image encoder and the text
 encoder are for cache building only (:func:`load_image_encoder`, :func:`load_text_encoder`).
 
 The scheduler is the class and config of the folder's ``scheduler/scheduler_config.json`` (a

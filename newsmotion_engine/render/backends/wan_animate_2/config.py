@@ -64,6 +64,7 @@ from typing import Any, ClassVar, Literal
 from newsmotion_engine.accel.registry import AccelConfig
 from newsmotion_engine.render.base import BackendOptionError
 from newsmotion_engine.errors import BadInputError
+from newsmotion_engine.render.backends.wan.continuation import CONTINUATIONS
 from newsmotion_engine.render.backends.wan.diffusers_config import (
     DTYPES,
     RANDOM_WEIGHTS_LABEL,
@@ -157,8 +158,6 @@ PRESETS: dict[str, Preset] = {
     ),  # fmt: skip
 }
 
-_CONTINUATION = ("latent", "pixel")
-_DECODE_OVERLAP = ("off", "on", "auto")
 # Technique name -> why it does not apply to this model (checked without importing torch).
 _REFUSED = {
     "sparse_attention": "the block-sparse layout is written for Wan-Animate's dense self-attention, not the flex block mask",
@@ -193,7 +192,7 @@ class WanAnimate2Options(DiffusersOptions):
             (120 frames: 2 x 61 instead of 2 x 81, 41 frames that the stock pipeline denoises and
             throws away are never rendered).
         prev_frames: frames carried into the next segment (the stock default 1).
-        continuation: ``"pixel"`` (default: as the model was trained and the stock pipeline
+        continuation: ``"frames"`` (default: as the model was trained and the stock pipeline
             does, the next segment's conditioning is the VAE encoding of the previous segment's
             last decoded frames) or ``"latent"`` (EXPERIMENTAL, not what the model was trained on:
             the previous segment's last latent frame, no VAE encode at render time; its picture
@@ -202,11 +201,6 @@ class WanAnimate2Options(DiffusersOptions):
             (:func:`.caption.persona_caption`, cached with the persona, Tier 2); negative_prompt
             (default empty) / prompt_ref (default ``人物动作的参考视频``): the modular pipeline's
             defaults (cached in Tier 1).
-        decode_overlap: ``"off"`` (default), ``"on"`` or ``"auto"`` (on CUDA devices only): decode
-            each segment in a worker thread on a side stream while the next segment denoises
-            (latent continuation only; the same frames, :mod:`.decode_ahead`). Off by default: on
-            the 14B clip the H200 is already busy and the overlapped decode slowed the
-            denoising more than it saved (BENCHMARKS.md).
     Reference K/V:
         reference_kv: ``"extract"`` (default), ``"fp8-file"`` or ``"gpu-lru"``; kv_fp8: hold
         extracted K/V as FP8; kv_offload: FP8 K/V in host memory, one layer copied per read;
@@ -233,8 +227,7 @@ class WanAnimate2Options(DiffusersOptions):
     segment_frames: int | None = None
     fit_segments: bool = False
     prev_frames: int = 1
-    continuation: str = "pixel"
-    decode_overlap: str = "off"
+    continuation: str = "frames"
     prompt: str | None = None
     negative_prompt: str = ""
     prompt_ref: str = REFERENCE_PROMPT
@@ -260,10 +253,7 @@ class WanAnimate2Options(DiffusersOptions):
         self._check_segment_frames(example=81)
         if self.prev_frames != 1 or isinstance(self.prev_frames, bool):
             raise self._bad("prev_frames", "use 1 (the stock pipeline's prev_segment_conditioning_frames)")
-        self._check_choice("continuation", _CONTINUATION)
-        if isinstance(self.decode_overlap, bool):  # YAML reads on/off as booleans
-            object.__setattr__(self, "decode_overlap", "on" if self.decode_overlap else "off")
-        self._check_choice("decode_overlap", _DECODE_OVERLAP)
+        self._check_choice("continuation", CONTINUATIONS)
         self._check_choice("reference_kv", REFERENCE_KV)
         for name in ("kv_fp8", "kv_offload", "fit_segments"):
             if not isinstance(getattr(self, name), bool):

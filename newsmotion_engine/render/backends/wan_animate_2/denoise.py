@@ -10,7 +10,6 @@ LRU hit), and routes guidance through :class:`~newsmotion_engine.accel.cfg.CFGSt
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +18,7 @@ import torch
 
 from newsmotion_engine.accel.cfg import CFGStrategy
 
-__all__ = ["Geometry", "decode_segment", "denoise_segment", "encode_pixel_continuation", "extract_reference_kv", "geometry"]
+__all__ = ["Geometry", "decode_segment", "denoise_segment", "extract_reference_kv", "geometry"]
 
 
 @dataclass(frozen=True)
@@ -140,34 +139,3 @@ def to_uint8_frames(video: torch.Tensor) -> np.ndarray:
     """``[1, 3, T, H, W]`` in [-1, 1] -> uint8 ``[T, H, W, 3]`` (the stock postprocess, then x255 rounded)."""
     v = (video.float() / 2 + 0.5).clamp(0, 1)
     return (v[0].permute(1, 2, 3, 0) * 255).round().to(torch.uint8).cpu().numpy()
-
-
-def encode_pixel_continuation(vae: Any, previous_video: torch.Tensor, prev_frames: int, geom: Geometry) -> torch.Tensor:
-    """The stock continuation (``WanAnimate2SegmentPrevFramesStep``): VAE-encode the previous
-    segment's last decoded frame(s) followed by zeros; for ``continuation="pixel"`` only (it runs
-    the VAE encoder at render time). Returns the generation-side conditioning ``[20, T_lat, h, w]``."""
-    import torch.nn.functional as F
-    from diffusers.modular_pipelines.wan_animate_2.encoders import encode_vae, get_i2v_mask
-
-    dev = previous_video.device
-    prev = previous_video[0, :, -prev_frames:].float()
-    prev = F.interpolate(prev.permute(1, 0, 2, 3), size=(geom.height, geom.width), mode="bicubic").permute(1, 0, 2, 3)
-    pixels = torch.cat([prev, torch.zeros(3, geom.segment_frames - prev_frames, geom.height, geom.width, device=dev)], dim=1)
-    lat = encode_vae(vae, pixels.unsqueeze(0)).squeeze(0)
-    mask = get_i2v_mask(lat.shape[1], geom.latent_h, geom.latent_w, prev_frames, device=dev).to(lat.dtype)
-    return torch.cat([mask, lat], dim=0)
-
-
-def latent_continuation(gen_condition: torch.Tensor, previous_latents: torch.Tensor, prev_frames: int) -> torch.Tensor:
-    """The next segment's generation-side conditioning without the VAE encoder: the first
-    segment's (all-zero video) conditioning whose first ``ceil(prev_frames / 4)`` latent frames are
-    the previous segment's last denoised latent frames, the mask marking ``prev_frames`` known.
-    ``gen_condition`` ``[20, T_lat, h, w]``, ``previous_latents`` ``[16, 1 + T_lat, h, w]``."""
-    from diffusers.modular_pipelines.wan_animate_2.encoders import get_i2v_mask
-
-    t, h, w = gen_condition.shape[1:]
-    n = math.ceil(prev_frames / 4)
-    lat = gen_condition[4:].clone()
-    lat[:, :n] = previous_latents[:, -n:].to(lat.dtype)
-    mask = get_i2v_mask(t, h, w, prev_frames, device=lat.device).to(lat.dtype)
-    return torch.cat([mask, lat], dim=0)

@@ -18,8 +18,10 @@ import torch
 
 from newsmotion_engine.accel.cfg import CFGStrategy
 from newsmotion_engine.accel.teacache import reset_teacache, teacache_stats
+from newsmotion_engine.render.backends.wan.continuation import frames_continuation, latent_continuation
 from newsmotion_engine.render.backends.wan_animate_2 import denoise as D
-from newsmotion_engine.render.backends.wan_animate_2.caches import GuidanceArtifacts, PersonaArtifacts, as_tensor
+from newsmotion_engine.render.backends.wan.artifacts import as_tensor
+from newsmotion_engine.render.backends.wan_animate_2.caches import GuidanceArtifacts, PersonaArtifacts
 
 __all__ = ["SegmentResult", "render_segment"]
 
@@ -27,18 +29,15 @@ __all__ = ["SegmentResult", "render_segment"]
 @dataclass
 class SegmentResult:
     """One segment: final latents ``[16, 1 + T_lat, h, w]`` (float32), the decoded video
-    ``[1, 3, T, H, W]`` in [-1, 1] (device), its uint8 frames ``[T, H, W, 3]`` (both None when the
-    caller decodes), and statistics."""
+    ``[1, 3, T, H, W]`` in [-1, 1] (device), its uint8 frames ``[T, H, W, 3]``, and statistics."""
 
     latents: torch.Tensor
-    video: torch.Tensor | None
-    frames: np.ndarray | None
+    video: torch.Tensor
+    frames: np.ndarray
     stats: dict[str, Any]
 
 
 def _sync(device: Any) -> None:
-    # This stream only: a device-wide synchronize would also wait for the previous segment's
-    # decode running beside this one (decode_overlap).
     if getattr(device, "type", "cpu") == "cuda":
         torch.cuda.current_stream(device).synchronize()
 
@@ -59,15 +58,12 @@ def render_segment(
     prev_frames: int = 1,
     generator: torch.Generator | None = None,
     decode_frames: int | None = None,
-    decode: bool = True,
 ) -> SegmentResult:
     """Denoise and decode ``segment``. ``noise`` float32 ``[16, 1 + T_lat, h, w]``;
     ``kv_source(segment) -> (filled WanAnimate2KVCache, how)`` with ``how`` in ``extract`` /
     ``fp8-file`` / ``lru-hit``; ``previous`` required after the first segment. ``decode_frames``:
     decode only the segment's first frames that many (and a few more, up to a latent's 4), as
-    :func:`~newsmotion_engine.render.backends.wan_animate_2.denoise.decode_segment` says; all by default.
-    ``decode=False``: stop at the latents (``video`` and ``frames`` None) for a caller that decodes
-    them itself (the backend's ``decode_overlap``)."""
+    :func:`~newsmotion_engine.render.backends.wan_animate_2.denoise.decode_segment` says; all by default."""
     dev, dtype = components.device, components.dtype
     if segment > 0 and previous is None:
         raise ValueError("render_segment: a continuation segment needs the previous segment's result")
@@ -77,10 +73,10 @@ def render_segment(
     t1 = time.perf_counter()
     if segment == 0:
         gen = as_tensor(guidance.gen_condition).to(dev)
-    elif continuation == "pixel":
-        gen = D.encode_pixel_continuation(components.vae, previous.video, prev_frames, geom)
+    elif continuation == "frames":
+        gen = frames_continuation(components.vae, previous.video[:, :, -prev_frames:], geom.segment_frames)[0]
     else:
-        gen = D.latent_continuation(as_tensor(guidance.gen_condition).to(dev), previous.latents, prev_frames)
+        gen = latent_continuation(as_tensor(guidance.gen_condition).to(dev)[None], previous.latents[None], prev_frames)[0]
     reference = torch.cat([as_tensor(persona.ref_latents).to(dev), gen.to(dev, torch.float32)], dim=1).to(dtype)
     use_cfg = guidance_scale > 1.0
     strategy = CFGStrategy(guidance_scale, steps, getattr(components, "cfg_schedule", None))
@@ -95,10 +91,8 @@ def render_segment(
         )  # fmt: skip
         _sync(dev)
         t2 = time.perf_counter()
-        video = frames = None
-        if decode:
-            video = D.decode_segment(components.vae, latents, decode_frames)
-            frames = D.to_uint8_frames(video)
+        video = D.decode_segment(components.vae, latents, decode_frames)
+        frames = D.to_uint8_frames(video)
     t3 = time.perf_counter()
     tc = teacache_stats(components.transformer)
     stats = {"kv_s": t1 - t0, "kv_source": how, "denoise_s": t2 - t1, "decode_s": t3 - t2, **strategy.stats(),

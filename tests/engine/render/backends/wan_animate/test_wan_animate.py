@@ -24,7 +24,7 @@ from newsmotion_engine.render.base import (  # noqa: E402
 )
 from newsmotion_engine.render.backends import wan_animate  # noqa: E402
 from newsmotion_engine.render.backends.wan_animate.config import WanAnimateConfigError  # noqa: E402
-from newsmotion_engine.render.backends.wan import artifacts, encoders  # noqa: E402
+from newsmotion_engine.render.backends.wan import artifacts, continuation, encoders  # noqa: E402
 
 wan_animate.register()
 
@@ -259,10 +259,8 @@ def test_pose_video_lies_on_the_reference_person_unstretched(synth, width, heigh
     assert drawn == pytest.approx(own, rel=0.03)
 
 
-def test_pose_encode_leaves_the_decode_caches_of_the_shared_vae_alone(pair):
-    """The render queue encodes a clip's pose video (prepare thread) while another clip decodes
-    (finish thread) with the same VAE, whose diffusers implementation keeps its temporal caches on
-    the module: the pose encode goes through a copy with its own caches, same latents."""
+def test_pose_latents_encode_each_segment_of_the_pose_video(pair):
+    """One VAE encoding per segment of the pose video; a segment past the clip's end wraps around."""
     from newsmotion_engine.render.backends.wan_animate import caches as C
 
     loop, persona = pair
@@ -271,9 +269,7 @@ def test_pose_encode_leaves_the_decode_caches_of_the_shared_vae_alone(pair):
     vae, device = backend.components.vae, backend.components.device
     plan = backend.plan(13)
     frames = C.pose_frames(persona, loop.keypoints, SPEC.width, SPEC.height)
-    in_use = vae._feat_map = [None] * vae._cached_conv_counts["decoder"]  # a decode's caches, mid-flight
     lat = C.encode_pose_latents(vae, frames, plan, device)
-    assert vae._feat_map is in_use
     assert lat.shape == (plan.segments, 16, plan.latent_frames, SPEC.height // 8, SPEC.width // 8)
     idx = [(plan.start(1) + j) % 13 for j in range(plan.segment_frames)]  # the second segment wraps around
     assert torch.equal(lat[1:2], encoders.vae_encode(vae, encoders.to_video_tensor(frames[idx]), device))
@@ -282,6 +278,8 @@ def test_pose_encode_leaves_the_decode_caches_of_the_shared_vae_alone(pair):
 
 def test_guidance_sub_cache_with_pose_latents_is_rebuilt(pair):
     """A guidance sub-cache of the earlier format (pose latents inside, schema 1) is stale."""
+    from newsmotion_engine.render.backends.wan_animate import caches as C
+
     loop, persona = pair
     backend = _backend()
     _prepare(backend, loop, persona)
@@ -292,7 +290,7 @@ def test_guidance_sub_cache_with_pose_latents_is_rebuilt(pair):
     with pytest.raises(BackendCacheStaleError, match="schema version 1"):
         list(backend.frames(loop, persona, loop.keypoints, SPEC))
     assert backend.prepare_guidance(loop, SPEC) is True
-    assert json.loads(meta_path.read_text())["schema_version"] == 2
+    assert json.loads(meta_path.read_text())["schema_version"] == C.GUIDANCE_SCHEMA_VERSION
 
 
 # ---------------------------------------------------------------------- segment continuation
@@ -404,7 +402,7 @@ def test_seam_conditioning_is_the_vae_encoding_of_the_decoded_tail(pair, monkeyp
     work = backend.plan_clip(clip, persona, clip.keypoints, SPEC)
     encoder_calls.calls.update({k: 0 for k in encoder_calls.calls})
     lat0 = backend.denoise_clip_segment(work, 0)
-    assert not work.ready(1) and not work.wait_ready(1, 0.01)
+    assert not work.ready(1)
     with pytest.raises(ValueError, match="segment 1 cannot denoise before segment 0 was decoded"):
         backend.denoise_clip_segment(work, 1)
     first = list(backend.decode_clip_segment(work, 0, lat0))
@@ -434,7 +432,6 @@ def test_latent_continuation_is_there_when_asked_for(pair, monkeypatch, encoder_
     frames where the encoded frames would go, ready as soon as segment 1 denoised, no VAE encode
     for it; describe() says which continuation a render used."""
     from newsmotion_engine.render.backends.wan_animate import caches as C
-    from newsmotion_engine.render.backends.wan_animate import denoise
 
     loop, persona = pair
     backend = _backend(continuation="latent")
@@ -446,8 +443,7 @@ def test_latent_continuation_is_there_when_asked_for(pair, monkeypatch, encoder_
     assert work.ready(1)  # no decode needed
     backend.denoise_clip_segment(work, 1)
     assert encoder_calls.calls["vae.encode"] == 0
-    t_lat, h, w = work.plan.latent_frames, SPEC.height // 8, SPEC.width // 8
-    expected = denoise.latent_continuation(work.guidance.cond0_latents, lat0[:, :, 1:], 1, encoders.i2v_mask(t_lat, h, w, 1))
+    expected = continuation.latent_continuation(work.guidance.cond0_latents, lat0[:, :, 1:], 1)
     assert torch.equal(seen[1].reference_latents[:, :, 1:], expected)
     assert torch.equal(expected[:, 4:, :1], lat0[:, :, -1:])  # the last latent frame, where frame 0's encoding goes
     assert "not as trained" in backend.describe()["continuation"]
@@ -641,8 +637,8 @@ def test_streaming_decode_changes_no_frame_of_a_render(pair, monkeypatch, tmp_pa
     loop, persona = pair
     clip = _clip_loop(loop, frames)
     spec = RenderSpec(width=64, height=64, keyframes=keyframes)
-    seams, real = [], S.frame_conditioning
-    monkeypatch.setattr(S, "frame_conditioning", lambda *a: seams.append(real(*a)) or seams[-1])
+    seams, real = [], continuation.frames_continuation
+    monkeypatch.setattr(continuation, "frames_continuation", lambda *a: seams.append(real(*a)) or seams[-1])
     backend = _backend(**options)
     _prepare(backend, clip, persona, spec)
 

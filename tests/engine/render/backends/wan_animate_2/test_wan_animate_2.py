@@ -73,12 +73,12 @@ def _stock_frames(backend, loop, persona, spec, *, schedule, steps, seed):
 
 @pytest.mark.parametrize("schedule", ["distilled", "base"])
 def test_parity_with_the_stock_modular_pipeline(pair, schedule):
-    """Same weights, inputs, seed and steps (2), both segments, pixel continuation (the stock
+    """Same weights, inputs, seed and steps (2), both segments, frames continuation (the stock
     way): our uint8 frames equal the stock pipeline's float frames to within 0.6/255 everywhere.
     Measured (2026-12-01, CPU, float32): max 0.5/255, mean 0.25/255 on both schedules, i.e. only
     our rounding to uint8 of the same float values; the margin covers a rounding flip."""
     loop, persona = pair
-    backend = _backend(schedule=schedule, continuation="pixel")
+    backend = _backend(schedule=schedule, continuation="frames")
     backend.prepare_guidance(loop, SPEC)
     backend.prepare_persona(persona, SPEC)
     ours = _render_model_rate(backend, loop, persona).astype(np.float32) / 255.0
@@ -95,7 +95,7 @@ def test_fit_segments_render_the_stock_pipeline_at_the_fitted_length(pair):
     same tolerance as the parity test): a setting the stock pipeline has, not a new approximation."""
     loop, persona = pair
     assert _backend(segment_frames=17).plan(loop.frames).as_dict() == {"frames": 13, "segment_frames": 17, "prev_frames": 1, "segments": 1}
-    backend = _backend(segment_frames=17, fit_segments=True, continuation="pixel")
+    backend = _backend(segment_frames=17, fit_segments=True, continuation="frames")
     assert backend.plan(loop.frames).as_dict() == {"frames": 13, "segment_frames": 13, "prev_frames": 1, "segments": 1}
     assert _backend(segment_frames=81, fit_segments=True).plan(120).as_dict() == {"frames": 120, "segment_frames": 61, "prev_frames": 1, "segments": 2}
     backend.prepare_guidance(loop, SPEC)
@@ -111,7 +111,7 @@ def test_fit_segments_render_the_stock_pipeline_at_the_fitted_length(pair):
 
 def test_renders_only_load_the_tiers_no_encoder_runs(pair, encoder_calls):
     """prepare_* run the VAE encoder, CLIP and the text encoder; a render runs no CLIP or text
-    encoder, and the VAE encoder only once per seam (the default pixel continuation, as trained);
+    encoder, and the VAE encoder only once per seam (the default frames continuation, as trained);
     latent continuation (opt-in) runs none. The Tier-1 arrays are memory-mapped."""
     loop, persona = pair
     backend = _backend()
@@ -304,53 +304,21 @@ def test_decoding_a_segments_first_frames_equals_the_full_decode_cut():
     backend.close()
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))])
-def test_decoding_in_the_background_gives_the_same_frames(pair, device, tmp_path):
-    """decode_overlap: each segment decodes in a worker thread (on a side stream on CUDA) while the
-    next one denoises; the frames, their order and count are those of decoding in line. A clip of
-    3 segments whose last one runs past the clip's end (only its first frames decoded)."""
+@pytest.mark.parametrize("continuation", ["frames", "latent"])
+def test_a_clip_of_three_segments_gives_each_frame_once(pair, continuation, tmp_path):
+    """A clip of 3 segments whose last one runs past the clip's end (only its first frames
+    decoded): every frame comes out once, in order, with either continuation."""
     import dataclasses
 
     nod, persona = pair
     (tmp_path / "long").mkdir()
     # At the model's 24 fps the 19 frames are generated as they are (no re-timing): 3 segments.
     loop = dataclasses.replace(nod, loop_id="nod-19", keypoints=np.concatenate([nod.keypoints, nod.keypoints[:6]]), path=tmp_path / "long", fps=24)
-    runs = {}
-    for setting in ("off", "on"):
-        backend = _backend(decode_overlap=setting, device=device, continuation="latent")  # overlap needs it
-        backend.prepare_guidance(loop, SPEC)
-        backend.prepare_persona(persona, SPEC)
-        runs[setting] = (_render(backend, loop, persona), backend.last_render)
-        backend.close()
-    (inline, inline_stats), (ahead, ahead_stats) = runs["off"], runs["on"]
-    assert inline.shape == (19, SPEC.height, SPEC.width, 3) and inline_stats["segments"] == 3
-    assert np.array_equal(inline, ahead)
-    assert (inline_stats["decode_overlap"], ahead_stats["decode_overlap"]) == (False, True)
-    assert ahead_stats["decode_s"] > 0 and "decode_wait_s" in ahead_stats
-
-
-def test_decode_overlap_auto_is_cuda_only_and_never_with_pixel_continuation():
-    from newsmotion_engine.render.backends.wan_animate_2.decode_ahead import overlaps
-
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert overlaps("auto", cuda, "latent") and not overlaps("auto", cpu, "latent")
-    assert overlaps("on", cpu, "latent") and not overlaps("on", cuda, "pixel") and not overlaps("off", cuda, "latent")
-    assert _backend(decode_overlap=True).options.decode_overlap == "on"  # YAML's on
-    with pytest.raises(WanAnimate2ConfigError, match="decode_overlap"):
-        _backend(decode_overlap="sometimes")
-
-
-def test_a_failed_background_decode_raises_in_the_render(pair, monkeypatch):
-    from newsmotion_engine.render.backends.wan_animate_2 import denoise as D
-
-    loop, persona = pair
-    backend = _backend(decode_overlap="on", continuation="latent")
+    backend = _backend(continuation=continuation)
     backend.prepare_guidance(loop, SPEC)
     backend.prepare_persona(persona, SPEC)
+    frames, stats = _render(backend, loop, persona), backend.last_render
+    backend.close()
+    assert frames.shape == (19, SPEC.height, SPEC.width, 3) and stats["segments"] == 3
+    assert stats["decode_s"] > 0
 
-    def boom(*a, **k):
-        raise RuntimeError("decoder exploded")
-
-    monkeypatch.setattr(D, "decode_segment", boom)
-    with pytest.raises(RuntimeError, match="decoder exploded"):
-        _render(backend, loop, persona)
