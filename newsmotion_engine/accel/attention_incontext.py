@@ -12,7 +12,7 @@ generation keys, walks its own frame's reference keys in the same online softmax
 
 The reference K/V do not change during a segment's denoising steps, so their quantized form is
 built once per segment and layer (:func:`prepare_reference`, from the RoPE-rotated keys) and
-kept instead of the raw FP8 cache (``render/wan_animate_2/kv.py``). They have their own
+kept instead of the raw FP8 cache (``render/backends/wan_animate_2/kv.py``). They have their own
 quantization: K minus its own channel mean over its own channel scales (so Q is quantized a
 second time with those scales folded in, :func:`reference_launch`), V over its own channel
 scales. Per query row the kernel then needs ``delta = q . (mean_ref - mean_gen)`` in exponent

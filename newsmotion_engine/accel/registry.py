@@ -57,7 +57,7 @@ AccelHandle`` (``report``: what it did, JSON-able; ``state``: what ``remove`` ne
 ``remove(components, handle)``; call ``register_acceleration(Config, order=N, apply=...,
 remove=..., reversible=...)`` at module import, with an order no other technique uses. Backends
 then accept it in their ``accelerations`` tuple; a flat option key for the CLI is added where the
-backend parses its options (``render/wan_animate/config.py``).
+backend parses its options (``render/backends/wan_animate/config.py``).
 """
 
 from __future__ import annotations

@@ -17,9 +17,14 @@ from typing import Any
 
 from newsmotion_engine.render.backends.wan.encoders import i2v_mask, vae_encode
 
-__all__ = ["CONTINUATIONS", "frames_continuation", "latent_continuation"]
+__all__ = ["CONTINUATIONS", "DESCRIPTIONS", "frames_continuation", "latent_continuation"]
 
 CONTINUATIONS = ("frames", "latent")
+# What a backend's describe() says of each (its "continuation" entry).
+DESCRIPTIONS = {
+    "frames": "frames: the previous segment's last decoded frames, VAE-encoded (as trained)",
+    "latent": "latent: the previous segment's last latents (EXPERIMENTAL, not as trained; no VAE encode)",
+}
 
 
 def frames_continuation(vae: Any, tail: Any, segment_frames: int) -> Any:

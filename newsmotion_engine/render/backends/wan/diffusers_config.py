@@ -230,7 +230,7 @@ class DiffusersOptions(BackendOptions):
     # "matte": every generated frame's person composited onto the exact spec.background
     # (render/chroma.py); "off": the model's raw frames.
     chroma: str = "matte"
-    # LoRAs fused into the transformer before any acceleration (render/lora.py): "PATH[:SCALE]",
+    # LoRAs fused into the transformer before any acceleration (render/backends/wan/lora.py): "PATH[:SCALE]",
     # several comma- or semicolon-separated, or a list; normalized to a tuple of LoraSpec.
     lora: Any = ()
 

@@ -93,9 +93,7 @@ class WanAnimateBackend(DiffusersBackend):
             "pose_video": "retargeted keypoints drawn in Wan-Animate's training style on the reference person, "
                           "VAE-encoded per render",
             "face_video": "face crops of the warp backend's frames",
-            "continuation": ("frames: the previous segment's last decoded frames, VAE-encoded (as trained)"
-                             if o.continuation == "frames" else
-                             "latent: the previous segment's last latents (EXPERIMENTAL, not as trained; no VAE encode)"),
+            "continuation": continuation.DESCRIPTIONS[o.continuation],
         }
 
     # ------------------------------------------------------------------ caches

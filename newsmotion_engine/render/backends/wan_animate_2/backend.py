@@ -57,7 +57,7 @@ from newsmotion_engine.render.backends.wan.diffusers_backend import DiffusersBac
 from newsmotion_engine.render.backends.wan_animate_2 import caches as C
 from newsmotion_engine.render.backends.wan_animate_2.caption import persona_caption
 from newsmotion_engine.render.backends.wan_animate_2.config import NAME, WanAnimate2Options
-from newsmotion_engine.render.backends.wan import artifacts, encoders, segments
+from newsmotion_engine.render.backends.wan import artifacts, continuation, encoders, segments
 
 __all__ = ["WanAnimate2Backend", "WanAnimate2OOMError", "retime_frames"]
 
@@ -109,8 +109,8 @@ class WanAnimate2Backend(DiffusersBackend):
             "segment_frames": o.segment_length,
             "fit_segments": o.fit_segments,
             "prev_frames": o.prev_frames,
-            "continuation": o.continuation,
-            "prompt": o.prompt if o.prompt else f"persona caption (render/wan_animate_2/caption.py), e.g. {persona_caption(None, BACKGROUND_CHROMA_GREEN)!r}",
+            "continuation": continuation.DESCRIPTIONS[o.continuation],
+            "prompt": o.prompt if o.prompt else f"persona caption (render/backends/wan_animate_2/caption.py), e.g. {persona_caption(None, BACKGROUND_CHROMA_GREEN)!r}",
             "negative_prompt": o.negative_prompt,
             "prompt_ref": o.prompt_ref,
             "reference_kv": o.reference_kv,

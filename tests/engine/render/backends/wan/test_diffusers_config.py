@@ -1,6 +1,6 @@
 """Defaults of the two diffusers backends' options (render/diffusers_config.py and each backend's
 config): with only a ``model_path`` every unset option is the released model's, read from fake
-model folders laid out like the releases (render/released/: the configs, no weights); without one
+model folders laid out like the releases (render/backends/wan/released/: the configs, no weights); without one
 the preset's; explicit options win. Also the scheduler class from the folder, the float32 VAE,
 the official prompts and the README's resource example."""
 

@@ -1,4 +1,4 @@
-"""The released checkpoints' configs (render/released/): each component instantiated on the meta
+"""The released checkpoints' configs (render/backends/wan/released/): each component instantiated on the meta
 device the way ``from_pretrained`` reads its config, its parameter count pinned, and the ``14b``
 presets shown to build exactly these architectures (same state-dict keys and shapes)."""
 

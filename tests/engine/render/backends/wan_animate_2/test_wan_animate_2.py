@@ -128,7 +128,7 @@ def test_renders_only_load_the_tiers_no_encoder_runs(pair, encoder_calls):
     assert frames.shape == (13, 128, 64, 3) and frames.dtype == np.uint8 and frames.std() > 0
     latent = _backend(continuation="latent")
     before = dict(encoder_calls.calls)
-    assert latent.describe()["continuation"] == "latent"
+    assert latent.describe()["continuation"].startswith("latent:")
     _render(latent, loop, persona)
     assert encoder_calls.calls == before  # latent continuation: zero encoder calls at render time
     assert [k["source"] for k in backend.last_render["kv"]] == ["extract", "extract"]

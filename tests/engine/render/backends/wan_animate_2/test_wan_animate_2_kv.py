@@ -1,4 +1,4 @@
-"""wan-animate-2's reference K/V storage (render/wan_animate_2/kv.py) pieces that need no GPU."""
+"""wan-animate-2's reference K/V storage (render/backends/wan_animate_2/kv.py) pieces that need no GPU."""
 
 from __future__ import annotations
 
