@@ -40,7 +40,7 @@ dev: $(STAMP)
 # Fault test of a private `dagster dev` (its own storage and instance): kills a run worker and the
 # daemon, restarts, reports renders completed, retries, temp files left, time to recover.
 faults: $(STAMP)
-	$(BIN)/python bench/faults.py --portraits 2 --json benchmarks/results/faults.json
+	$(BIN)/python -m benchmarks.faults --portraits 2 --json benchmarks/results/faults.json
 
 clean-storage:
 	rm -rf storage/motion storage/personas

@@ -98,7 +98,7 @@ def rigid_motion_control(persona: Any, spec: Any, intended: Any, stride: int, de
     by the same transform. A perfect judge scores it pck 1 and motion energy 1; what the
     extractor scores is the most any renderer can be credited with at this motion (bench only).
     ``detector``: read the frames (then the rest frame) with this one instead of the extractor
-    (``bench/fidelity_smoothing.py`` records and replays the readings)."""
+    (``benchmarks/fidelity_smoothing.py`` records and replays the readings)."""
     import cv2
     import numpy as np
 

@@ -1,6 +1,6 @@
 """Would smoothing the extractor's readings make the pose-fidelity judge more right?
 
-    python bench/fidelity_smoothing.py [--portrait P ...] [--loop L ...] [--json PATH]
+    python -m benchmarks.fidelity_smoothing [--portrait P ...] [--loop L ...] [--json PATH]
 
 For each portrait x loop: the rigid control of ``newsmotion_engine.bench.fidelity`` (a render
 perfect for the loop's rigid motion, which a perfect judge scores 1) read by the extractor as the
@@ -12,12 +12,13 @@ judge is only worth making if it scores that perfect render higher. Measures not
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks.lab_record import running_command
 
 
 class _Recording:
@@ -53,7 +54,7 @@ def _write(path: str, stride: int, rows: list[dict]) -> None:
 
     result = {"benchmark": "fidelity-smoothing", "stride": stride, **summary(rows), "rows": rows}
     write_result(Path(path), BenchResult.now(
-        Path(path).stem, device=cpu_device(), command=shlex.join(["python", *sys.argv]), data=result,
+        Path(path).stem, device=cpu_device(), command=running_command(), data=result,
         title="the pose-fidelity judge on perfect rigid renders, raw vs One-Euro-smoothed keypoints",
         headline={"rigid renders' pck, raw": result["pck_body_mean"]["raw"], "rigid renders' pck, One Euro": result["pck_body_mean"]["one_euro"]},
     ))  # fmt: skip

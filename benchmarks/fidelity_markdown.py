@@ -1,6 +1,6 @@
 """The pose-fidelity table and aggregate of docs/benchmarks.md, printed from the fidelity result record.
 
-    python bench/fidelity_markdown.py benchmarks/results/fidelity.json
+    python -m benchmarks.fidelity_markdown benchmarks/results/fidelity.json
 
 Prints Markdown: one row per render (warp on every portrait and loop, then the wan-animate tiny
 baseline) and the aggregate paragraph. Nothing here measures: it only formats the committed JSON,
@@ -66,7 +66,7 @@ def markdown(result: dict) -> str:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python bench/fidelity_markdown.py FIDELITY_JSON", file=sys.stderr)
+        print("usage: python -m benchmarks.fidelity_markdown FIDELITY_JSON", file=sys.stderr)
         return 2
     try:
         print(markdown(read_result(Path(argv[0])).data))

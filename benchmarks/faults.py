@@ -16,7 +16,7 @@ then waits until every persona x loop render is materialized and reports:
 
 Usage::
 
-    python bench/faults.py --portraits 2 --json benchmarks/results/faults.json
+    python -m benchmarks.faults --portraits 2 --json benchmarks/results/faults.json
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import shutil
 import signal
 import socket
@@ -44,6 +43,7 @@ sys.path.insert(0, str(REPO))
 
 import dagster as dg  # noqa: E402
 
+from benchmarks.lab_record import running_command
 from newsmotion_engine.bench.common import cpu_device  # noqa: E402
 from newsmotion_engine.bench.record import BenchResult, write_result  # noqa: E402
 from newsmotion_engine.guidance.catalogue import LOOP_IDS  # noqa: E402
@@ -349,7 +349,7 @@ def main() -> int:
     print(json.dumps(result, indent=2))
     if args.json:
         write_result(args.json, BenchResult.now(
-            args.json.stem, device=cpu_device(), command=shlex.join(["python", *sys.argv]), data=result,
+            args.json.stem, device=cpu_device(), command=running_command(), data=result,
             title=f"fault test: {args.portraits} portraits x 7 warp renders under dagster dev; a killed run worker, "
                   "a killed daemon, Ctrl-C and restart",
             headline={"renders completed": f"{result.get('renders_completed')} / {result['expected_renders']}",

@@ -2,19 +2,19 @@
 host copies one chunk ahead) against the whole ``vae.decode`` on the GPU, float32 VAE of the
 ``smoke`` preset at 720x1280 (the CPU tests cover the tiny preset bit for bit).
 
-    python bench/cuda_stream_decode_check.py [--json benchmarks/results/stream_decode_check_h100.json]
+    python -m benchmarks.cuda_stream_decode_check [--json benchmarks/results/stream_decode_check_h100.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from benchmarks.lab_record import running_command
 from newsmotion_engine.bench.record import BenchResult, write_result
 
 from newsmotion_engine.render.backends.wan_animate import denoise
@@ -44,7 +44,7 @@ def main() -> int:
     if args.json:
         diffs = [c["max_abs_diff_u8"] for c in result["cases"] if c["max_abs_diff_u8"] is not None]
         write_result(Path(args.json), BenchResult.now(
-            Path(args.json).stem, device=result["device"], command=shlex.join(["python", *sys.argv]), data=result,
+            Path(args.json).stem, device=result["device"], command=running_command(), data=result,
             weights="random weights", title="the streamed VAE decode (per latent frame) vs the whole decode, float32 VAE, 1-11 latent frames",
             headline={"max difference (of 255)": max(diffs, default=255), "cases": len(result["cases"]),
                       "bit identical": str(result["bit_identical"]).lower()},

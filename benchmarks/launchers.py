@@ -3,7 +3,7 @@ materialized through Dagster with ``launcher="in-process"`` and ``launcher="subp
 private storage root (caches built once first); the clips are deleted between launchers, so each
 renders all 7.
 
-    python bench/launchers.py --json benchmarks/results/launchers.json
+    python -m benchmarks.launchers --json benchmarks/results/launchers.json
 
 Per launcher: each render step's wall time (Dagster step start to success, as ``dagster.materialize``
 sees it) and the mean; the difference is the engine process's start, imports and backend load.
@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import platform
-import shlex
 import shutil
 import statistics
 import sys
@@ -35,6 +34,7 @@ from newsmotion_assets.assets.render import render  # noqa: E402
 from newsmotion_assets.launchers import LAUNCHER_ENV  # noqa: E402
 from newsmotion_assets.partitions import loop_partitions, persona_partitions  # noqa: E402
 from newsmotion_assets.resources import RendererResource, StorageResource, release_warm_backends  # noqa: E402
+from benchmarks.lab_record import running_command
 from newsmotion_engine.bench.common import cpu_device  # noqa: E402
 from newsmotion_engine.bench.record import BenchResult, write_result  # noqa: E402
 from newsmotion_engine.bench.suites import sample_portrait  # noqa: E402
@@ -95,7 +95,7 @@ def run(json_path: Path | None) -> dict:
         result["subprocess_overhead_s_per_step"] = round(ours["subprocess"]["step_s_mean"] - ours["in-process"]["step_s_mean"], 3)
     if json_path is not None:
         write_result(json_path, BenchResult.now(
-            json_path.stem, device=cpu_device(), command=shlex.join(["python", *sys.argv]), data=result,
+            json_path.stem, device=cpu_device(), command=running_command(), data=result,
             title="the demo's 7 warp renders through dagster.materialize: in-process vs a Pipes subprocess per step",
             headline={"step, in-process (s)": ours["in-process"]["step_s_mean"], "step, subprocess (s)": ours["subprocess"]["step_s_mean"],
                       "subprocess overhead per step (s)": result["subprocess_overhead_s_per_step"]},
