@@ -29,11 +29,10 @@ https://arxiv.org/abs/2411.10958). Every variant (:data:`FP8_VARIANTS`):
 - quantizes V per (head, channel) to e4m3 and P (produced directly in ``[0, 448]``) per element,
   and runs ``P V`` in FP8 (``PV_FP8``; else P and V in bf16).
 
-The kernel (``attention_triton.py``) reads its tiles through TMA descriptors. The first version
-loaded K with per-byte loads (Triton did not vectorize the transposed pointer tile) and spent ~23
-instructions per score: 197 ms on the H200 at 75.6k tokens, barely ahead of cuDNN's 203 ms. This
-one spends ~9 (counted in its SASS, compiled on CPU for sm_90 with Triton's bundled ptxas) and
-runs in 148-154 ms (759-789 TFLOP/s), 1.35x cuDNN, at the same error (0.040).
+The kernel (``attention_triton.py``) reads its tiles through TMA descriptors: Triton does not
+vectorize a transposed pointer tile, so per-byte loads of K cost more instructions per score than
+the math (counted in its SASS by ``python -m benchmarks.kernel_sass``). Its speed against cuDNN and
+its error are benchmark records (``benchmarks/results/attention_kernel_h200.json``).
 
 Quantization (:func:`quantize_attention_inputs`) is plain torch code, so a compiled block fuses it
 with the RoPE and norms before it; only the kernel launch is an opaque ``torch.library`` op.

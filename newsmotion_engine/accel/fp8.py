@@ -4,7 +4,7 @@ Each ``nn.Linear`` in the transformer's repeated blocks (and face-adapter blocks
 place and one at a time (so peak memory never holds two copies of the model), for a
 :class:`Float8Linear` holding an e4m3 weight with one float32 scale per output row. Per call the
 activation gets one dynamic scale per token row, and the matmul runs on the FP8 tensor cores with
-both scale vectors applied in the epilogue (rowwise scaling; ~1.7x the bf16 GEMM rate on an H200).
+both scale vectors applied in the epilogue (rowwise scaling).
 
 Modes:
 - ``"compute"``: FP8 weights and FP8 matmuls; needs compute capability >= 9.0 (H100/H200),

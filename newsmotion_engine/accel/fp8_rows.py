@@ -84,8 +84,7 @@ def launch(x: torch.Tensor, gelu: bool, *, values_per_thread: int = 32, reciproc
     """The kernel on a contiguous-rows CUDA ``x`` with an explicit shape of program (the bench
     sweeps it): ``values_per_thread`` of the row per thread sets the warps; ``reciprocal``
     multiplies by ``1 / scale`` instead of dividing each value. The defaults are the sweep's
-    fastest (``benchmarks/results/fp8_rows_h200.json``: 1.33 ms at 79200 x 13824 with the
-    GELU, 0.35 ms at 79200 x 5120, vs 2.23 / 0.87 ms dividing and 3.63 / 1.19 ms for inductor's)."""
+    fastest (``benchmarks/results/fp8_rows_h200.json``, against dividing and inductor's)."""
     global _KERNEL
     if _KERNEL is None:
         _KERNEL = _build_kernel()

@@ -2,9 +2,9 @@
 one), then compared frame by frame (:mod:`newsmotion_engine.video.compare`).
 
 Each side is an :class:`ABSide` (label, backend name, options as the resource / CLI give them).
-The sides render one after the other: concurrently they gain nothing where each side fills the
-GPU (H200, 1.3b bf16 vs FP8 at 720x1280: two CUDA streams 1.00x serial, two processes 0.93x;
-``python -m benchmarks.animate2 --part multistream``, ``benchmarks/results/wan_animate_2_multistream_h200.json``). Each backend
+The sides render one after the other: where each side fills the GPU, two CUDA streams or two
+processes gain nothing over serial (``python -m benchmarks.animate2 --part multistream``,
+``benchmarks/results/wan_animate_2_multistream_h200.json``). Each backend
 is loaded, its sub-caches made current (``ensure_render_inputs``, as ``newsmotion render`` does:
 the backend caches of the Dagster graph belong to the renderer resource's one backend), rendered
 with :func:`render_persona_loop` to ``storage.ab_dir(persona, loop)/{label}.mp4`` (an unchanged

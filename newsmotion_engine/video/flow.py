@@ -44,8 +44,8 @@ class FlowConfig:
 
     Args:
         preset: ``"ultrafast"``, ``"fast"`` (default) or ``"medium"`` (OpenCV's presets); the
-            fields below override single parameters of it when not ``None``. On the infill bench
-            at 720x1280 medium gained 0.1-0.3 dB over fast for about 3.5x the flow time.
+            fields below override single parameters of it when not ``None``. The infill bench
+            (``benchmarks/results/infill.json``) weighs them.
         finest_scale: the finest pyramid level the search and refinement run at (0 = full
             resolution; fast uses 2, a quarter, medium 1, a half); the flow of that level is
             upsampled to full resolution.

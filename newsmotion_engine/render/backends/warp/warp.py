@@ -611,7 +611,7 @@ class WarpBackend:
                 system[N + 1 :, :n_moving] = q.T
                 basis[:, :n_moving] = _tps_kernel(_sqdist(gn, gg, q))
             # OpenCV's LU: single-threaded, so it does not wake BLAS threads that would fight the
-            # remap's threads for the two cores (np.linalg.solve measured 75 us alone, 3-5 ms here).
+            # remap's threads for the cores (np.linalg.solve is many times slower here than alone).
             ok, coef = cv2.solve(system, rhs, flags=cv2.DECOMP_LU)
             if not ok:
                 coef = cv2.solve(system, rhs, flags=cv2.DECOMP_SVD)[1]
