@@ -8,11 +8,12 @@ export DAGSTER_HOME := $(CURDIR)/storage/dagster_home
 
 .PHONY: setup demo test dev faults clean-storage browser
 
+# -qq: errors only (a pip index configured with missing folders prints a warning per package looked up).
 $(STAMP): requirements.lock requirements-nodeps.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements.lock
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps -r requirements-nodeps.lock
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .
+	$(BIN)/pip install -qq --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install -qq --disable-pip-version-check --no-deps -r requirements-nodeps.lock
+	$(BIN)/pip install -qq --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 
 setup: $(STAMP)
