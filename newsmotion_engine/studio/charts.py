@@ -127,14 +127,32 @@ def _barh(ax, labels: list[str], values: list[float], **kw) -> None:
     ax.set_yticks(range(len(labels)), labels)
 
 
+def _later_run(result: BenchResult, path: tuple[str, ...]) -> bool:
+    """Whether ``path`` runs through a repeat of a record whose ``data.runs`` joins several runs of
+    one bench (the first run stands for them: one bar per variant, not one per run)."""
+    runs = result.data.get("runs")
+    if not path or path[0] != "runs" or not isinstance(runs, dict) or not runs:
+        return False
+    return len(path) > 1 and path[1] != next(iter(runs))
+
+
 def speedup_bars(results: list[BenchResult]) -> list[tuple[str, float]]:
-    """``[(label, speed-up)]``: every ``...variants.{name}.speedup_vs_stock`` in the records' data,
-    toy presets left out; the label is the record's name, the path to ``variants`` when there is
-    one, and the variant."""
+    """``[(label, speed-up)]``, toy presets left out: first each record's headline speed-ups (a
+    headline figure whose label says "speed-up"; the figures the docs quote, e.g. a whole clip vs
+    stock), then every ``...variants.{name}.speedup_vs_stock`` in the records' data (the first of
+    joined runs only); the label is the record's name, the path to ``variants`` when there is one,
+    and the variant."""
+    real = _real_results(results)
     bars: list[tuple[str, float]] = []
-    for result in _real_results(results):
+    for result in real:
+        for label, value in result.headline.items():
+            if "speed-up" in label and isinstance(value, (int, float)) and not isinstance(value, bool):
+                bars.append((f"{result.name} · {label.removesuffix(' (x)')}", float(value)))
+    for result in real:
         for path, value in _walk(result.data):
             if len(path) >= 3 and path[-1] == "speedup_vs_stock" and path[-3] == "variants" and isinstance(value, (int, float)):
+                if _later_run(result, path):
+                    continue
                 where = ".".join(path[:-3])
                 bars.append((f"{result.name}{' ' + where if where else ''} · {path[-2]}", float(value)))
     return bars
@@ -162,7 +180,8 @@ def speedup_chart(results: list[BenchResult]) -> Chart | None:
         ax.tick_params(axis="y", labelsize=7.5)
     return _render(
         fig, "speedups", "Speed-ups vs stock",
-        "Every variants.*.speedup_vs_stock in the committed benchmarks/results records, 14B architecture with random "
+        "Each committed benchmarks/results record's headline speed-up, then every variants.*.speedup_vs_stock (the "
+        "first of joined runs), 14B architecture with random "
         "weights, each on the card its record names (tiny/smoke-preset checks left out: they time toy shapes).",
     )
 

@@ -16,11 +16,16 @@ def test_speedups_take_every_variant_and_leave_toy_presets_out(tmp_path):
         "stock_bf16": {"forward_ms": 12.0}, "all": {"speedup_vs_stock": 1.45}, "fp8": {"speedup_vs_stock": 0.96}}}}))  # fmt: skip
     write_result(tmp_path / "smoke_h200.json", _record("smoke_h200", {"preset": "smoke", "forward": {"variants": {"all": {"speedup_vs_stock": 28.0}}}}))
     write_result(tmp_path / "render_h200.json", _record("render_h200", {"preset": "14b", "render": {"variants": {"all": {"speedup_vs_stock": 2.0}}}}))
+    write_result(tmp_path / "clip_h100.json", _record("clip_h100", {"preset": "14b"}, headline={"ours (s)": 22.75, "speed-up vs stock (x)": 6.18}))
+    write_result(tmp_path / "runs_h200.json", _record("runs_h200", {"preset": "14b", "runs": {  # joined runs: the first stands for them
+        "run1": {"forward": {"variants": {"all": {"speedup_vs_stock": 1.48}}}}, "run2": {"forward": {"variants": {"all": {"speedup_vs_stock": 1.45}}}}}}))  # fmt: skip
     (tmp_path / "notes.json").write_text('{"fps": 1}')  # not a record: reported, left out
     skipped: list[str] = []
     results = read_results(tmp_path, on_skip=skipped.append)
     assert len(skipped) == 1 and "notes.json" in skipped[0]
-    assert C.speedup_bars(results) == [("render_h200 render · all", 2.0), ("wan_animate_forward_h200 forward · all", 1.45),
+    assert C.speedup_bars(results) == [("clip_h100 · speed-up vs stock", 6.18), ("render_h200 render · all", 2.0),
+                                       ("runs_h200 runs.run1.forward · all", 1.48),
+                                       ("wan_animate_forward_h200 forward · all", 1.45),
                                        ("wan_animate_forward_h200 forward · fp8", 0.96)]  # fmt: skip
     chart = C.speedup_chart(results)
     assert chart is not None and chart.svg.startswith("<svg") and chart.png.startswith(b"\x89PNG")
