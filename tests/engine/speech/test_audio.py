@@ -74,7 +74,7 @@ def test_stereo_is_downmixed_to_mono(tmp_path):
 
 def test_compressed_containers_decode(tmp_path):
     ffmpeg = imageio_ffmpeg.get_ffmpeg_exe()
-    for name in ("speech.flac", "speech.mp3", "speech.m4a"):
+    for name in ("speech.flac", "speech.mp3", "speech.m4a", "speech.ogg"):
         path = tmp_path / name
         subprocess.run([ffmpeg, "-hide_banner", "-nostdin", "-v", "error", "-f", "lavfi", "-i",
                         "sine=frequency=300:duration=1:sample_rate=22050", str(path)], check=True)
@@ -97,6 +97,17 @@ def test_a_text_file_named_wav_is_not_decodable(tmp_path):
     path = tmp_path / "notes.wav"
     path.write_text("this is a script, not a recording\n")
     assert "not decodable audio" in _refused(path)
+
+
+def test_a_video_without_sound_has_no_audio_stream(tmp_path):
+    path = tmp_path / "mute.mp4"
+    subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-hide_banner", "-nostdin", "-v", "error", "-f", "lavfi", "-i",
+                    "color=c=red:s=64x64:d=1", str(path)], check=True)
+    assert "has no audio stream" in _refused(path)
+
+
+def test_a_directory_is_not_a_file(tmp_path):
+    assert "is not a file" in _refused(tmp_path)
 
 
 def test_silence(tmp_path):
