@@ -1,7 +1,7 @@
 """Loading a speech file: decode, check, downmix, resample and loudness-normalise.
 
-``load_speech(path)`` decodes wav, mp3, m4a, flac or ogg (anything the ffmpeg binary shipped by
-imageio-ffmpeg can read) and returns a :class:`Speech`: 16 kHz mono float32 samples.
+``load_speech(path)`` decodes wav, mp3, m4a, flac or ogg (anything the project's ffmpeg,
+:func:`newsmotion_engine.video.encode.ffmpeg_exe`, can read) and returns a :class:`Speech`: 16 kHz mono float32 samples.
 
 Checks, each refused with one :class:`SpeechInputError` that names the file and the problem:
 missing or 0-byte file, not decodable audio (wrong container, no audio stream), longer than
@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from newsmotion_engine.errors import BadInputError
+from newsmotion_engine.video.encode import ffmpeg_exe
 
 SPEECH_SAMPLE_RATE = 16000
 DEFAULT_MAX_DURATION_S = 600.0
@@ -73,12 +74,6 @@ class _StreamInfo:
     duration_s: float | None
 
 
-def _ffmpeg_exe() -> str:
-    import imageio_ffmpeg
-
-    return imageio_ffmpeg.get_ffmpeg_exe()
-
-
 def _parse_input_info(stderr: str) -> _StreamInfo | None:
     """The first audio stream of ``Input #0`` in ffmpeg's banner, or None when it has none."""
     # ffmpeg also prints the output stream after these markers; only the input's is the file's.
@@ -115,7 +110,7 @@ def _format_duration(seconds: float) -> str:
 def _decode_native(path: Path, max_duration_s: float) -> tuple[np.ndarray, _StreamInfo]:
     """Decode the first audio stream at its own rate and channel count, as ``[samples, channels]``
     float32, reading at most a second past the limit (so a 3-hour file is not decoded whole)."""
-    cmd = [_ffmpeg_exe(), "-hide_banner", "-nostdin", "-t", f"{max_duration_s + 1.0:.3f}", "-i", str(path),
+    cmd = [ffmpeg_exe(), "-hide_banner", "-nostdin", "-t", f"{max_duration_s + 1.0:.3f}", "-i", str(path),
            "-map", "0:a:0", "-vn", "-f", "f32le", "-acodec", "pcm_f32le", "pipe:1"]
     proc = subprocess.run(cmd, capture_output=True)
     stderr = proc.stderr.decode("utf-8", "replace")
@@ -137,7 +132,7 @@ def _decode_native(path: Path, max_duration_s: float) -> tuple[np.ndarray, _Stre
 def _to_speech_rate(native: np.ndarray, rate: int) -> np.ndarray:
     """Downmix and resample with ffmpeg (piped through memory), so resampling is ffmpeg's filter."""
     channels = native.shape[1]
-    cmd = [_ffmpeg_exe(), "-hide_banner", "-nostdin", "-f", "f32le", "-ar", str(rate), "-ac", str(channels),
+    cmd = [ffmpeg_exe(), "-hide_banner", "-nostdin", "-f", "f32le", "-ar", str(rate), "-ac", str(channels),
            "-i", "pipe:0", "-ac", "1", "-ar", str(SPEECH_SAMPLE_RATE), "-f", "f32le", "-acodec", "pcm_f32le", "pipe:1"]
     proc = subprocess.run(cmd, input=np.ascontiguousarray(native, dtype="<f4").tobytes(), capture_output=True)
     if proc.returncode != 0:
