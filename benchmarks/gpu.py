@@ -11,7 +11,7 @@ Parts, each fitting one 10-minute device command:
   backend path: ``WanAnimateBackend`` loads the components, its ``prepare_guidance`` /
   ``prepare_persona`` build the sub-caches, the base accelerations are applied through the
   registry, and each ``RENDER_VARIANTS`` entry (TeaCache, CFG window / one-pass momentum CFG) is
-  applied, rendered with ``segment.render_segment`` (the function ``frames()`` calls per segment)
+  applied, rendered with ``segment.render_segment`` (the denoise ``frames()`` calls per segment, then the whole decode)
   and removed again; same inputs, same initial noise; PSNR/SSIM of our frames vs the stock frames
   (:mod:`newsmotion_engine.video.compare`), transformer forwards run / skipped, CFG passes and
   FLOPs saved.

@@ -5,9 +5,9 @@ Wan-Animate-2 cached pass does, per layer: RMSNorm of Q and K over all heads, Ro
 mean and scales, Q quantized twice (with the generation keys' channel scales and with the
 reference keys'), the smoothing difference ``delta`` per query row, and V's channel scales and
 transposed e4m3 copy. Compiled, inductor spreads that over seven kernels that re-read the
-bf16 tensors and took ~6.9 ms of each 14B layer at 720x1280 x 81 frames (~275 ms a forward;
-``cb32d61:bench/results/gpu_animate2_clip_ours_81f_fusedgelu_profile_14b_h200.json``), several times the
-bytes they must move.
+bf16 tensors and spent several times the time those bytes need (profiled in
+``benchmarks/results/wan_animate_2_clip_profile_h200.json``; the fused passes against them in
+``benchmarks/results/attention_prep_h200.json``).
 
 :func:`incontext_prep` does it in three passes over the projections' bf16 output:
 

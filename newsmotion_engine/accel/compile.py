@@ -53,10 +53,10 @@ class Compile(AccelConfig):
             each reduction as a persistent and a looped kernel (``triton.multi_kernel``; the
             FP8 linears' row quantizations over 5120 / 13824 channels are past the 1024 where
             inductor otherwise goes persistent) and the block sizes by coordinate descent. The
-            same arithmetic. Measured at the 14B 720p segment shape: 236.8 vs 238.4 ms a block,
-            for a first call of 372 s instead of 58 s, and a second tuned compile in the same
-            process failed inside inductor's multi-kernel cache
-            (``cb32d61:bench/results/gpu_animate2_kernels_14b_h200.json``); so no flat option offers it.
+            same arithmetic. At the 14B 720p segment shape it gained under 1% a block for a first
+            call several times longer, and a second tuned compile in the same process failed
+            inside inductor's multi-kernel cache (``cb32d61:bench/results/gpu_animate2_kernels_14b_h200.json``);
+            so no flat option offers it.
         gelu: ``"sigmoid"`` computes the blocks' ``GELU(approximate="tanh")`` as
             ``x * sigmoid(2u)`` (:class:`SigmoidTanhGelu`: the same function, since
             ``(1 + tanh(u)) / 2 == sigmoid(2u)``); ``"stock"`` leaves it. Inductor lowers tanh to

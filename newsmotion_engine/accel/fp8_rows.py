@@ -5,9 +5,8 @@ with one float32 scale (``amax / 448``) before the FP8 GEMM. Under torch.compile
 that into the producer's kernel, but a row longer than 1024 becomes a looped reduction that
 reads the row and recomputes the fused prologue once for the max and once more for the
 quantization. For the feed-forward's down projection the prologue is ``GELU(approximate="tanh")``
-over 13824 channels, and inductor's tanh is libdevice's exact one: that kernel took 3.9 ms of
-each 14B block's ~238 ms at 720x1280 x 81 frames, ~4x its memory time
-(``cb32d61:bench/results/gpu_animate2_kernels_14b_h200.json``).
+over 13824 channels, and inductor's tanh is libdevice's exact one: that kernel ran several times
+its memory time (``cb32d61:bench/results/gpu_animate2_kernels_14b_h200.json``).
 
 :func:`quantize_rows` is one Triton program per row, the row held in registers: one read, the
 activation once, the max, the quantized row and its scale written. ``gelu=True`` applies

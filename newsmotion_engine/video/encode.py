@@ -7,10 +7,9 @@ the GIL) overlaps the write of frame n.
 
 By default the writer thread converts each RGB frame to yuv420p itself (OpenCV, BT.601 limited
 range: the same conversion ffmpeg applies to rgb24 input, colours equal within 1 level) and pipes
-that: half the bytes of rgb24, and it takes the colour conversion off ffmpeg. Measured on 2 cores
-at 720x1280 (libx264 ultrafast): ffmpeg used 8.8-10.2 ms CPU per rgb24 frame versus 5.8-6.5 ms
-per yuv420p frame, plus 0.7-1.0 ms for the conversion here; the warp benchmark end to end (superfast) went
-from 71-87 to 99-106 fps (median of 5). ``pipe_format="rgb24"`` pipes RGB.
+that: half the bytes of rgb24, and it takes the colour conversion off ffmpeg, which costs it more
+CPU per frame than the conversion costs here (the warp benchmark's encode figures,
+``benchmarks/results/warp.json``). ``pipe_format="rgb24"`` pipes RGB.
 
 The binary comes from ``$NEWSMOTION_FFMPEG``, else ``ffmpeg`` on PATH, else the one the
 imageio-ffmpeg wheel ships (a fresh machine needs no system package). ``h264_nvenc`` is used only

@@ -1,12 +1,14 @@
 """One inference segment of the ``wan-animate`` backend, from cached tensors to decoded frames.
 
-:func:`render_segment` is the shipped per-segment path: ``WanAnimateBackend.frames`` calls it for
-every segment of a clip, and the GPU benchmark's "ours" side calls it for the segment it times
-(STYLE 13: the benchmark measures the code users run). It assembles the segment's inputs from the
-guidance and persona artifacts and the segment's conditioning (the first segment's cached one, or
-a continuation's, :mod:`..wan.continuation`), builds the CFG strategy from the components' schedule (set by the
-``CFGSchedule`` acceleration; plain CFG without one), resets TeaCache's state (a new trajectory),
-denoises (:func:`denoise.denoise_segment`) and decodes.
+:func:`denoise_latents` is the shipped per-segment denoise: ``WanAnimateBackend.frames`` calls it
+for every segment of a clip and decodes through :func:`denoise.stream_decode`. :func:`render_segment`
+is that denoise followed by the whole decode (:func:`decode_frames`, frame-for-frame the same as the
+streamed one): the GPU benchmark's "ours" side times one segment through it. The denoise
+assembles the segment's inputs from the guidance and persona artifacts and the segment's
+conditioning (the first segment's cached one, or a continuation's, :mod:`..wan.continuation`),
+builds the CFG strategy from the components' schedule (set by the ``CFGSchedule`` acceleration;
+plain CFG without one), resets TeaCache's state (a new trajectory) and denoises
+(:func:`denoise.denoise_segment`).
 
 Example::
 
