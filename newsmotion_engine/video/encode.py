@@ -60,6 +60,7 @@ import numpy as np
 from newsmotion_engine.errors import BadInputError, NewsmotionError
 
 __all__ = [
+    "AUDIO_CODEC_ARGS",
     "EncoderError",
     "TEMP_NAME",
     "VideoEncoder",
@@ -84,6 +85,8 @@ TEMP_PROBE = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{8}\.probe$")
 # runs ~95-120 fps against the 60 fps target, where veryfast starts eating the margin.
 DEFAULT_PRESET = "superfast"
 DEFAULT_CRF = 20
+# Muxed audio: AAC-LC at 48 kHz, the rate every browser and player takes.
+AUDIO_CODEC_ARGS = {"acodec": "aac", "audio_bitrate": "96k", "ar": 48000}
 _STDERR_TAIL = 1500
 
 
@@ -189,6 +192,8 @@ class VideoEncoder:
         queue_size: frames buffered between the caller and the pipe writer thread.
         ffmpeg: path to the ffmpeg binary (default :func:`ffmpeg_exe`).
         pipe_format: ``"yuv420p"`` (convert here, default) or ``"rgb24"`` (ffmpeg converts).
+        audio: an audio file ffmpeg reads (e.g. a wav) to mux beside the video as AAC
+            (:data:`AUDIO_CODEC_ARGS`), from time 0; ``None`` (default): a video-only mp4.
 
     After ``close()``: ``encoder`` (codec used), ``frames``, ``mux_ms`` (close: flush, the
     encoder's tail, faststart rewrite, rename), ``wait_ms`` (time ``write`` blocked because the
@@ -213,6 +218,7 @@ class VideoEncoder:
         queue_size: int = 4,
         ffmpeg: str | None = None,
         pipe_format: str = "yuv420p",
+        audio: Path | str | None = None,
     ):
         self.path = check_output_folder(path)
         if width % 2 or height % 2 or width < 2 or height < 2:
@@ -249,12 +255,15 @@ class VideoEncoder:
             codec_args = {"vcodec": "libx264", "preset": preset, "crf": crf}
             if threads:
                 codec_args["threads"] = int(threads)
-        stream = (
-            ffmpeg_input(self.width, self.height, self.fps, pipe_format)
-            .output(str(self._tmp), f="mp4", pix_fmt="yuv420p", r=self.fps, movflags="+faststart", an=None, **codec_args)
-            .global_args("-hide_banner", "-loglevel", "error", "-nostats")
-            .overwrite_output()
-        )
+        video = ffmpeg_input(self.width, self.height, self.fps, pipe_format)
+        mp4_args = {"f": "mp4", "pix_fmt": "yuv420p", "r": self.fps, "movflags": "+faststart", **codec_args}
+        if audio is None:
+            stream = video.output(str(self._tmp), an=None, **mp4_args)
+        else:
+            if not Path(audio).is_file():
+                raise BadInputError(audio, "audio file to mux not found")
+            stream = _with_audio(video, audio, self._tmp, mp4_args)
+        stream = stream.global_args("-hide_banner", "-loglevel", "error", "-nostats").overwrite_output()
         self.command = stream.compile(cmd=exe)
         self._stderr = tempfile.TemporaryFile()
         try:
@@ -456,6 +465,11 @@ def _kill_and_unlink(proc: subprocess.Popen, tmp: Path) -> None:
 def ffmpeg_input(width: int, height: int, fps: int, pix_fmt: str = "rgb24"):
     """The ffmpeg-python input node for raw frames on stdin."""
     return ffmpeg.input("pipe:", format="rawvideo", pix_fmt=pix_fmt, s=f"{width}x{height}", framerate=fps)
+
+
+def _with_audio(video: Any, audio: Path | str, path: Path, mp4_args: dict[str, Any]) -> Any:
+    """The ffmpeg-python output node muxing ``video`` with the audio file's first audio stream."""
+    return ffmpeg.output(video, ffmpeg.input(str(audio)).audio, str(path), **mp4_args, **AUDIO_CODEC_ARGS)
 
 
 def _write_all(stream: Any, data: memoryview) -> None:
