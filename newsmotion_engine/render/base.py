@@ -24,6 +24,12 @@ Example::
     backend.prepare_guidance(guidance, spec); backend.prepare_persona(persona, spec)  # no-ops for warp
     for frame in backend.frames(guidance, persona, retargeted_kp, RenderSpec()):
         ...  # uint8 RGB [height, width, 3]
+
+Speech: ``frames(..., visemes=track)`` hands a backend the mouth shapes to perform, one
+:class:`~newsmotion_engine.speech.visemes.VisemeTrack` frame per frame it yields. A backend whose
+class attribute ``moves_lips`` is ``True`` opens and shapes the mouth from it; the others accept the
+keyword and ignore it (``moves_lips = False``), so every backend can be driven the same way and the
+render's telemetry says whether the lips moved.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -46,6 +52,9 @@ from newsmotion_engine.errors import (
     NewsmotionError,
 )
 from newsmotion_engine.video.spec import BACKGROUND_CHROMA_GREEN, MAX_KEYFRAME_RATIO
+
+if TYPE_CHECKING:  # the speech package is not needed to render silent clips
+    from newsmotion_engine.speech.visemes import VisemeTrack
 
 __all__ = [
     "BACKGROUND_CHROMA_GREEN",
@@ -60,8 +69,11 @@ __all__ = [
     "InvalidSpecError",
     "RenderSpec",
     "UnknownBackendError",
+    "VisemeMismatchError",
     "available_backends",
+    "check_visemes",
     "get_backend",
+    "moves_lips",
     "register_backend",
     "validate_options",
 ]
@@ -84,6 +96,29 @@ class UnknownBackendError(NewsmotionError, ValueError):
 class BackendOptionError(NewsmotionError, ValueError):
     """A backend option that is unknown or out of range; the message names the backend, the
     option and the rule (or the known options)."""
+
+
+class VisemeMismatchError(NewsmotionError, ValueError):
+    """A viseme track that does not fit the clip it should drive (another length)."""
+
+
+def check_visemes(visemes: VisemeTrack | None, frames: int, *, what: str = "clip") -> None:
+    """Refuse a viseme track that is not one frame per rendered frame (``None`` passes).
+
+    Raises:
+        VisemeMismatchError: ``len(visemes) != frames``, with both lengths and how to fix it.
+    """
+    if visemes is not None and len(visemes) != frames:
+        raise VisemeMismatchError(
+            f"viseme track has {len(visemes)} frames for a {frames}-frame {what}: "
+            "give one viseme frame per rendered frame (VisemeTrack.slice(start, stop) cuts a speech's track)"
+        )
+
+
+def moves_lips(backend: Any) -> bool:
+    """Whether ``backend`` performs a viseme track (its ``moves_lips`` class attribute; a backend
+    without one does not)."""
+    return bool(getattr(backend, "moves_lips", False))
 
 
 class BackendCacheError(CacheNotReadyError, CacheError):
@@ -255,11 +290,14 @@ class Backend(Protocol):
     frame, in order, each a fresh array the consumer may keep. It must not hold the whole clip,
     and it never builds caches: it raises :class:`BackendCacheError` when a sub-cache that
     ``prepare_guidance`` / ``prepare_persona`` build is missing or stale.
-    Attributes ``name`` (the registry name) and ``needs`` (:class:`BackendNeeds`) are read-only.
+    Attributes ``name`` (the registry name), ``needs`` (:class:`BackendNeeds`) and ``moves_lips``
+    (whether ``frames`` performs a viseme track; ``False`` backends accept and ignore it) are
+    read-only class attributes.
     """
 
     name: str
     needs: BackendNeeds
+    moves_lips: ClassVar[bool]
 
     def load(self) -> None:
         """Load weights / prepare process-wide state. Idempotent."""
@@ -275,9 +313,13 @@ class Backend(Protocol):
         """As :meth:`prepare_guidance`, for one persona's appearance cache."""
         ...
 
-    def frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
+    def frames(
+        self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec, *, visemes: VisemeTrack | None = None
+    ) -> Iterator[np.ndarray]:
         """Yield the clip's frames. ``keypoints`` is the retargeted pose ``[T, 133, 3]`` in the
-        persona canvas' normalized coordinates (see ``retarget``)."""
+        persona canvas' normalized coordinates (see ``retarget``). ``visemes``: the mouth shapes
+        to perform, ``T`` frames (:func:`check_visemes`), or ``None`` for a silent clip; a backend
+        with ``moves_lips = False`` ignores it."""
         ...
 
     def close(self) -> None:

@@ -15,17 +15,20 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from newsmotion_engine.errors import NewsmotionError
-from newsmotion_engine.render.base import Backend, RenderSpec
-from newsmotion_engine.render.keyframes import InfillStats, clip_schedule, driving_keypoints, infill_frames
+from newsmotion_engine.render.base import Backend, RenderSpec, check_visemes
+from newsmotion_engine.render.keyframes import InfillStats, clip_schedule, driving_keypoints, driving_visemes, infill_frames
 from newsmotion_engine.render.fidelity import FidelityConfig, measure_render, rest_frame
 from newsmotion_engine.render.retarget import retarget
 from newsmotion_engine.render.telemetry import RenderProvenance, RenderTelemetry
 from newsmotion_engine.video.encode import VideoEncoder, check_output_folder
+
+if TYPE_CHECKING:
+    from newsmotion_engine.speech.visemes import VisemeTrack
 
 __all__ = ["clip_driving_keypoints", "loop_canvas_size", "peak_rss_mb", "render_clip", "retargeted_keypoints"]
 
@@ -84,6 +87,7 @@ def render_clip(
     infill_device: str | None = None,
     launcher: str = "in-process",
     fidelity: FidelityConfig | None = None,
+    visemes: VisemeTrack | None = None,
 ) -> RenderTelemetry:
     """Render ``guidance`` (a motion loop) on ``persona`` with ``backend`` into ``out_path``.
 
@@ -110,6 +114,9 @@ def render_clip(
         fidelity: measure pose fidelity on the written mp4 (:mod:`~newsmotion_engine.render.fidelity`)
             after the render, outside ``wall_s``; ``None`` (benchmarks) records no measurement.
             :func:`~newsmotion_engine.render.job.render_persona_loop` passes one (on by default).
+        visemes: a :class:`~newsmotion_engine.speech.visemes.VisemeTrack` with one frame per loop
+            frame: the mouth shapes the backend performs (``backend.moves_lips``); ``None``: a
+            silent clip.
 
     Returns:
         The :class:`RenderTelemetry` written beside the mp4.
@@ -131,6 +138,7 @@ def render_clip(
     total = int(kp.shape[0]) if kp.ndim == 3 else 0
     if total < 1:
         raise NewsmotionError(f"loop {getattr(guidance, 'loop_id', '?')}: no keypoint frames to render")
+    check_visemes(visemes, total, what=f"loop {getattr(guidance, 'loop_id', '?')!r}")
 
     backend.load()
     t0 = time.perf_counter()
@@ -147,7 +155,9 @@ def render_clip(
         # the infill stage fills the frames between (a pass-through at 1).
         schedule = clip_schedule(total, spec)
         keyframe_stats = InfillStats()
-        frames = iter(infill_frames(backend.frames(guidance, persona, driving_keypoints(retargeted, schedule), spec),
+        # The viseme keyword only when there is speech, so a silent render calls frames() as before.
+        speech = {"visemes": driving_visemes(visemes, schedule)} if visemes is not None else {}
+        frames = iter(infill_frames(backend.frames(guidance, persona, driving_keypoints(retargeted, schedule), spec, **speech),
                                     schedule, spec, stats=keyframe_stats, device=infill_device))  # fmt: skip
         while True:
             t0 = time.perf_counter()

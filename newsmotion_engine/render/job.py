@@ -10,7 +10,8 @@ through the same :func:`ensure_guidance` / :func:`ensure_persona` the assets cal
 Every render has an input digest (:func:`input_digest`): the guidance and persona cache digests,
 the backend's name and identity, and the output size, fps, background and seed. It is recorded in
 the telemetry; a render whose clip on disk records the same digest is skipped, and the Dagster
-render asset reports it as its data version.
+render asset reports it as its data version. A render driven by speech (``visemes=``) adds the
+viseme track's digest; a silent render's digest is what it always was.
 
 Example::
 
@@ -23,11 +24,14 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from newsmotion_engine import cachedir
 from newsmotion_engine.errors import BadInputError, CacheNotReadyError
@@ -49,6 +53,9 @@ from newsmotion_engine.render.telemetry import RenderProvenance, RenderTelemetry
 from newsmotion_engine.storage import Storage
 from newsmotion_engine.video.encode import check_output_folder
 
+if TYPE_CHECKING:
+    from newsmotion_engine.speech.visemes import VisemeTrack
+
 __all__ = [
     "RenderInputs",
     "backend_identity",
@@ -59,6 +66,7 @@ __all__ = [
     "load_render_inputs",
     "render_lock",
     "render_persona_loop",
+    "visemes_digest",
 ]
 
 Progress = Callable[[int, int], None]
@@ -212,11 +220,22 @@ def backend_identity(backend: Backend) -> dict[str, Any]:
     return {k: v for k, v in backend.describe().items() if k not in RUN_REPORT_KEYS}
 
 
-def input_digest(guidance: GuidanceCache, persona: PersonaCache, backend: Backend, spec: RenderSpec) -> str:
+def visemes_digest(visemes: VisemeTrack) -> str:
+    """sha256 of a viseme track's frame rate and its four float32 curves (what the lips perform)."""
+    h = hashlib.sha256(f"visemes fps={float(visemes.fps)!r}".encode())
+    for name in ("open", "wide", "round", "energy"):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(getattr(visemes, name), dtype=np.float32).tobytes())
+    return h.hexdigest()
+
+
+def input_digest(
+    guidance: GuidanceCache, persona: PersonaCache, backend: Backend, spec: RenderSpec, visemes: VisemeTrack | None = None
+) -> str:
     """The render's input digest: sha256 over the guidance cache digest, the persona cache digest,
-    the backend's name and :func:`backend_identity`, and the spec (width, height, fps, background,
-    seed). Equal digests mean equal frames, so an unchanged render is skipped; it is also the
-    Dagster render asset's data version."""
+    the backend's name and :func:`backend_identity`, the spec (width, height, fps, background,
+    seed) and, for a speaking render, :func:`visemes_digest`. Equal digests mean equal frames, so
+    an unchanged render is skipped; it is also the Dagster render asset's data version."""
     payload = {
         "guidance": guidance.digest,
         "persona": persona.digest,
@@ -224,6 +243,8 @@ def input_digest(guidance: GuidanceCache, persona: PersonaCache, backend: Backen
         "identity": backend_identity(backend),
         "spec": spec.as_dict(),
     }
+    if visemes is not None:
+        payload["visemes"] = visemes_digest(visemes)
     # Round-trip through JSON (non-JSON values as their str) so the hash sees plain data.
     return cachedir.sha256_json(json.loads(json.dumps(payload, default=str)))
 
@@ -263,6 +284,7 @@ def render_persona_loop(
     progress: Progress | None = None,
     launcher: str = "in-process",
     fidelity: FidelityConfig = FidelityConfig(),
+    visemes: VisemeTrack | None = None,
 ) -> RenderTelemetry:
     """Render ``loop_id`` performed by ``persona_id`` to ``out_path`` (default
     ``motion/renders/{persona}/{loop}/{backend}.mp4``) and return its :class:`RenderTelemetry`.
@@ -279,6 +301,8 @@ def render_persona_loop(
             ``"pipes-subprocess"`` / ``"pipes-k8s"`` from :mod:`newsmotion_engine.pipes`).
         fidelity: pose fidelity measured on the new clip (on by default; ``FidelityConfig(enabled=
             False)`` turns it off, and the record says so). A skipped render keeps its record.
+        visemes: the speech's mouth shapes, one frame per loop frame (see
+            :func:`~newsmotion_engine.render.clip.render_clip`); part of the input digest.
 
     When the clip and its telemetry on disk record the same :func:`input_digest`, nothing is
     rendered: the stored record is returned with ``outcome="skipped"`` and this call's cache states.
@@ -295,7 +319,7 @@ def render_persona_loop(
             f"inputs are for {inputs.persona.persona_id} x {inputs.guidance.loop_id}, not {persona_id} x {loop_id}"
         )
     backend.load()
-    digest = input_digest(inputs.guidance, inputs.persona, backend, spec)
+    digest = input_digest(inputs.guidance, inputs.persona, backend, spec, visemes)
     provenance = RenderProvenance(
         input_digest=digest,
         guidance_digest=inputs.guidance.digest,
@@ -315,4 +339,4 @@ def render_persona_loop(
         if not force and (recorded := current_render(out, digest)) is not None:
             return dataclasses.replace(recorded, outcome="skipped", provenance=provenance)
         return render_clip(inputs.guidance, inputs.persona, backend, spec, out, progress=progress, provenance=provenance,
-                           launcher=launcher, fidelity=fidelity)
+                           launcher=launcher, fidelity=fidelity, visemes=visemes)

@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -36,7 +37,7 @@ from newsmotion_engine.render.base import RenderSpec
 from newsmotion_engine.video.infill import InfillConfig, Infiller
 from newsmotion_engine.video.infill_schedule import KeyframeSchedule, keyframe_schedule
 
-__all__ = ["InfillStats", "clip_schedule", "driving_keypoints", "infill_frames", "keyed_matte"]
+__all__ = ["InfillStats", "clip_schedule", "driving_keypoints", "driving_visemes", "infill_frames", "keyed_matte"]
 
 
 def clip_schedule(frames: int, spec: RenderSpec) -> KeyframeSchedule:
@@ -52,6 +53,23 @@ def driving_keypoints(keypoints: np.ndarray, schedule: KeyframeSchedule) -> np.n
     if schedule.ratio == 1:
         return kp
     return np.ascontiguousarray(kp[list(schedule.keyframes)])
+
+
+def driving_visemes(visemes: Any, schedule: KeyframeSchedule) -> Any:
+    """The viseme track at the keyframes only (what the backend renders next to
+    :func:`driving_keypoints`), its ``fps`` divided by the ratio so that time in seconds is kept;
+    ``None`` stays ``None``. ``visemes`` is a
+    :class:`~newsmotion_engine.speech.visemes.VisemeTrack` of ``schedule.frames`` frames."""
+    if visemes is None or schedule.ratio == 1:
+        return visemes
+    if len(visemes) != schedule.frames:
+        raise ValueError(f"{len(visemes)} viseme frames for a {schedule.frames}-frame keyframe schedule")
+    keep = np.asarray(schedule.keyframes)
+    return dataclasses.replace(
+        visemes,
+        fps=float(visemes.fps) / schedule.ratio,
+        **{name: np.ascontiguousarray(np.asarray(getattr(visemes, name))[keep]) for name in ("open", "wide", "round", "energy")},
+    )
 
 
 def keyed_matte(frame: np.ndarray, background: tuple[int, int, int]) -> np.ndarray:

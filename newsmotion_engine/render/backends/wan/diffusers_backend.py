@@ -38,8 +38,14 @@ from newsmotion_engine.render.backends.wan.artifacts import source_digest
 from newsmotion_engine.render.backends.wan.diffusers_config import RANDOM_WEIGHTS_LABEL
 from newsmotion_engine.render.backends.wan.lora import steps_warning, warn_once
 from newsmotion_engine.render.backends.wan.prompts import loop_prompt
+from newsmotion_engine.render.read_ahead import read_ahead
 
 __all__ = ["DiffusersBackend", "DiffusersOOMError", "check_size"]
+
+# Frames the model may run ahead of the chroma matte: a whole segment (wan-animate's 77,
+# wan-animate-2's 81) plus the matte's in-flight frames, so the next segment starts at once
+# (about 450 MB of frames at 720x1280).
+READ_AHEAD_FRAMES = 160
 
 # What a memory-reducing acceleration's tip says, when it is not configured.
 _MEMORY_TIPS = {
@@ -71,6 +77,8 @@ class DiffusersBackend:
     options_class: ClassVar[type]
     caches: ClassVar[Any]  # the backend's caches module
     oom_error: ClassVar[type[DiffusersOOMError]] = DiffusersOOMError
+    # Pose-driven models: a viseme track is accepted and ignored (an audio-driven subclass says True).
+    moves_lips: ClassVar[bool] = False
 
     def __init__(self, options: Any) -> None:
         self.options = options
@@ -288,8 +296,11 @@ class DiffusersBackend:
         return {"backend": self.name, "weights": self.components.weights_label}
 
     # ------------------------------------------------------------------ render
-    def frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
+    def frames(
+        self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec, *, visemes: Any = None
+    ) -> Iterator[np.ndarray]:
         """Yield the clip's frames (uint8 RGB ``[H, W, 3]``), one segment decoded at a time.
+        ``visemes`` is ignored unless the subclass ``moves_lips`` (see :class:`~newsmotion_engine.render.base.Backend`).
 
         Raises:
             BackendCacheError: a sub-cache is missing, stale, or at another size (call
@@ -302,10 +313,25 @@ class DiffusersBackend:
         self.load()
         self._check_spec(spec)
         with self._oom_explained(spec):
+            model = self._model_frames_no_grad(guidance, persona, keypoints, spec)
+            if not self._records_cuda_graphs():
+                # The next segment denoises while this one's frames are matted and consumed.
+                model = read_ahead(model, READ_AHEAD_FRAMES, name=f"{self.name}-frames")
             # Green screen: each generated frame's person matted onto the exact spec.background
             # (render/chroma.py), unless chroma="off".
-            yield from composite_frames(self._model_frames(guidance, persona, keypoints, spec), spec.background,
-                                        getattr(self.options, "chroma", "matte"))  # fmt: skip
+            yield from composite_frames(model, spec.background, getattr(self.options, "chroma", "matte"))
+
+    def _model_frames_no_grad(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
+        """:meth:`_model_frames` without autograd in whichever thread runs it (grad mode is per thread)."""
+        import torch
+
+        with torch.no_grad():
+            yield from self._model_frames(guidance, persona, keypoints, spec)
+
+    def _records_cuda_graphs(self) -> bool:
+        """Whether compile records CUDA graphs (trees are per thread: such a render stays in the
+        caller's thread, where the warm-up recorded them)."""
+        return any(getattr(config, "cudagraphs", False) for config in getattr(self.options, "accelerations", ()))
 
     def _model_frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
         """The raw generated frames, one per keypoint frame (a backend that generates at its own

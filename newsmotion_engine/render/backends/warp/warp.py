@@ -48,7 +48,7 @@ import cv2
 import numpy as np
 
 from newsmotion_engine.errors import NewsmotionError
-from newsmotion_engine.render.base import BackendNeeds, BackendOptions, RenderSpec
+from newsmotion_engine.render.base import BackendNeeds, BackendOptions, RenderSpec, check_visemes
 from newsmotion_engine.render.placement import place_portrait
 from newsmotion_engine.render.backends.warp.limbs import ArmLayer, LimbReport, cut_arms, draw_arm, pose_arm
 from newsmotion_engine.skeleton import BODY, FACE_START, LEFT_HAND_START, NUM_KEYPOINTS, RIGHT_HAND_START
@@ -193,6 +193,7 @@ class WarpBackend:
     :class:`WarpOptions` (``get_backend("warp", threads=1)`` validates them)."""
 
     name = "warp"
+    moves_lips = False
     needs = BackendNeeds(
         guidance=frozenset({"keypoints"}),
         persona=frozenset({"portrait", "person_mask", "face_mask", "landmarks"}),
@@ -510,16 +511,20 @@ class WarpBackend:
                 out[t] = _similarity(rest_c[sel], cur_c[t, sel])
         return out
 
-    def frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
+    def frames(
+        self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec, *, visemes: Any = None
+    ) -> Iterator[np.ndarray]:
         """Yield ``len(keypoints)`` uint8 RGB ``[spec.height, spec.width, 3]`` frames.
 
         ``keypoints``: the retargeted pose ``[T, 133, 3]`` normalized to the persona's canvas.
+        ``visemes``: a viseme track of ``T`` frames, or ``None`` for a silent clip.
         """
         if not self._loaded:
             self.load()
         kp = np.asarray(keypoints, dtype=np.float64)
         if kp.ndim != 3 or kp.shape[1:] != (NUM_KEYPOINTS, 3):
             raise NewsmotionError(f"retargeted keypoints have shape {kp.shape}; expected [T, {NUM_KEYPOINTS}, 3]")
+        check_visemes(visemes, kp.shape[0])
         prep = self.prepare(persona, spec)
         self.last_parts = prep.limbs.as_dict()
         self.last_arm_motion = {}
