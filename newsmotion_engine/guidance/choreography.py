@@ -222,6 +222,8 @@ _BLINKS: dict[str, tuple[float, ...]] = {
     "signoff": (0.58, 0.9),
 }
 assert tuple(_LOOP_KEYS) == LOOP_IDS and tuple(_BLINKS) == LOOP_IDS
+# The idle loop's blinks (author_idle).
+IDLE_BLINKS = (0.3, 0.77)
 
 
 def _tracks(keys: list[Key]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -326,13 +328,25 @@ def author_loop(loop_id: str, fps: int = DEFAULT_FPS, frames: int | None = None)
         kp60 = author_loop("welcome", fps=60)   # [240, 133, 3], same 4 s motion sampled finer
     """
     _check_loop(loop_id)
-    count = _frame_count(fps, frames)
+    return _perform(_LOOP_KEYS[loop_id], _BLINKS[loop_id], fps, _frame_count(fps, frames))
+
+
+def author_idle(fps: int = DEFAULT_FPS, frames: int | None = None) -> np.ndarray:
+    """The idle loop: ``REST`` with only the idle layers (breathing, head drift, two blinks), as
+    float32 ``[frames, 133, 3]`` like :func:`author_loop`; a story fills the time between gestures
+    with it. Not a canonical loop: it shows no gesture, so it is not rendered or cached on its own."""
+    return _perform([(0.0, "rest")], IDLE_BLINKS, fps, _frame_count(fps, frames))
+
+
+def _perform(keys: list[Key], blinks: tuple[float, ...], fps: int, count: int) -> np.ndarray:
+    """Keyframes ``keys`` and the idle layers (with ``blinks``) played on the rig for ``count``
+    frames at ``fps``, normalized to the frame (see :func:`author_loop`)."""
     duration = count / fps
     phase = np.arange(count, dtype=np.float64) / count
     params = {name: np.full(count, value) for name, value in REST.items()}
-    for name, (times, values) in _tracks(_LOOP_KEYS[loop_id]).items():
+    for name, (times, values) in _tracks(keys).items():
         params[name] = _periodic_pchip(times, values, phase)
-    idle = _idle(phase, duration, count, _BLINKS[loop_id])
+    idle = _idle(phase, duration, count, blinks)
     params["yaw"] = params["yaw"] + idle["yaw"]
     params["roll"] = params["roll"] + idle["roll"]
     params["blink"] = np.maximum(params["blink"], idle["blink"])
