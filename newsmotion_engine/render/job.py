@@ -61,8 +61,11 @@ __all__ = [
     "backend_identity",
     "check_render_request",
     "current_render",
+    "ensure_persona_input",
     "ensure_render_inputs",
     "input_digest",
+    "load_guidance_input",
+    "load_persona_input",
     "load_render_inputs",
     "render_lock",
     "render_persona_loop",
@@ -115,16 +118,20 @@ def load_render_inputs(storage: Storage, persona_id: str, loop_id: str) -> Rende
             materialize or run.
         NewsmotionError: the loop is unknown.
     """
-    guidance = _loaded(
+    return RenderInputs(load_guidance_input(storage, loop_id), load_persona_input(storage, persona_id))
+
+
+def load_guidance_input(storage: Storage, loop_id: str) -> GuidanceCache:
+    """Load (never build) the loop's guidance cache, checked against its current source."""
+    return _loaded(
         f"guidance cache for loop {loop_id!r}",
         f"materialize guidance_cache[{loop_id}] or run `newsmotion guidance build {loop_id}`",
         lambda: load_guidance(storage, loop_id, expected=loop_source(storage, loop_id)),
     )
-    return RenderInputs(guidance, _load_persona(storage, persona_id))
 
 
-def _load_persona(storage: Storage, persona_id: str) -> PersonaCache:
-    """The persona cache, checked against the kept portrait when there is one (without one it
+def load_persona_input(storage: Storage, persona_id: str) -> PersonaCache:
+    """Load (never build) the persona cache, checked against the kept portrait when there is one (without one it
     cannot be rebuilt, so it is used as it is, params still checked)."""
     kept = storage.find_persona_source(persona_id)
     remedy = f"materialize persona_cache[{persona_id}] or run " + (
@@ -164,13 +171,18 @@ def ensure_render_inputs(
     for it; current caches announce nothing.
     """
     guidance, guidance_built = ensure_guidance(storage, loop_id, progress=_announce(on_step, f"building guidance cache {loop_id}"))
-    if storage.find_persona_source(persona_id) is not None:
-        persona, persona_built = ensure_persona(storage, persona_id, progress=_announce(on_step, f"building persona cache {persona_id}"))
-    else:  # nothing to build from: the cache as it is, or an error saying how to add the persona
-        persona, persona_built = _load_persona(storage, persona_id), False
+    persona, persona_built = ensure_persona_input(storage, persona_id, on_step=on_step)
     if backend is not None and spec is not None:
         _prepare_backend(backend, guidance, persona, spec, on_step)
     return RenderInputs(guidance, persona, "built" if guidance_built else "hit", "built" if persona_built else "hit")
+
+
+def ensure_persona_input(storage: Storage, persona_id: str, *, on_step: OnStep | None = None) -> tuple[PersonaCache, bool]:
+    """The persona cache, built first from its kept portrait when missing or stale (``True`` when
+    built); without a kept portrait, the cache as it is (:func:`load_persona_input`)."""
+    if storage.find_persona_source(persona_id) is None:
+        return load_persona_input(storage, persona_id), False  # nothing to build from
+    return ensure_persona(storage, persona_id, progress=_announce(on_step, f"building persona cache {persona_id}"))
 
 
 def _announce(on_step: OnStep | None, label: str) -> Progress | None:
