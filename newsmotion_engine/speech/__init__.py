@@ -1,2 +1,4 @@
-"""The speech tier: decoding and checking a speech file (``audio``) and the SimHash cache that lets
-near-duplicate audio windows reuse stored audio-encoder output (``simhash``)."""
+"""The speech tier: decoding and checking a speech file (``audio``), offline text-to-speech with
+phoneme timings (``tts``, through ``espeak``), mouth-shape tracks per video frame (``visemes``),
+and the SimHash cache that lets near-duplicate audio windows reuse stored audio-encoder output
+(``simhash``)."""
