@@ -19,7 +19,7 @@ import numpy as np
 from newsmotion_engine import cachedir
 from newsmotion_engine.errors import CacheCorruptError
 
-__all__ = ["F32", "as_tensor", "check_shape", "reference_frame", "save_arrays", "source_digest"]
+__all__ = ["F32", "as_tensor", "check_shape", "place_on_frame", "reference_frame", "reference_mask", "save_arrays", "source_digest"]
 
 F32 = "float32"
 
@@ -33,18 +33,29 @@ def source_digest(cache: Any) -> str:
 def reference_frame(persona: Any, width: int, height: int, background: tuple[int, int, int]) -> np.ndarray:
     """The persona's portrait over ``background`` on a ``width`` x ``height`` frame (uint8 RGB),
     placed as every backend places it (fit, bottom-centre)."""
-    import cv2
-
-    from newsmotion_engine.render.placement import place_portrait
-
     portrait = np.asarray(persona.portrait)
     alpha = np.asarray(persona.person_mask).astype(np.float32)[..., None] / 255.0
     bg = np.array(background, np.float32)
     comp = (portrait.astype(np.float32) * alpha + bg * (1 - alpha)).astype(np.uint8)
-    ox, oy, pw, ph = place_portrait(portrait.shape[:2], width, height)
-    out = np.empty((height, width, 3), np.uint8)
-    out[:] = np.array(background, np.uint8)
-    scaled = cv2.resize(comp, (max(1, round(pw)), max(1, round(ph))), interpolation=cv2.INTER_AREA)
+    return place_on_frame(comp, width, height, np.array(background, np.uint8))
+
+
+def reference_mask(persona: Any, width: int, height: int) -> np.ndarray:
+    """The persona's person mask (uint8 alpha) placed as :func:`reference_frame` places the portrait."""
+    return place_on_frame(np.asarray(persona.person_mask), width, height, np.uint8(0))
+
+
+def place_on_frame(image: np.ndarray, width: int, height: int, fill: Any) -> np.ndarray:
+    """``image`` (a canvas-sized persona array, ``[H, W]`` or ``[H, W, C]``) scaled and placed on a
+    ``width`` x ``height`` frame filled with ``fill`` by :func:`~newsmotion_engine.render.placement.place_portrait`."""
+    import cv2
+
+    from newsmotion_engine.render.placement import place_portrait
+
+    ox, oy, pw, ph = place_portrait(image.shape[:2], width, height)
+    out = np.empty((height, width, *image.shape[2:]), image.dtype)
+    out[:] = fill
+    scaled = cv2.resize(image, (max(1, round(pw)), max(1, round(ph))), interpolation=cv2.INTER_AREA)
     x0, y0 = round(ox), round(oy)
     x1, y1 = min(width, x0 + scaled.shape[1]), min(height, y0 + scaled.shape[0])
     sx0, sy0 = max(0, -x0), max(0, -y0)

@@ -58,6 +58,7 @@ from newsmotion_engine.render.backends.wan_animate_2 import caches as C
 from newsmotion_engine.render.backends.wan_animate_2.caption import persona_caption
 from newsmotion_engine.render.backends.wan_animate_2.config import NAME, WanAnimate2Options
 from newsmotion_engine.render.backends.wan import artifacts, continuation, encoders, segments
+from newsmotion_engine.render.backends.wan.retime import retime_frames
 
 __all__ = ["WanAnimate2Backend", "WanAnimate2OOMError", "retime_frames"]
 
@@ -418,47 +419,6 @@ class WanAnimate2Backend(DiffusersBackend):
         if self.kv_lru is not None:
             stats["kv_lru"] = self.kv_lru.stats()
         self.last_render = stats
-
-
-def retime_frames(frames: Iterator[np.ndarray], n: int, T: int) -> Iterator[np.ndarray]:
-    """``T`` frames from a seamless loop of ``n`` frames (``frames``, consumed once, in order):
-    output ``j`` sits at ``j * n / T`` and blends its two neighbours linearly (past the last
-    frame, towards frame 0). ``n == T`` passes the frames through. Holds three frames at most.
-
-    Raises:
-        RuntimeError: ``frames`` ended before ``n`` frames.
-    """
-    if n == T:
-        yield from frames
-        return
-    src = iter(frames)
-    kept: dict[int, np.ndarray] = {}
-    count = 0
-
-    def get(i: int) -> np.ndarray:
-        nonlocal count
-        while count <= i:
-            try:
-                kept[count] = next(src)
-            except StopIteration:
-                raise RuntimeError(f"retime: the backend emitted {count} frames, expected {n}") from None
-            count += 1
-            for old in [k for k in kept if 0 < k < count - 2]:
-                del kept[old]
-        return kept[i]
-
-    for j in range(T):
-        pos = j * n / T
-        i0 = int(pos)
-        w = pos - i0
-        a = get(i0)
-        if w < 1e-6:
-            yield a
-            continue
-        b = get(0) if i0 + 1 >= n else get(i0 + 1)
-        yield np.rint(a.astype(np.float32) * (1.0 - w) + b.astype(np.float32) * w).astype(np.uint8)
-    for _ in src:  # let the backend's generator finish (it records last_render at its end)
-        pass
 
 
 def _pixels(frames: np.ndarray):
