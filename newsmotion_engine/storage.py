@@ -122,6 +122,25 @@ class Storage:
             / f"{validate_id(backend, 'backend')}.mp4"
         )
 
+    # ---------------------------------------------------------------- stories
+    @property
+    def stories_dir(self) -> Path:
+        """Story files ``{story_id}.yaml`` (the Dagster story sensor watches it)."""
+        return self.root / "stories"
+
+    @property
+    def story_renders_root(self) -> Path:
+        return self.motion_dir / "stories"
+
+    def story_render_path(self, persona_id: str, story_id: str, backend: str) -> Path:
+        """``motion/stories/{persona}/{story}/{backend}.mp4`` (+ its story telemetry ``.json``)."""
+        return (
+            self.story_renders_root
+            / validate_id(persona_id, "persona id")
+            / validate_id(story_id, "story id")
+            / f"{validate_id(backend, 'backend')}.mp4"
+        )
+
     @property
     def ab_root(self) -> Path:
         return self.motion_dir / "ab"
