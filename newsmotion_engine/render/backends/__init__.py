@@ -16,6 +16,8 @@ BUILT_IN = (
     "warp",
     "wan_animate",
     "wan_animate_2",
+    "scail_2",
+    "mimicmotion",
 )
 
 
