@@ -1,0 +1,90 @@
+"""The speech a render performs, as the model reads it: per video frame at the model's 25 fps, the
+wav2vec2 hidden states of the ±2 neighbouring frames (``[T, 5, layers, 768]``).
+
+The features come from the speech tier (``speech/features.py``'s ``ensure_features``: wav2vec2 on the
+loudness-normalised 16 kHz speech, its CNN features interpolated to the video rate, windows clamped
+at the ends, as the official ``infer_flash.py`` prepares them); this module only shapes them for
+the model (:func:`audio_windows`), cuts a segment's frames (:func:`segment_windows`) and stands in
+zeros for a silent clip (the official unconditional pass's input).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from newsmotion_engine.errors import NewsmotionError
+
+__all__ = ["EchoMimicAudioError", "SpeechAudio", "audio_windows", "load_speech_audio", "segment_windows", "silent_audio"]
+
+
+class EchoMimicAudioError(NewsmotionError, ValueError):
+    """Speech features that do not fit the model (another window, layer count or width)."""
+
+
+@dataclass(frozen=True)
+class SpeechAudio:
+    """What a render performs: ``features`` float32 ``[T, window, layers, channels]`` at the model
+    fps, the speech's ``duration_s`` and a ``digest`` of the features (None for silence)."""
+
+    speech_id: str | None
+    features: np.ndarray
+    duration_s: float
+    digest: str | None
+
+
+def audio_windows(features: Any, *, window: int, layers: int, channels: int, what: str = "speech features") -> np.ndarray:
+    """Features ``[T, window, layers, channels]`` (or ``[T, window, channels]``: one layer) as the
+    model's ``[T, window, layers, channels]`` float32; :class:`EchoMimicAudioError` otherwise."""
+    a = np.asarray(features, dtype=np.float32)
+    if a.ndim == 3:
+        a = a[:, :, None]
+    expected = (window, layers, channels)
+    if a.ndim != 4 or a.shape[1:] != expected:
+        raise EchoMimicAudioError(
+            f"{what} have shape {list(np.asarray(features).shape)}; this model reads [T, {window}, {layers}, {channels}] "
+            f"(per video frame, {window} wav2vec2 frames x {layers} hidden layers x {channels}); the release reads all 12 "
+            "hidden layers of wav2vec2-base (hidden_states[1:])"
+        )
+    return a
+
+
+def silent_audio(frames: int, *, window: int, layers: int, channels: int) -> SpeechAudio:
+    """Zero features for ``frames`` model frames: a silent clip (what the official unconditional
+    guidance pass reads)."""
+    return SpeechAudio(None, np.zeros((frames, window, layers, channels), np.float32), 0.0, None)
+
+
+def segment_windows(features: np.ndarray, start: int, frames: int) -> np.ndarray:
+    """Frames ``start .. start + frames`` of ``features``; frames past the end are zeros (silence)."""
+    out = np.zeros((frames, *features.shape[1:]), np.float32)
+    part = features[start : start + frames]
+    out[: len(part)] = part
+    return out
+
+
+def load_speech_audio(speech_root: str | Path, speech_id: str, *, fps: int, window: int, layers: int, channels: int,
+                      audio_model_path: str | None) -> SpeechAudio:  # fmt: skip
+    """The features of speech ``speech_id`` under ``speech_root`` at ``fps`` (built once by the speech
+    tier's feature cache, then read), with the speech's duration and a digest of the features."""
+    import hashlib
+
+    from newsmotion_engine.speech.cache import load_speech_cache
+    from newsmotion_engine.speech.features import AudioEncoder, ensure_features
+
+    speech = load_speech_cache(speech_root, speech_id)
+    # The release reads every hidden layer; a one-layer model (the tiny preset) the encoder's mean.
+    layer_mode = "all" if layers > 1 else "mean"
+    try:
+        encoder = AudioEncoder.load(audio_model_path, layers=layer_mode)
+    except ValueError as exc:
+        raise EchoMimicAudioError(
+            f"speech {speech_id!r}: this model reads {layers} wav2vec2 hidden layers per frame, and the speech tier's "
+            f"AudioEncoder does not give them ({exc}); use a one-layer preset or an encoder with layers='all'"
+        ) from None
+    feats = ensure_features(speech_root, speech_id, fps=fps, encoder=encoder)
+    a = audio_windows(feats.features, window=window, layers=layers, channels=channels, what=f"speech {speech_id!r} features")
+    return SpeechAudio(speech_id, a, float(speech.duration_s), hashlib.sha256(a.tobytes()).hexdigest()[:16])

@@ -1,0 +1,212 @@
+"""The ``echomimic-v3`` backend: EchoMimicV3 flash-pro (audio-driven talking head on
+Wan2.1-Fun-1.3B-InP) on the :class:`~..wan.diffusers_backend.DiffusersBackend` base.
+
+A render performs a speech (the ``speech`` option: a speech id of the speech cache) with the
+persona's portrait, to the speech's length (:meth:`EchoMimicV3Backend.clip_frames`; without a
+speech, a silent clip of the loop's length). The loop's pose is not an input of this model.
+
+Per clip: the model renders ``n = round(frames * 25 / fps)`` frames at its own size
+(:meth:`~.config.EchoMimicV3Options.model_size`) in segments (:func:`..wan.segments.plan_segments`,
+``segment_frames`` long, overlapping by ``overlap_frames``). Segment 0 is conditioned on the
+persona's cached first condition (the reference frame known); each later one on the previous
+segment's last ``overlap_frames`` decoded frames (rounded to 8 bits as the official loop hands them
+over as images), VAE-encoded (:func:`..wan.continuation.frames_continuation`), and the overlapping
+frames are cross-faded linearly (official ``infer_preview.py``). Every segment reads the same CLIP
+tokens and prompt embedding (Tier 2) and its frames' audio windows. The frames are then resized to
+the render size, re-timed from 25 fps to ``spec.fps`` (nearest frame) and composited on the exact
+chroma colour by the base class.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from newsmotion_engine.render.base import BackendNeeds, RenderSpec
+from newsmotion_engine.render.backends.echomimic_v3 import caches as C
+from newsmotion_engine.render.backends.echomimic_v3.audio import SpeechAudio, load_speech_audio, segment_windows, silent_audio
+from newsmotion_engine.render.backends.echomimic_v3.config import NAME, EchoMimicV3Options
+from newsmotion_engine.render.backends.wan import segments
+from newsmotion_engine.render.backends.wan.diffusers_backend import DiffusersBackend, DiffusersOOMError
+
+__all__ = ["EchoMimicV3Backend", "EchoMimicV3OOMError", "retime_indices"]
+
+
+class EchoMimicV3OOMError(DiffusersOOMError):
+    """The GPU ran out of memory during an echomimic-v3 render."""
+
+
+def retime_indices(out_frames: int, model_frames: int, model_fps: float, fps: float) -> np.ndarray:
+    """For each output frame at ``fps``, the model frame (at ``model_fps``) nearest in time."""
+    t = np.arange(out_frames) * (model_fps / fps)
+    return np.minimum(np.floor(t + 0.5).astype(np.int64), model_frames - 1)
+
+
+class EchoMimicV3Backend(DiffusersBackend):
+    """See the module docstring. Construct through the registry: ``get_backend("echomimic-v3", speech="...")``."""
+
+    name: ClassVar[str] = NAME
+    moves_lips: ClassVar[bool] = True  # the mouth follows the speech's audio (not a viseme track)
+    needs: ClassVar[BackendNeeds] = BackendNeeds(guidance=frozenset({"keypoints"}),
+                                                 persona=frozenset({"portrait", "person_mask", "first_condition", "image_tokens"}))  # fmt: skip
+    options_class: ClassVar[type] = EchoMimicV3Options
+    caches: ClassVar[Any] = C
+    oom_error: ClassVar[type[DiffusersOOMError]] = EchoMimicV3OOMError
+
+    def __init__(self, options: EchoMimicV3Options) -> None:
+        super().__init__(options)
+        self._speech: SpeechAudio | None = None
+
+    def _load_components(self) -> Any:
+        from newsmotion_engine.render.backends.echomimic_v3.components import load_render_components
+
+        return load_render_components(self.options)
+
+    def _released(self) -> None:
+        self._speech = None
+
+    def _settings(self) -> dict[str, Any]:
+        o = self.options
+        return {"steps": o.num_steps, "audio_guidance_scale": o.guidance, "batch_cfg": o.batch_cfg, "prompt": o.prompt,
+                "segment_frames": o.segment_length, "overlap_frames": o.overlap, "model_fps": o.model_fps,
+                "speech": o.speech, "max_side": o.max_side, "accelerations": o.accel_summary(),
+                "lips": "driven by the speech's audio features" if o.speech else "silent clip (no speech option)"}  # fmt: skip
+
+    def plan(self, frames: int) -> segments.SegmentPlan:
+        return segments.plan_segments(frames, self.options.segment_length, self.options.overlap, fit=True)
+
+    # ------------------------------------------------------------------ speech
+    def _audio_shape(self) -> dict[str, int]:
+        cfg = self.components.transformer.config
+        return {"window": cfg.audio_window, "layers": cfg.audio_layers, "channels": cfg.audio_channels}
+
+    def speech_audio(self) -> SpeechAudio | None:
+        """The configured speech's features (read once per loaded backend), or None without one."""
+        o = self.options
+        if o.speech is None:
+            return None
+        if self._speech is None:
+            if not o.speech_root:
+                from newsmotion_engine.errors import BadInputError
+
+                raise BadInputError(o.speech, "echomimic-v3 option speech needs speech_root, the speech cache root (the CLI sets it)")
+            model_audio = o.audio_model_path or (str(Path(o.model_path) / "wav2vec2") if o.model_path and (Path(o.model_path) / "wav2vec2").is_dir() else None)
+            self._speech = load_speech_audio(o.speech_root, o.speech, fps=o.model_fps, audio_model_path=model_audio, **self._audio_shape())
+        return self._speech
+
+    def clip_frames(self, guidance: Any, spec: RenderSpec) -> int:
+        """How many frames the clip has at ``spec.fps``: the speech's length, or the loop's without a speech."""
+        self.load()
+        speech = self.speech_audio()
+        if speech is None:
+            return int(np.asarray(guidance.keypoints).shape[0])
+        return max(1, round(speech.duration_s * spec.fps))
+
+    def prepare_guidance(self, guidance: Any, spec: RenderSpec) -> bool:
+        """No loop artifacts (the model does not follow a pose); reads (or has the speech tier build)
+        the configured speech's features so a render finds them. ``False``: nothing of this
+        backend's was built."""
+        self.load()
+        self.speech_audio()
+        return False
+
+    # ------------------------------------------------------------------ persona tier
+    def persona_params(self, persona: Any, spec: RenderSpec) -> tuple[dict, dict]:
+        source, params = super().persona_params(persona, spec)
+        params.update(model_size=list(self.options.model_size(spec.width, spec.height)), segment_frames=self.options.segment_length,
+                      prompt=self.options.prompt)  # fmt: skip
+        return source, params
+
+    def _build_persona(self, path: Path, persona: Any, spec: RenderSpec, source: dict, params: dict) -> None:
+        import torch
+
+        from newsmotion_engine.render.backends.echomimic_v3.components import load_image_encoder, load_text_encoder
+        from newsmotion_engine.render.backends.wan.artifacts import reference_frame
+        from newsmotion_engine.render.backends.wan.continuation import frames_continuation
+        from newsmotion_engine.render.backends.wan.encoders import encode_image_tokens, encode_prompts, to_video_tensor
+
+        comps = self.components
+        mw, mh = params["model_size"]
+        ref = reference_frame(persona, mw, mh, spec.background)
+        first = frames_continuation(comps.vae, to_video_tensor(ref[None]).to(comps.device), self.options.segment_length)[0]
+        enc = load_image_encoder(self.options, comps.device)
+        tokens = encode_image_tokens(enc, ref, comps.device)
+        del enc
+        tok, text = load_text_encoder(self.options, comps.device)
+        prompt = encode_prompts(tok, text, [self.options.prompt], comps.device)
+        del text
+        if comps.device.type == "cuda":
+            torch.cuda.empty_cache()
+        C.write_persona_artifacts(path, C.PersonaArtifacts(first.float().cpu(), tokens, prompt), source=source, params=params,
+                                  extra=self._cache_extra())  # fmt: skip
+
+    # ------------------------------------------------------------------ render
+    def _model_frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
+        import cv2
+
+        o = self.options
+        out_frames = self.clip_frames(guidance, spec)
+        n = max(1, round(out_frames * o.model_fps / spec.fps))
+        index = retime_indices(out_frames, n, o.model_fps, spec.fps)
+        pa = self.load_persona(persona, spec)  # raises BackendCacheError before any denoising
+        speech = self.speech_audio() or silent_audio(n, **self._audio_shape())
+        model = self._segment_frames(pa, speech, n, spec)
+        i, current, frame = 0, -1, None
+        for k in index:
+            while current < k:
+                frame, current = next(model), current + 1
+            yield cv2.resize(frame, (spec.width, spec.height), interpolation=cv2.INTER_CUBIC)
+            i += 1
+
+    def _segment_frames(self, pa: C.PersonaArtifacts, speech: SpeechAudio, n: int, spec: RenderSpec) -> Iterator[np.ndarray]:
+        """The ``n`` model frames (uint8 RGB at the model size), segment by segment, overlaps cross-faded."""
+        import torch
+
+        from newsmotion_engine.render.backends.echomimic_v3.denoise import decode, denoise_segment
+        from newsmotion_engine.render.backends.wan.artifacts import as_tensor
+        from newsmotion_engine.render.backends.wan.continuation import frames_continuation
+
+        o, comps = self.options, self.components
+        plan = self.plan(n)
+        dev, dtype = comps.device, comps.dtype
+        t_lat = plan.latent_frames
+        first = as_tensor(pa.first_condition)[:, :t_lat].unsqueeze(0).to(dev)
+        tokens, prompt = as_tensor(pa.image_tokens).to(dev), as_tensor(pa.prompt_embeds).to(dev)
+        ov = plan.prev_frames
+        mix = torch.linspace(0, 1, ov).view(ov, 1, 1, 1)
+        held: torch.Tensor | None = None  # the previous segment's last `ov` frames, [ov, H, W, 3] in [0, 1]
+        emitted, stats = 0, {"segments": plan.segments, "segment_frames": plan.segment_frames, "overlap_frames": ov,
+                             "model_frames": n, "model_size": list(o.model_size(spec.width, spec.height)),
+                             "audio": speech.digest or "silence", "denoise_s": 0.0, "decode_s": 0.0}  # fmt: skip
+        self.last_render = stats
+        for k in range(plan.segments):
+            t0 = time.perf_counter()
+            cond = first if k == 0 else frames_continuation(comps.vae, tail, plan.segment_frames).to(dev)
+            audio = torch.from_numpy(segment_windows(speech.features, plan.start(k), plan.segment_frames)).unsqueeze(0).to(dev)
+            latents = denoise_segment(comps.transformer, comps.new_scheduler(), cond, tokens, prompt, audio, steps=o.num_steps,
+                                      guidance=o.guidance, batch_cfg=o.batch_cfg, seed=spec.seed + k, dtype=dtype)  # fmt: skip
+            t1 = time.perf_counter()
+            video = decode(comps.vae, latents)  # [1, 3, F, H, W] in [-1, 1]
+            stats["denoise_s"] += round(t1 - t0, 3)
+            stats["decode_s"] += round(time.perf_counter() - t1, 3)
+            # The next segment starts from these frames as the official loop hands them over: 8-bit images.
+            frames = ((video[0].permute(1, 2, 3, 0).float() + 1) / 2).clamp(0, 1).mul(255).round().div(255).cpu()
+            tail = frames[-ov:].permute(3, 0, 1, 2).unsqueeze(0).mul(2).sub(1).to(dev)
+            if held is not None:
+                frames[:ov] = held * (1 - mix) + frames[:ov] * mix
+            last = k == plan.segments - 1
+            body = frames if last else frames[:-ov]
+            held = None if last else frames[-ov:]
+            for f in body:
+                if emitted == n:
+                    return
+                yield (f.numpy() * 255).round().astype(np.uint8)
+                emitted += 1
+
+    def _memory_tips(self, spec: RenderSpec) -> list[str]:
+        return [*self._unused_memory_accelerations("fp8", "vae_tiling", "ffn_chunks"),
+                *([] if not self.options.batch_cfg else ["batch_cfg=false (one guidance pass at a time)"])]  # fmt: skip
