@@ -18,6 +18,7 @@ BUILT_IN = (
     "wan_animate_2",
     "scail_2",
     "mimicmotion",
+    "echomimic_v3",
 )
 
 
