@@ -16,11 +16,24 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from newsmotion_engine.errors import InvalidIdError
 from newsmotion_engine.ids import validate_id
 
-__all__ = ["STORAGE_ENV", "Storage"]
+__all__ = ["STORAGE_ENV", "SPEECH_FOLDERS", "SPEECH_INBOX", "SPEECH_SOURCES", "Storage", "validate_speech_id"]
 
 STORAGE_ENV = "NEWSMOTION_STORAGE"
+# Folders under speech/ beside the per-id caches.
+SPEECH_INBOX = "inbox"
+SPEECH_SOURCES = "sources"
+SPEECH_FOLDERS = (SPEECH_INBOX, SPEECH_SOURCES)
+
+
+def validate_speech_id(speech_id: str) -> str:
+    """A speech id: a slug (:func:`validate_id`) that is not one of :data:`SPEECH_FOLDERS`."""
+    validate_id(speech_id, "speech id")
+    if speech_id in SPEECH_FOLDERS:
+        raise InvalidIdError(f"invalid speech id {speech_id!r}: {', '.join(SPEECH_FOLDERS)} name folders under speech/")
+    return speech_id
 
 
 @dataclass(frozen=True)
@@ -108,6 +121,36 @@ class Storage:
             if path.is_file() and path.stem == persona_id:
                 return path
         return None
+
+    # ---------------------------------------------------------------- speech
+    @property
+    def speech_root(self) -> Path:
+        """``speech/``: one cache folder per speech id (``speech/{id}/``), beside ``inbox/`` and
+        ``sources/`` (names :data:`SPEECH_FOLDERS`, so never speech ids)."""
+        return self.root / "speech"
+
+    def speech_dir(self, speech_id: str) -> Path:
+        return self.speech_root / validate_speech_id(speech_id)
+
+    @property
+    def speech_inbox(self) -> Path:
+        """Drop a recording here (wav, mp3, m4a, flac, ogg); the Dagster sensor ingests it."""
+        return self.speech_root / SPEECH_INBOX
+
+    @property
+    def speech_inbox_processed(self) -> Path:
+        return self.speech_inbox / "processed"
+
+    @property
+    def speech_inbox_rejected(self) -> Path:
+        """Inbox files that cannot become a speech, each with a ``{name}.reason.txt`` beside it."""
+        return self.speech_inbox / "rejected"
+
+    @property
+    def speech_sources(self) -> Path:
+        """Each speech's source, ``{speech_id}{suffix}``: the recording, or ``.tts`` (the text,
+        voice and rate to speak): what its cache is built from."""
+        return self.speech_root / SPEECH_SOURCES
 
     # ---------------------------------------------------------------- outputs
     @property

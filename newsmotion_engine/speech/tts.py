@@ -38,6 +38,7 @@ __all__ = [
     "Phoneme",
     "Word",
     "Synthesis",
+    "TextSpeech",
     "synthesize",
     "engine_version",
 ]
@@ -94,6 +95,23 @@ class Synthesis:
     @property
     def duration_s(self) -> float:
         return self.samples.size / self.sample_rate
+
+
+@dataclass(frozen=True)
+class TextSpeech:
+    """Text to speak and how: what ``newsmotion speech say`` keeps as a speech's source and what a
+    sample speech is. ``synthesize()`` speaks it."""
+
+    text: str
+    voice: str = DEFAULT_VOICE
+    words_per_minute: int = DEFAULT_WORDS_PER_MINUTE
+
+    def check(self) -> TextSpeech:
+        """This request with its text stripped, or :class:`SpeechInputError` (see :func:`synthesize`)."""
+        return TextSpeech(check_request(self.text, self.voice, self.words_per_minute), self.voice, self.words_per_minute)
+
+    def synthesize(self) -> Synthesis:
+        return synthesize(self.text, voice=self.voice, words_per_minute=self.words_per_minute)
 
 
 @functools.cache
