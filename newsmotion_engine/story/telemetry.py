@@ -1,0 +1,99 @@
+"""The story render's record (``{backend}.json`` beside the story's mp4): what was rendered, each
+part's timing and smoothness, the speech, the audio/video sync, the timings. This module alone
+writes, reads and versions it.
+
+Example::
+
+    tele = StoryTelemetry.read(path)
+    tele.realtime_factor, tele.av_sync["in_sync"], [p["loop_id"] for p in tele.parts]
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from newsmotion_engine.cachedir import replacing
+from newsmotion_engine.errors import BadInputError
+
+__all__ = ["SCHEMA_VERSION", "StoryTelemetry", "StoryTelemetryError"]
+
+SCHEMA_VERSION = 1
+KIND = "newsmotion.story_render"
+
+
+class StoryTelemetryError(BadInputError):
+    """A story record that cannot be read (missing, not JSON, another kind or version)."""
+
+
+@dataclass(frozen=True)
+class StoryTelemetry:
+    """One story render.
+
+    ``parts``: one dict per timeline part (``kind`` gesture/idle, ``loop_id``, ``cue`` (the story
+    field), ``start_s``, ``stop_s``, ``frames``, ``blend_frames``, ``render_ms``: time spent making
+    its frames, ``max_jump_inside_px`` and ``join_jump_px``: the largest frame-to-frame joint move
+    inside it and at its join). ``joins``: the timeline's largest move at the joins and inside the
+    parts. ``speech``: one dict per sentence (id, source, cache state, start/stop). ``av_sync``:
+    :meth:`newsmotion_engine.video.streams.AvSync.as_dict` of the written mp4.
+    ``realtime_factor``: wall time over the clip's duration (1.0 = real time).
+    """
+
+    story_id: str
+    persona_id: str
+    backend: str
+    backend_info: dict[str, Any]
+    moves_lips: bool
+    frames: int
+    fps: int
+    width: int
+    height: int
+    duration_s: float
+    parts: list[dict[str, Any]]
+    joins: dict[str, Any]
+    speech: list[dict[str, Any]]
+    av_sync: dict[str, Any]
+    encoder: str
+    wall_s: float
+    render_ms: float
+    plan_ms: float
+    encode_wait_ms: float
+    mux_ms: float
+    realtime_factor: float
+    input_digest: str
+    output: str
+    created_at: str
+    outcome: str = "rendered"
+    schema_version: int = SCHEMA_VERSION
+    kind: str = field(default=KIND)
+
+    @property
+    def weights(self) -> str | None:
+        return self.backend_info.get("weights")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def write(self, path: Path | str) -> None:
+        """Write atomically (a temporary sibling renamed into place)."""
+        with replacing(Path(path)) as tmp:
+            tmp.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
+
+    @classmethod
+    def read(cls, path: Path | str) -> StoryTelemetry:
+        """The record at ``path``; :class:`StoryTelemetryError` naming it when it cannot be used."""
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise StoryTelemetryError(path, f"cannot read the story record ({exc})") from None
+        if not isinstance(raw, dict) or raw.get("kind") != KIND:
+            raise StoryTelemetryError(path, f"not a story record (kind {KIND!r})")
+        if raw.get("schema_version") != SCHEMA_VERSION:
+            raise StoryTelemetryError(path, f"story record version {raw.get('schema_version')!r}; this reader reads {SCHEMA_VERSION}")
+        names = {f.name for f in fields(cls)}
+        missing = sorted(n for n in names if n not in raw and n not in ("outcome",))
+        if missing:
+            raise StoryTelemetryError(path, f"story record without {', '.join(missing)}")
+        return cls(**{k: v for k, v in raw.items() if k in names})
