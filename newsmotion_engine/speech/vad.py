@@ -79,7 +79,7 @@ def voice_segments(samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> list[
         raise ValueError(f"voice_segments expects {SAMPLE_RATE} Hz audio, got {sample_rate} Hz")
     import torch
 
-    audio = torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float32))
+    audio = torch.from_numpy(np.array(samples, dtype=np.float32))  # a writable copy (cache audio is read-only)
     with _LOCK:
         model = _load()
         from silero_vad import get_speech_timestamps  # imported by _load, threads restored
