@@ -1,0 +1,81 @@
+"""Run a frame generator ahead of its consumer on a worker thread.
+
+A diffusion backend makes a clip segment by segment: a segment's frames all arrive at once after
+its decode, then nothing while the next segment denoises on the GPU. Pulled from the caller's
+thread, the next segment starts only after the consumer (the chroma matte, the mp4 writer) has
+taken every frame of the previous one, so the CPU work and the GPU work take turns. Read ahead,
+the worker thread starts the next segment as soon as the previous one's frames are queued, and the
+consumer works through them meanwhile; the frames, their order and their values are the same.
+
+The queue holds at most ``limit`` items (a segment's frames plus what the consumer has in flight);
+closing the consumer stops the worker after the item it is making (GPU work cannot be interrupted
+mid-call) and closes the source; an exception in the source is raised in the consumer's thread.
+
+Thread-local state does not travel: the source sets its own ``torch.no_grad()`` (the Wan backends
+do), and CUDA-graph trees, recorded per thread, are not used with it (the backends keep a render
+in the caller's thread when compile records CUDA graphs).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+__all__ = ["read_ahead"]
+
+T = TypeVar("T")
+_POLL_S = 0.1  # how often a worker blocked on a full queue looks for a stop
+
+
+@dataclass(frozen=True)
+class _End:
+    """The source is exhausted (``error`` None) or raised ``error``."""
+
+    error: BaseException | None = None
+
+
+def read_ahead(source: Iterator[T], limit: int, *, name: str = "read-ahead") -> Iterator[T]:
+    """Yield ``source``'s items, produced on a worker thread up to ``limit`` ahead."""
+    if limit < 1:
+        raise ValueError(f"read_ahead limit {limit}: use 1 or more")
+    items: queue.Queue = queue.Queue(maxsize=limit)
+    stop = threading.Event()
+
+    def put(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=_POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for item in source:
+                if not put(item):
+                    return
+            put(_End())
+        except BaseException as exc:  # everything reaches the consumer, which re-raises it
+            put(_End(exc))
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+
+    worker = threading.Thread(target=work, name=name, daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = items.get()
+            if isinstance(item, _End):
+                if item.error is not None:
+                    raise item.error
+                return
+            yield item
+    finally:
+        stop.set()
+        worker.join()

@@ -1,0 +1,60 @@
+import threading
+import time
+
+import pytest
+
+from newsmotion_engine.render.read_ahead import read_ahead
+
+
+def test_same_items_in_order():
+    assert list(read_ahead(iter(range(50)), 4)) == list(range(50))
+
+
+def test_runs_ahead_of_the_consumer():
+    made = []
+
+    def source():
+        for i in range(5):
+            made.append(i)
+            yield i
+
+    items = read_ahead(source(), 8)
+    assert next(items) == 0
+    deadline = time.monotonic() + 5
+    while len(made) < 5 and time.monotonic() < deadline:  # the worker goes on while we hold item 0
+        time.sleep(0.01)
+    assert made == [0, 1, 2, 3, 4]
+    assert list(items) == [1, 2, 3, 4]
+
+
+def test_source_error_reaches_the_consumer():
+    def source():
+        yield 1
+        raise KeyError("boom")
+
+    items = read_ahead(source(), 2)
+    assert next(items) == 1
+    with pytest.raises(KeyError, match="boom"):
+        next(items)
+
+
+def test_closing_stops_the_worker_and_closes_the_source():
+    closed = threading.Event()
+
+    def source():
+        try:
+            for i in range(10_000):
+                yield i
+        finally:
+            closed.set()
+
+    items = read_ahead(source(), 2)
+    assert next(items) == 0
+    items.close()
+    assert closed.is_set()
+    assert not any(t.name == "read-ahead" and t.is_alive() for t in threading.enumerate())
+
+
+def test_limit_must_be_positive():
+    with pytest.raises(ValueError):
+        next(read_ahead(iter([1]), 0))
