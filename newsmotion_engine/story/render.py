@@ -48,15 +48,10 @@ from newsmotion_engine.story.timeline import Slot, Timeline, join_smoothness, jo
 from newsmotion_engine.video.encode import VideoEncoder
 from newsmotion_engine.video.streams import av_sync
 
-__all__ = ["StoryInputs", "check_story", "plan_story", "prepare_story", "render_story", "speech_root", "story_slots"]
+__all__ = ["StoryInputs", "check_story", "plan_story", "prepare_story", "render_story", "story_slots"]
 
 Progress = Callable[[int, int], None]
 OnStep = Callable[[str], Progress]
-
-
-def speech_root(storage: Storage) -> Path:
-    """Where the speech caches live (``storage/speech/{id}/``)."""
-    return storage.root / "speech"
 
 
 @dataclass(frozen=True)
@@ -129,7 +124,7 @@ def prepare_story(storage: Storage, story: Story, spec: RenderSpec, *, build: bo
     for loop_id, cache in loops.items():
         if int(cache.fps) != spec.fps:
             raise BadInputError(story.path, f"loop {loop_id!r} is {cache.fps} fps; render the story at {cache.fps} fps")
-    speech = story_speech(story, speech_root(storage), spec.fps,
+    speech = story_speech(story, storage, spec.fps, build=build,
                           on_build=lambda sid: on_step(f"building speech cache {sid}")(0, 1) if on_step else None)  # fmt: skip
     return StoryInputs(story, persona, loops, speech)
 
@@ -260,7 +255,6 @@ def render_story(
         CacheNotReadyError: a cache that is only loaded (``build=False``) is not ready.
         NewsmotionError: the encoder failed. Nothing is left at the target on failure.
     """
-    t_start = time.perf_counter()
     inputs = inputs or prepare_story(storage, story, spec, build=build, on_step=on_step)
     backend.load()
     out = Path(out_path) if out_path is not None else storage.story_render_path(story.persona_id, story.story_id, backend.name)
@@ -274,13 +268,13 @@ def render_story(
     with render_lock(out):
         if not force and (recorded := _current(out, digest)) is not None:
             return dataclasses.replace(recorded, outcome="skipped")
-        return _render(inputs, backend, spec, out, digest, progress, encoder, t_start)
+        return _render(inputs, backend, spec, out, digest, progress, encoder)
 
 
 def _render(inputs: StoryInputs, backend: Backend, spec: RenderSpec, out: Path, digest: str,
-            progress: Progress | None, encoder: str, t_start: float) -> StoryTelemetry:  # fmt: skip
+            progress: Progress | None, encoder: str) -> StoryTelemetry:  # fmt: skip
     story, speech = inputs.story, inputs.speech
-    t0 = time.perf_counter()
+    t_start = t0 = time.perf_counter()
     timeline = plan_story(inputs, spec)
     plan_ms = (time.perf_counter() - t0) * 1e3
     kp = timeline.keypoints

@@ -7,10 +7,9 @@ seconds after the last. Every sentence starts on a frame boundary (its audio at 
 ``round(start_frame / fps * rate)``), and the audio is padded to exactly ``frames / fps`` seconds,
 so the audio and the video have the same length and a sentence's lips start on its first frame.
 
-Sentences given as text or audio are cached under their speech id like any speech
-(``newsmotion speech say`` / ``speech add``); one given by id only must exist already. A cache
-that exists is used as it is, unless its recorded text differs from the sentence's (an error: give
-the sentence another id).
+Sentences given as text or audio become speeches under their id like any other (``newsmotion
+speech say`` / ``speech add``: cached, their source kept); an id that already holds speech from
+another source is an error naming the sentence. A sentence given by id only must exist already.
 """
 
 from __future__ import annotations
@@ -23,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from newsmotion_engine.errors import CacheNotReadyError, NewsmotionError
-from newsmotion_engine.story.format import Sentence, Story
+from newsmotion_engine.errors import BadInputError, CacheNotReadyError, NewsmotionError
+from newsmotion_engine.story.format import Story
 
 if TYPE_CHECKING:
+    from newsmotion_engine.speech.sources import CacheRoot
     from newsmotion_engine.speech.visemes import VisemeTrack
 
 __all__ = ["SentenceAudio", "StorySpeech", "assemble_speech", "load_sentence", "story_speech"]
@@ -99,49 +99,49 @@ def assemble_speech(story: Story, clips: list[SentenceAudio], fps: int) -> Story
     )  # fmt: skip
 
 
-def load_sentence(story: Story, index: int, cache_root: Path, fps: int, *, build: bool = True,
+def load_sentence(story: Story, index: int, cache_root: CacheRoot, fps: int, *, build: bool = True,
                   on_build: Callable[[str], None] | None = None) -> SentenceAudio:  # fmt: skip
-    """Sentence ``index``'s speech cache under ``cache_root``: loaded, or built from the story's
-    text (the TTS) or audio file when missing or unusable and ``build`` is on.
+    """Sentence ``index``'s speech cache under ``cache_root`` (a Storage or the speech folder).
+
+    A sentence given as text or audio is added like ``newsmotion speech say`` / ``speech add``
+    (:func:`~newsmotion_engine.speech.sources.add_speech`: built when missing or stale, its source
+    kept); one given by id only is loaded, or rebuilt from its kept source when ``build`` is on.
 
     Raises:
-        StoryError: the cache holds another text than the sentence's.
-        CacheNotReadyError: a sentence given by id only whose cache is not there (or ``build`` off).
+        StoryError: the id already holds speech from another source, or the text or audio is bad.
+        CacheNotReadyError: an id-only sentence whose cache is not usable (and ``build`` off, or
+            no kept source to build it from).
     """
-    from newsmotion_engine.speech.cache import SpeechCacheError, build_speech_cache, load_speech_cache
+    from newsmotion_engine.speech.cache import SpeechCacheError, ensure_speech_cache, load_speech_cache
+    from newsmotion_engine.speech.sources import add_speech, find_source
+    from newsmotion_engine.speech.tts import TextSpeech
 
     sentence = story.sentences[index]
     field = f"speech[{index}]"
-    state = "hit"
-    try:
-        cache = load_speech_cache(cache_root, sentence.speech_id)
-    except SpeechCacheError as exc:
-        if sentence.source == "id" or not build:
-            raise CacheNotReadyError(
-                f"speech cache {sentence.speech_id!r} ({story.path.name}: {field})", "not ready", exc.problem if hasattr(exc, "problem") else str(exc),
-                f"materialize speech_cache[{sentence.speech_id}] or run `newsmotion speech say TEXT --id {sentence.speech_id}` "
-                f"(or `newsmotion speech add FILE --id {sentence.speech_id}`)",
-            ) from None
-        if on_build is not None:
-            on_build(sentence.speech_id)
-        build_speech_cache(_source(sentence), cache_root, sentence.speech_id, fps=fps)
-        cache = load_speech_cache(cache_root, sentence.speech_id)
-        state = "built"
-    recorded = (cache.meta or {}).get("text")
-    if sentence.source == "text" and recorded is not None and " ".join(str(recorded).split()) != sentence.text:
-        raise story.error(f"{field}.id", f"speech {sentence.speech_id!r} already holds another text ({recorded!r}); "
-                                         "give this sentence another id")  # fmt: skip
+    announce = (lambda: on_build(sentence.speech_id)) if on_build is not None else (lambda: None)
+    if sentence.source == "id":
+        try:
+            cache, built = load_speech_cache(cache_root, sentence.speech_id), False
+        except SpeechCacheError as exc:
+            if not build or find_source(cache_root, sentence.speech_id) is None:
+                raise CacheNotReadyError(
+                    f"speech cache {sentence.speech_id!r} ({story.path.name}: {field}.id)", exc.state, "",
+                    f"materialize speech_cache[{sentence.speech_id}], run `newsmotion speech say TEXT --id "
+                    f"{sentence.speech_id}`, or give the sentence its text",
+                ) from None
+            announce()
+            cache, built = ensure_speech_cache(None, cache_root, sentence.speech_id, fps=fps)
+    else:
+        source = TextSpeech(sentence.text, sentence.voice, sentence.words_per_minute) if sentence.source == "text" else sentence.audio
+        try:
+            cache, built = add_speech(cache_root, source, sentence.speech_id, fps=fps)
+        except BadInputError as exc:
+            raise story.error(f"{field}.{sentence.source}", exc.problem) from None
+        except NewsmotionError as exc:
+            raise story.error(f"{field}.id", f"{exc}; give this sentence another id") from None
     samples = np.asarray(cache.audio, np.float32)
-    return SentenceAudio(sentence.speech_id, samples, int(cache.sample_rate), _visemes_at(cache, samples, fps), state)
-
-
-def _source(sentence: Sentence) -> Any:
-    """What the speech cache is built from: a TTS synthesis for text, the file for audio."""
-    if sentence.source == "audio":
-        return sentence.audio
-    from newsmotion_engine.speech.tts import synthesize
-
-    return synthesize(sentence.text, voice=sentence.voice, words_per_minute=sentence.words_per_minute)
+    return SentenceAudio(sentence.speech_id, samples, int(cache.sample_rate), _visemes_at(cache, samples, fps),
+                         "built" if built else "hit")  # fmt: skip
 
 
 def _visemes_at(cache: Any, samples: np.ndarray, fps: int) -> VisemeTrack:
@@ -161,7 +161,7 @@ def _visemes_at(cache: Any, samples: np.ndarray, fps: int) -> VisemeTrack:
     return visemes.visemes_from_audio(speech, fps)
 
 
-def story_speech(story: Story, cache_root: Path, fps: int, *, build: bool = True,
+def story_speech(story: Story, cache_root: CacheRoot, fps: int, *, build: bool = True,
                  on_build: Callable[[str], None] | None = None) -> StorySpeech:  # fmt: skip
     """Every sentence (:func:`load_sentence`), laid out (:func:`assemble_speech`)."""
     clips = [load_sentence(story, i, cache_root, fps, build=build, on_build=on_build) for i in range(len(story.sentences))]

@@ -38,7 +38,9 @@ class StoryTelemetry:
     inside it and at its join). ``joins``: the timeline's largest move at the joins and inside the
     parts. ``speech``: one dict per sentence (id, source, cache state, start/stop). ``av_sync``:
     :meth:`newsmotion_engine.video.streams.AvSync.as_dict` of the written mp4.
-    ``realtime_factor``: wall time over the clip's duration (1.0 = real time).
+    ``wall_s``: from the loaded inputs to the finished mp4 (plan, frames, encode, mux, the sync
+    check), without building caches; ``realtime_factor``: ``wall_s`` over the clip's duration
+    (1.0 = real time).
     """
 
     story_id: str

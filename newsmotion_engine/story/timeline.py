@@ -105,7 +105,7 @@ def _parts(slots: Sequence[Slot], total: int, loop_frames: Mapping[str, int], id
         if slot.start > t:
             out.append((IDLE, idle_id, t, slot.start, None))
         out.append(("gesture", slot.loop_id, slot.start, stop, slot.field))
-        t = stop if slot.fit == "loop" else slot.stop
+        t = slot.stop
         if stop < slot.stop:  # fit: once, the loop is shorter than its slot
             out.append((IDLE, idle_id, stop, slot.stop, None))
     if t < total:
