@@ -1,0 +1,126 @@
+"""The echomimic-v3 backend on the tiny preset (CPU, random weights): a 2-step render through the
+registry, the speech setting the clip's length and moving the frames, the guidance batch equal to
+the stock two passes, the persona sub-cache (built once, then only loaded; stale and missing
+refused), options and audio features refused with their reason. The speech tier is faked here
+(``load_speech_audio``): these tests are about what the backend does with the features."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+
+from newsmotion_engine.render import RenderSpec, get_backend  # noqa: E402
+from newsmotion_engine.render.base import BackendCacheMissingError, BackendCacheStaleError  # noqa: E402
+from newsmotion_engine.render.backends.echomimic_v3 import backend as B  # noqa: E402
+from newsmotion_engine.render.backends.echomimic_v3.audio import EchoMimicAudioError, SpeechAudio, audio_windows, segment_windows  # noqa: E402
+from newsmotion_engine.render.backends.echomimic_v3.config import EchoMimicV3ConfigError, EchoMimicV3Options  # noqa: E402
+
+SPEC = RenderSpec(width=64, height=128)
+
+
+def _backend(**kw):
+    return get_backend("echomimic-v3", **{"preset": "tiny", "device": "cpu", "dtype": "float32", "steps": 2, **kw})
+
+
+@pytest.fixture()
+def fake_speech(monkeypatch):
+    """Speech ``hello``: 0.5 s of random features at 25 fps (13 frames of [5, 1, 768]); records the calls."""
+    calls = []
+
+    def load(root, speech_id, *, fps, window, layers, channels, audio_model_path):
+        calls.append((root, speech_id, fps))
+        feats = np.random.default_rng(3).normal(size=(13, window, layers, channels)).astype(np.float32)
+        return SpeechAudio(speech_id, feats, 0.5, "d1g35t")
+
+    monkeypatch.setattr(B, "load_speech_audio", load)
+    return calls
+
+
+def _frames(backend, loop, persona, spec=SPEC):
+    return np.stack(list(backend.frames(loop, persona, loop.keypoints, spec)))
+
+
+def test_silent_render_through_the_registry_and_its_persona_cache(pair):
+    """No speech: the loop's 13 frames, uint8 at the render size, labelled random weights; the
+    persona sub-cache is refused before it exists, built once, then only loaded, and refused as
+    stale by a backend with another prompt."""
+    loop, persona = pair
+    b = _backend()
+    assert b.moves_lips is True
+    assert b.prepare_guidance(loop, SPEC) is False  # no loop artifacts: the model follows no pose
+    with pytest.raises(BackendCacheMissingError, match="echomimic-v3 persona artifacts"):
+        next(iter(b.frames(loop, persona, loop.keypoints, SPEC)))
+    assert b.prepare_persona(persona, SPEC) is True
+    assert b.prepare_persona(persona, SPEC) is False
+    out = _frames(b, loop, persona)
+    assert out.shape == (13, 128, 64, 3) and out.dtype == np.uint8
+    r = b.last_render
+    # 13 frames at 30 fps -> 11 at 25 fps: two 9-frame segments overlapping by 4
+    assert (r["model_frames"], r["segments"], r["segment_frames"], r["overlap_frames"], r["audio"]) == (11, 2, 9, 4, "silence")
+    info = b.describe()
+    assert info["weights"] == "random weights" and "random weights" in info["note"] and info["speech"] is None
+    with pytest.raises(BackendCacheStaleError):
+        next(iter(_backend(prompt="A news anchor is speaking.").frames(loop, persona, loop.keypoints, SPEC)))
+
+
+def _with(backend, **options):
+    """The same loaded backend with other options (no second model load in these tests)."""
+    backend.options = dataclasses.replace(backend.options, **options)
+    backend._speech = None
+    return backend
+
+
+def test_speech_sets_the_length_and_moves_the_frames(pair, fake_speech):
+    loop, persona = pair
+    b = _backend(speech="hello", speech_root="/speech")
+    b.prepare_persona(persona, SPEC)
+    assert b.clip_frames(loop, SPEC) == 15  # 0.5 s at 30 fps, whatever the loop's length
+    out = _frames(b, loop, persona)
+    assert out.shape == (15, 128, 64, 3)
+    assert b.last_render["audio"] == "d1g35t" and fake_speech[0] == ("/speech", "hello", 25)
+    quiet = _frames(_with(b, speech=None), loop, persona)
+    assert np.abs(out[:13].astype(int) - quiet.astype(int)).max() > 0  # the audio reaches the pixels
+
+
+def test_guidance_batch_equals_the_stock_two_passes(pair, fake_speech):
+    loop, persona = pair
+    b = _backend(speech="hello", speech_root="/speech", chroma="off")
+    b.prepare_persona(persona, SPEC)
+    batched = _frames(b, loop, persona).astype(int)
+    two_passes = _frames(_with(b, batch_cfg=False), loop, persona).astype(int)
+    assert np.abs(batched - two_passes).max() <= 1  # float32 batch vs two calls: at most a rounding flip
+
+
+def test_model_size_and_retiming():
+    o = EchoMimicV3Options()
+    assert o.model_size(720, 1280) == (576, 1024)  # area capped at 768 x 768, the aspect kept, sides / 16
+    assert o.model_size(64, 128) == (64, 128)
+    assert B.retime_indices(6, 5, 25, 30).tolist() == [0, 1, 2, 3, 3, 4]
+    assert B.retime_indices(3, 2, 25, 30).tolist() == [0, 1, 1]
+
+
+def test_options_refused_with_their_reason():
+    with pytest.raises(EchoMimicV3ConfigError, match="speech"):
+        _backend(speech="Not An Id")
+    with pytest.raises(EchoMimicV3ConfigError, match="TeaCache"):
+        _backend(teacache=0.1)
+    with pytest.raises(EchoMimicV3ConfigError, match="overlap_frames"):
+        _backend(overlap_frames=8)  # the tiny preset's segments are 9 frames
+    with pytest.raises(EchoMimicV3ConfigError, match="max_side"):
+        _backend(max_side=100)
+    with pytest.raises(EchoMimicV3ConfigError, match="unknown"):
+        _backend(guidance_scale=3.0)
+
+
+def test_audio_features_shaped_for_the_model():
+    one_layer = np.ones((7, 5, 768), np.float32)
+    assert audio_windows(one_layer, window=5, layers=1, channels=768).shape == (7, 5, 1, 768)
+    with pytest.raises(EchoMimicAudioError, match="12 hidden layers"):
+        audio_windows(one_layer, window=5, layers=12, channels=768)
+    seg = segment_windows(np.ones((7, 5, 1, 2), np.float32), 4, 5)
+    assert seg.shape == (5, 5, 1, 2) and seg[:3].min() == 1 and seg[3:].max() == 0  # past the end: silence
