@@ -74,6 +74,7 @@ __all__ = [
     "check_visemes",
     "get_backend",
     "moves_lips",
+    "own_clip_frames",
     "register_backend",
     "validate_options",
 ]
@@ -119,6 +120,17 @@ def moves_lips(backend: Any) -> bool:
     """Whether ``backend`` performs a viseme track (its ``moves_lips`` class attribute; a backend
     without one does not)."""
     return bool(getattr(backend, "moves_lips", False))
+
+
+def own_clip_frames(backend: Any, guidance: Any, spec: RenderSpec) -> int | None:
+    """The frame count a backend sets for its clip, or None (the clip has the loop's length).
+
+    A backend that drives its own length has a ``clip_frames(guidance, spec)`` method: an
+    audio-driven backend performing a speech (``echomimic-v3``'s ``speech`` option) renders the
+    speech's length; the loop's pose, which such a model does not follow, is then cycled to it.
+    """
+    method = getattr(backend, "clip_frames", None)
+    return int(method(guidance, spec)) if callable(method) else None
 
 
 class BackendCacheError(CacheNotReadyError, CacheError):
@@ -198,7 +210,8 @@ class RenderSpec:
     Args:
         width, height: output pixels; even (h264 yuv420p needs it), 64..4096. Default 720x1280.
         fps: output frame rate, 1..120. Default 30.
-        seed: for stochastic backends; the warp backend is deterministic and ignores it.
+        seed: for stochastic backends; the warp backend uses it only for a speaking face's
+            blinks and head sway (same seed, same blinks).
         background: RGB tuple or ``"#RRGGBB"``; default chroma green ``#00B140``.
         keyframes: sparse keyframes, a render-level stage for every backend: ``1`` (default)
             renders every frame; ``N`` (2..8) has the backend generate every N-th frame (the

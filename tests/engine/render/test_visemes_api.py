@@ -10,7 +10,7 @@ import pytest
 from newsmotion_engine.render import BackendNeeds, RenderSpec, render_clip
 from newsmotion_engine.render.base import VisemeMismatchError, moves_lips
 
-from .viseme_tracks import speaking
+from tests.engine.render.viseme_tracks import speaking
 
 SPEC = RenderSpec(128, 224, fps=30)
 

@@ -50,6 +50,7 @@ import numpy as np
 from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.render.base import BackendNeeds, BackendOptions, RenderSpec, check_visemes
 from newsmotion_engine.render.placement import place_portrait
+from newsmotion_engine.render.backends.warp.face_motion import FacePerformance
 from newsmotion_engine.render.backends.warp.limbs import ArmLayer, LimbReport, cut_arms, draw_arm, pose_arm
 from newsmotion_engine.skeleton import BODY, FACE_START, LEFT_HAND_START, NUM_KEYPOINTS, RIGHT_HAND_START
 
@@ -193,7 +194,7 @@ class WarpBackend:
     :class:`WarpOptions` (``get_backend("warp", threads=1)`` validates them)."""
 
     name = "warp"
-    moves_lips = False
+    moves_lips = True
     needs = BackendNeeds(
         guidance=frozenset({"keypoints"}),
         persona=frozenset({"portrait", "person_mask", "face_mask", "landmarks"}),
@@ -214,6 +215,7 @@ class WarpBackend:
         self.arap_iterations = int(o.arap_iterations)
         self.last_parts: dict[str, Any] | None = None
         self.last_arm_motion: dict[str, dict[str, float]] = {}
+        self.last_face: dict[str, Any] | None = None
         self._cache: OrderedDict[tuple, PreparedPersona] = OrderedDict()
         self._cache_size = int(o.prepared_cache)
         self._loaded = False
@@ -262,11 +264,16 @@ class WarpBackend:
                     side: {"mean": round(m["kept_sum"] / max(1, m["frames"]), 3), "min": round(m["min_kept"], 3)}
                     for side, m in sorted(self.last_arm_motion.items())
                 }
+            if self.last_face is not None:
+                # A speaking render: whether the lips moved (or why not), blinks, head motion.
+                info["last_render"]["face"] = self.last_face
         return info
 
     def reset_stats(self) -> None:
-        """Zero the per-stage timers (``stats``: frames, field_ms, remap_ms, composite_ms, arms_ms)."""
-        self.stats = {"frames": 0, "prepare_ms": 0.0, "field_ms": 0.0, "remap_ms": 0.0, "composite_ms": 0.0, "arms_ms": 0.0}
+        """Zero the per-stage timers (``stats``: frames, field_ms, remap_ms, composite_ms, arms_ms,
+        face_ms: the speaking face's mouth and eyelids)."""
+        self.stats = {"frames": 0, "prepare_ms": 0.0, "field_ms": 0.0, "remap_ms": 0.0, "composite_ms": 0.0, "arms_ms": 0.0,
+                      "face_ms": 0.0}  # fmt: skip
 
     # -- per (persona, spec) ---------------------------------------------------------------
     def prepare(self, persona: Any, spec: RenderSpec) -> PreparedPersona:
@@ -491,6 +498,17 @@ class WarpBackend:
         return np.stack(R), np.stack(D, axis=1)
 
     @staticmethod
+    def _neck_rest(prep: PreparedPersona) -> np.ndarray:
+        """Where the head turns about (rest pixels): the shoulders' midpoint, else below the chin."""
+        ls, rs = BODY["left_shoulder"], BODY["right_shoulder"]
+        if prep.rest_ok[ls] and prep.rest_ok[rs]:
+            return (prep.rest_px[ls] + prep.rest_px[rs]) / 2
+        chin, nose = FACE_START + 8, BODY["nose"]
+        if prep.rest_ok[chin] and prep.rest_ok[nose]:
+            return prep.rest_px[chin] + 0.8 * (prep.rest_px[chin] - prep.rest_px[nose])
+        return prep.face_ctrl_rest[0] if len(prep.face_ctrl_rest) else np.array([prep.width / 2, prep.height / 2])
+
+    @staticmethod
     def _hip_rest(prep: PreparedPersona, hip: int, shoulder: int) -> np.ndarray:
         """The hip's rest position, or a point under the shoulder at the matte's bottom."""
         if prep.rest_ok[hip]:
@@ -528,9 +546,13 @@ class WarpBackend:
         prep = self.prepare(persona, spec)
         self.last_parts = prep.limbs.as_dict()
         self.last_arm_motion = {}
-        return self._frames(prep, kp)
+        face = None
+        if visemes is not None:
+            face = FacePerformance(prep.rest_px, prep.rest_ok, prep.source, visemes, spec.seed)
+        self.last_face = face.report() if face is not None else None
+        return self._frames(prep, kp, face)
 
-    def _frames(self, prep: PreparedPersona, kp: np.ndarray) -> Iterator[np.ndarray]:
+    def _frames(self, prep: PreparedPersona, kp: np.ndarray, face: FacePerformance | None = None) -> Iterator[np.ndarray]:
         W, H = prep.width, prep.height
         step = self.grid_step or max(4, round(min(W, H) / 45))
         T = kp.shape[0]
@@ -539,6 +561,8 @@ class WarpBackend:
 
         body_rest, body_dst = self._moving_points(prep, kp_px, kp_ok)
         head = self._head_motion(prep, kp_px, kp_ok)
+        if face is not None:
+            head = face.adjust_head(head, self._neck_rest(prep))
         fr = prep.face_ctrl_rest[:, 0] + 1j * prep.face_ctrl_rest[:, 1]
         face_dst_c = head[:, :1] * fr[None, :] + head[:, 1:]  # [T, F]
         face_dst = np.stack([face_dst_c.real, face_dst_c.imag], axis=-1)
@@ -600,6 +624,9 @@ class WarpBackend:
         use_face = face_dst.shape[1] > 0 and self.face_rigidity > 0
 
         template = prep.source
+        # A speaking face reshapes the mouth and eyelids of the body image in rest coordinates
+        # (a copy per clip); the frame's warp then carries them with the head.
+        sampled = template.copy() if face is not None else template
         stats = self.stats
         y1, x1 = ry0 + rh, rx0 + rw
 
@@ -645,7 +672,10 @@ class WarpBackend:
             frame[ry0:y1, :rx0] = template[ry0:y1, :rx0]
             frame[ry0:y1, x1:] = template[ry0:y1, x1:]
             t2 = time.perf_counter()
-            cv2.remap(template, map1, map2, cv2.INTER_LINEAR, dst=frame[ry0:y1, rx0:x1], borderMode=cv2.BORDER_REPLICATE)
+            if face is not None:
+                face.paint(t, template, sampled)
+            t_face = time.perf_counter()
+            cv2.remap(sampled, map1, map2, cv2.INTER_LINEAR, dst=frame[ry0:y1, rx0:x1], borderMode=cv2.BORDER_REPLICATE)
             t3 = time.perf_counter()
             if prep.arms:
                 dst_t = np.where(kp_ok[t][:, None], kp_px[t], prep.rest_px)
@@ -661,7 +691,8 @@ class WarpBackend:
             stats["frames"] += 1
             stats["field_ms"] += (t1 - t0) * 1e3
             stats["composite_ms"] += (t2 - t1) * 1e3
-            stats["remap_ms"] += (t3 - t2) * 1e3
+            stats["face_ms"] += (t_face - t2) * 1e3
+            stats["remap_ms"] += (t3 - t_face) * 1e3
             yield frame
 
 
