@@ -33,7 +33,7 @@ import numpy as np
 
 from newsmotion_engine.errors import CacheError
 from newsmotion_engine.guidance.driver import MODEL_FPS, loop_fps, model_frame_count
-from newsmotion_engine.render.base import BackendNeeds, InvalidSpecError, RenderSpec
+from newsmotion_engine.render.base import BackendNeeds, RenderSpec
 from newsmotion_engine.render.backends.scail_2 import caches as C
 from newsmotion_engine.render.backends.scail_2.config import DEFAULT_PROMPT, HISTORY_FRAMES, NAME, Scail2Options, model_size
 from newsmotion_engine.render.backends.wan import artifacts, encoders, segments
@@ -104,10 +104,6 @@ class Scail2Backend(DiffusersBackend):
         }
 
     # ------------------------------------------------------------------ caches
-    def _check_spec(self, spec: RenderSpec) -> None:
-        if spec.width < 32 or spec.height < 32:
-            raise InvalidSpecError(f"{NAME} renders at least 32x32 (its sides are multiples of 32); {spec.width}x{spec.height} is smaller")
-
     def plan(self, frames: int) -> segments.SegmentPlan:
         return segments.plan_segments(frames, self.options.segment_length, HISTORY_FRAMES)
 
