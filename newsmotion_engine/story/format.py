@@ -170,11 +170,6 @@ def parse_story(raw: Any, path: Path | str) -> Story:
     if not isinstance(speech, list) or not speech:
         raise fail("speech", "give a list of one or more sentences (each with text, audio or id)")
     sentences = tuple(_sentence(item, i, story_id, path, fail) for i, item in enumerate(speech))
-    seen: dict[str, int] = {}
-    for i, sentence in enumerate(sentences):
-        if sentence.speech_id in seen:
-            raise fail(f"speech[{i}].id", f"{sentence.speech_id!r} is already speech[{seen[sentence.speech_id]}]'s id")
-        seen[sentence.speech_id] = i
     gestures_raw = raw.get("gestures", [])
     if not isinstance(gestures_raw, list):
         raise fail("gestures", "give a list of gesture cues ({loop, sentence} or {loop, at})")

@@ -193,7 +193,7 @@ def _input_digest(inputs: StoryInputs, backend: Backend, spec: RenderSpec) -> st
     story = inputs.story
     audio_files = [s.audio for s in story.sentences if s.audio is not None]
     payload = {
-        "story": cachedir.sha256_file(story.path),
+        "story": {k: v for k, v in dataclasses.asdict(story).items() if k != "path"},  # what it says, not its comments
         "audio_files": [cachedir.sha256_file(p) for p in audio_files],
         "speech": hashlib.sha256(np.ascontiguousarray(inputs.speech.audio).tobytes()).hexdigest(),
         "visemes": hashlib.sha256(inputs.speech.visemes.stacked().tobytes()).hexdigest(),

@@ -59,7 +59,6 @@ BAD = [
     ("persona: a\nspeech: [{audio: nowhere.wav}]\n", "speech[0].audio: "),
     ("persona: a\nspeech: [{text: hi, words_per_minute: 9000}]\n", "speech[0].words_per_minute: 9000 is out of range"),
     ("persona: a\nspeech: [{id: x, voice: en-us}]\n", "speech[0].voice: only for a sentence given as text"),
-    ("persona: a\nspeech: [{id: x, text: a}, {id: x, text: b}]\n", "speech[1].id: 'x' is already speech[0]'s id"),
     ("persona: a\nspeech: [hi]\ngestures: {loop: nod}\n", "gestures: give a list"),
     ("persona: a\nspeech: [hi]\ngestures: [{loop: nod}]\n", "gestures[0]: give sentence (1-based) or at"),
     ("persona: a\nspeech: [hi]\ngestures: [{loop: nod, sentence: 1, at: 2}]\n", "gestures[0]: give sentence (1-based) or at"),
