@@ -357,8 +357,9 @@ def load_speech_cache(
         raise
     except CacheError as exc:
         state = "missing" if isinstance(exc, CacheMissingError) else "stale" if isinstance(exc, CacheStaleError) else "corrupt"
-        raise SpeechCacheError(exc.path, f"speech {speech_id!r} cache is {state} ({exc.problem}): {_remedy(speech_id)}",
-                               state) from None
+        where = f"{exc.path.name}: " if exc.path.parent == path else ""
+        raise SpeechCacheError(exc.path, f"speech {speech_id!r} cache is {state} ({where}{exc.problem}): "
+                                         f"{_remedy(speech_id)}", state) from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SpeechCacheError(path, f"speech {speech_id!r} cache is corrupt ({type(exc).__name__}: {exc}): "
                                      f"{_remedy(speech_id)}", "corrupt") from None

@@ -31,6 +31,7 @@ __all__ = [
     "install_source",
     "source_speech_ids",
     "list_speech_ids",
+    "add_speech",
 ]
 
 AUDIO_SUFFIXES = (".wav", ".mp3", ".m4a", ".flac", ".ogg")
@@ -122,3 +123,30 @@ def unknown_speech(cache_root: CacheRoot, speech_id: str) -> NewsmotionError:
         f"unknown speech {speech_id!r}: no source in {_sources(cache_root)} (run `newsmotion speech add FILE "
         f"--id {speech_id}` or `newsmotion speech say TEXT --id {speech_id}`)"
     )
+
+
+def add_speech(cache_root: CacheRoot, source: Path | TextSpeech, speech_id: str, *, force: bool = False,
+               fps: float | None = None):
+    """``newsmotion speech add`` / ``say``: build the cache from ``source`` (a recording or a
+    :class:`TextSpeech`) and keep the source. Refuses to replace a speech made from another source
+    unless ``force`` (which also rebuilds a current cache). Bad input raises before anything is
+    written. Returns ``(cache, built)``."""
+    from newsmotion_engine.speech.cache import DEFAULT_FPS, ensure_speech_cache, source_record
+
+    validate_speech_id(speech_id)
+    if not isinstance(source, TextSpeech):
+        source = Path(source)
+        check_audio_suffix(source)
+    existing = find_source(cache_root, speech_id)
+    if existing is not None and not force:
+        try:
+            same = source_record(read_source(existing)) == source_record(source)
+        except BadInputError:
+            same = False  # an unreadable kept source is replaced only on request, like any other
+        if not same:
+            raise NewsmotionError(
+                f"speech {speech_id!r} already exists from another source ({existing}); pass --force to replace it"
+            )
+    cache, built = ensure_speech_cache(source, cache_root, speech_id, fps=DEFAULT_FPS if fps is None else fps, force=force)
+    install_source(cache_root, source, speech_id)
+    return cache, built
