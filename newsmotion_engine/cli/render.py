@@ -32,6 +32,8 @@ def render_cmd(
 
     Caches that are missing or stale are built first, each as a visible step, through the same
     functions the Dagster cache assets call; a clip whose inputs did not change is not rendered again.
+    An audio-driven backend performs a speech of this storage: `-o speech=ID` (echomimic-v3), the
+    clip then lasting the speech.
     """
     from newsmotion_engine.render import RenderSpec, get_backend
     from newsmotion_engine.render.fidelity import FidelityConfig
@@ -45,7 +47,10 @@ def render_cmd(
         raise click.BadParameter(str(exc), param_hint="--fidelity-stride") from None
     if out is not None and out.suffix.lower() != ".mp4":
         raise BadInputError(out, "output must be an .mp4 file")
-    engine = get_backend(backend, **parse_options(option or []))
+    options = parse_options(option or [])
+    if "speech" in options:  # a speech id names a speech of this storage (echomimic-v3 performs one)
+        options.setdefault("speech_root", str(store.speech_root))
+    engine = get_backend(backend, **options)
     check_render_request(store, persona, loop, out)
     engine.load()
     try:

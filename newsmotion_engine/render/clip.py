@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from newsmotion_engine.errors import NewsmotionError
-from newsmotion_engine.render.base import Backend, RenderSpec, check_visemes
+from newsmotion_engine.render.base import Backend, RenderSpec, check_visemes, own_clip_frames
 from newsmotion_engine.render.keyframes import InfillStats, clip_schedule, driving_keypoints, driving_visemes, infill_frames
 from newsmotion_engine.render.fidelity import FidelityConfig, measure_render, rest_frame
 from newsmotion_engine.render.retarget import retarget
@@ -138,12 +138,20 @@ def render_clip(
     total = int(kp.shape[0]) if kp.ndim == 3 else 0
     if total < 1:
         raise NewsmotionError(f"loop {getattr(guidance, 'loop_id', '?')}: no keypoint frames to render")
-    check_visemes(visemes, total, what=f"loop {getattr(guidance, 'loop_id', '?')!r}")
+    if not hasattr(backend, "clip_frames"):  # otherwise checked once the backend has set the clip's length
+        check_visemes(visemes, total, what=f"loop {getattr(guidance, 'loop_id', '?')!r}")
 
     backend.load()
     t0 = time.perf_counter()
     retargeted = retargeted_keypoints(guidance, persona)
     retarget_ms = (time.perf_counter() - t0) * 1e3
+    # An audio-driven backend performing a speech sets the clip's length; the loop is cycled to it.
+    own = own_clip_frames(backend, guidance, spec)
+    follows_loop = own is None or own == total
+    if not follows_loop:
+        total = own
+        retargeted = retargeted[np.arange(total) % len(retargeted)]
+    check_visemes(visemes, total, what=f"loop {getattr(guidance, 'loop_id', '?')!r}" if follows_loop else f"{backend.name} clip")
 
     render_s = 0.0
     done = 0
@@ -178,6 +186,8 @@ def render_clip(
 
     if fidelity is None:
         pose_fidelity, pose_reason = None, "not requested (render_clip called without a fidelity configuration)"
+    elif not follows_loop:
+        pose_fidelity, pose_reason = None, f"not measured: {backend.name} set the clip's length (it performs a speech, not the loop's pose)"
     else:
         portrait_hw = np.asarray(persona.portrait).shape[:2]
         rest = rest_frame(persona.portrait, persona.person_mask, spec.width, spec.height, spec.background)

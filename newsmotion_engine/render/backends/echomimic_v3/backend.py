@@ -73,7 +73,8 @@ class EchoMimicV3Backend(DiffusersBackend):
         o = self.options
         return {"steps": o.num_steps, "audio_guidance_scale": o.guidance, "batch_cfg": o.batch_cfg, "prompt": o.prompt,
                 "segment_frames": o.segment_length, "overlap_frames": o.overlap, "model_fps": o.model_fps,
-                "speech": o.speech, "max_side": o.max_side, "accelerations": o.accel_summary(),
+                "speech": o.speech, "speech_features": self._speech_digest(), "max_side": o.max_side,
+                "accelerations": o.accel_summary(),
                 "lips": "driven by the speech's audio features" if o.speech else "silent clip (no speech option)"}  # fmt: skip
 
     def plan(self, frames: int) -> segments.SegmentPlan:
@@ -97,6 +98,11 @@ class EchoMimicV3Backend(DiffusersBackend):
             model_audio = o.audio_model_path or (str(Path(o.model_path) / "wav2vec2") if o.model_path and (Path(o.model_path) / "wav2vec2").is_dir() else None)
             self._speech = load_speech_audio(o.speech_root, o.speech, fps=o.model_fps, audio_model_path=model_audio, **self._audio_shape())
         return self._speech
+
+    def _speech_digest(self) -> str | None:
+        """The performed features' digest (part of a render's input digest), once the model is loaded."""
+        speech = self.speech_audio() if self.components is not None else None
+        return speech.digest if speech is not None else None
 
     def clip_frames(self, guidance: Any, spec: RenderSpec) -> int:
         """How many frames the clip has at ``spec.fps``: the speech's length, or the loop's without a speech."""

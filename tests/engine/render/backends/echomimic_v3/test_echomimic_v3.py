@@ -14,7 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from newsmotion_engine.render import RenderSpec, get_backend  # noqa: E402
+from newsmotion_engine.render import RenderSpec, get_backend, render_clip  # noqa: E402
+from newsmotion_engine.render.fidelity import FidelityConfig  # noqa: E402
 from newsmotion_engine.render.base import BackendCacheMissingError, BackendCacheStaleError  # noqa: E402
 from newsmotion_engine.render.backends.echomimic_v3 import backend as B  # noqa: E402
 from newsmotion_engine.render.backends.echomimic_v3.audio import EchoMimicAudioError, SpeechAudio, audio_windows, segment_windows  # noqa: E402
@@ -75,7 +76,7 @@ def _with(backend, **options):
     return backend
 
 
-def test_speech_sets_the_length_and_moves_the_frames(pair, fake_speech):
+def test_speech_sets_the_length_and_moves_the_frames(pair, fake_speech, tmp_path):
     loop, persona = pair
     b = _backend(speech="hello", speech_root="/speech")
     b.prepare_persona(persona, SPEC)
@@ -83,6 +84,9 @@ def test_speech_sets_the_length_and_moves_the_frames(pair, fake_speech):
     out = _frames(b, loop, persona)
     assert out.shape == (15, 128, 64, 3)
     assert b.last_render["audio"] == "d1g35t" and fake_speech[0] == ("/speech", "hello", 25)
+    assert b.describe()["speech_features"] == "d1g35t"  # the performed features are part of the render's inputs
+    tele = render_clip(loop, persona, b, SPEC, tmp_path / "talk.mp4", fidelity=FidelityConfig())
+    assert tele.frames == 15 and tele.pose_fidelity is None and "performs a speech" in tele.pose_fidelity_reason
     quiet = _frames(_with(b, speech=None), loop, persona)
     assert np.abs(out[:13].astype(int) - quiet.astype(int)).max() > 0  # the audio reaches the pixels
 
