@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import typer
 
-from newsmotion_engine.cli import bench, caches, calibrate, guidance, loops, model, persona, render, scorecard, speech, studio
+from newsmotion_engine.cli import bench, caches, calibrate, guidance, loops, model, persona, render, scorecard, speech, story, studio
 
 app = typer.Typer(help="newsmotion: gesture-loop presenter clips from an anchor's portrait.", no_args_is_help=True)
 # Groups and commands in the order `newsmotion --help` lists them.
@@ -28,6 +28,7 @@ app.add_typer(calibrate.calibrate_app, name="calibrate")
 app.add_typer(bench.bench_app, name="bench")
 app.add_typer(persona.persona_app, name="persona")
 app.add_typer(speech.speech_app, name="speech")
+app.add_typer(story.story_app, name="story")
 app.add_typer(studio.studio_app, name="studio")
 app.add_typer(model.model_app, name="model")
 app.command("caches")(caches.caches)

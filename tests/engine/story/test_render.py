@@ -41,10 +41,10 @@ def sentence(speech_id: str, seconds: float, rate: int = 16000) -> SentenceAudio
     return SentenceAudio(speech_id, samples, rate, VisemeTrack(FPS, curve, curve * 0.5, curve * 0.2, curve))
 
 
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
+def drawn_story_inputs(folder: Path) -> StoryInputs:
+    """A two-sentence story with two cues of a drawn figure's wave loop, its speech synthetic
+    (the CLI test builds on it too)."""
     fx = _fixtures()
-    folder = tmp_path_factory.mktemp("story")
     story = parse_story({
         "persona": "synth",
         "speech": [{"id": "one", "text": "Good evening."}, {"id": "two", "text": "Here is the news."}],
@@ -56,6 +56,11 @@ def inputs(tmp_path_factory):
     guidance = types.SimpleNamespace(loop_id=loop.loop_id, keypoints=loop.keypoints, fps=FPS, frames=30, digest="loop-digest")
     speech = assemble_speech(story, [sentence("one", 0.8), sentence("two", 0.9)], FPS)
     return StoryInputs(story, persona, {"synth_wave": guidance}, speech)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    return drawn_story_inputs(tmp_path_factory.mktemp("story"))
 
 
 def test_story_renders_one_mp4_with_sound_in_sync(storage, inputs, tmp_path):

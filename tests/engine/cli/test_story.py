@@ -1,0 +1,72 @@
+"""`newsmotion story render`: a story to an mp4 with sound; bad input is one line and exit 1.
+
+The render's inputs come from a drawn persona (prepare_story replaced): building a real persona and
+speech is the engine tests' business (tests/engine/story/), the command's wiring is this file's."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from newsmotion_engine.story import render as story_render
+from newsmotion_engine.video.streams import av_sync
+
+from .conftest import run
+
+
+def _story_tests():
+    path = Path(__file__).resolve().parents[1] / "story" / "test_render.py"
+    spec = importlib.util.spec_from_file_location("_story_render_tests", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def drawn_inputs(monkeypatch, tmp_path):
+    """prepare_story gives a drawn persona's inputs for the story the command read."""
+    base = _story_tests().drawn_story_inputs(tmp_path)
+
+    def prepare(storage, story, spec, *, build=True, on_step=None):
+        return story_render.StoryInputs(story, base.persona, base.loops, base.speech)
+
+    monkeypatch.setattr(story_render, "check_story", lambda storage, story: None)
+    monkeypatch.setattr(story_render, "prepare_story", prepare)
+
+
+STORY = """\
+persona: synth
+speech:
+  - {id: one, text: Good evening.}
+  - {id: two, text: Here is the news.}
+gestures:
+  - {loop: synth_wave, sentence: 1}
+  - {loop: synth_wave, at: 1.6, for: 0.5}
+"""
+
+
+def test_story_render_writes_an_mp4_with_sound(capsys, storage, tmp_path, drawn_inputs):
+    path = tmp_path / "evening.yaml"
+    path.write_text(STORY)
+    out = tmp_path / "evening.mp4"
+    args = ("story", "render", str(path), "--out", str(out), "--width", "216", "--height", "384")
+    code, stdout, err = run(capsys, *args)
+    assert code == 0, err
+    assert "story evening (synth, warp)" in stdout and f"{out}: " in stdout and "in sync" in stdout
+    assert av_sync(out, 30).in_sync and out.with_suffix(".json").is_file()
+    code, stdout, _ = run(capsys, *args)
+    assert code == 0 and "not rendered again" in stdout
+
+
+def test_bad_story_files_are_one_line_and_exit_1(capsys, storage, tmp_path):
+    path = tmp_path / "evening.yaml"
+    path.write_text("persona: astronaut\nspeech: []\n")
+    code, out, err = run(capsys, "story", "render", str(path))
+    assert code == 1 and err.strip() == f"error: {path}: speech: give a list of one or more sentences (each with text, audio or id)"
+    path.write_text("persona: nobody\nspeech: [hi]\n")
+    code, _, err = run(capsys, "story", "render", str(path))
+    assert code == 1 and "persona: unknown persona 'nobody'" in err and len(err.strip().splitlines()) == 1
+    path.write_text("persona: nobody\nspeech: [hi]\n")
+    code, _, err = run(capsys, "story", "render", str(path), "--out", str(tmp_path / "x.mov"))
+    assert code == 1 and "output must be an .mp4 file" in err
+    assert not list(storage.root.rglob("*.mp4"))
