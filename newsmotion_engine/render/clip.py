@@ -23,6 +23,7 @@ from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.render.base import Backend, RenderSpec, check_visemes, own_clip_frames
 from newsmotion_engine.render.keyframes import InfillStats, clip_schedule, driving_keypoints, driving_visemes, infill_frames
 from newsmotion_engine.render.fidelity import FidelityConfig, measure_render, rest_frame
+from newsmotion_engine.render.lipsync import measure_lip_sync
 from newsmotion_engine.render.retarget import retarget
 from newsmotion_engine.render.telemetry import RenderProvenance, RenderTelemetry
 from newsmotion_engine.video.encode import VideoEncoder, check_output_folder
@@ -114,6 +115,8 @@ def render_clip(
         fidelity: measure pose fidelity on the written mp4 (:mod:`~newsmotion_engine.render.fidelity`)
             after the render, outside ``wall_s``; ``None`` (benchmarks) records no measurement.
             :func:`~newsmotion_engine.render.job.render_persona_loop` passes one (on by default).
+            A clip rendered with ``visemes`` gets its lip sync measured with it
+            (:mod:`~newsmotion_engine.render.lipsync`), also outside ``wall_s``.
         visemes: a :class:`~newsmotion_engine.speech.visemes.VisemeTrack` with one frame per loop
             frame: the mouth shapes the backend performs (``backend.moves_lips``); ``None``: a
             silent clip.
@@ -195,6 +198,11 @@ def render_clip(
             out_path, retargeted, persona.landmarks, portrait_hw=(int(portrait_hw[0]), int(portrait_hw[1])),
             config=fidelity, rest=rest,
         )
+    # Lip sync is measured with pose fidelity (one switch: "measure the written clip").
+    if visemes is not None and (fidelity is None or not fidelity.enabled):
+        lip_sync, lip_sync_reason = None, "not measured (measuring the written clip is turned off)"
+    else:
+        lip_sync, lip_sync_reason = measure_lip_sync(out_path, visemes)
     telemetry = RenderTelemetry(
         persona_id=getattr(persona, "persona_id", None),
         loop_id=getattr(guidance, "loop_id", None),
@@ -221,6 +229,8 @@ def render_clip(
         launcher=launcher,
         pose_fidelity=pose_fidelity,
         pose_fidelity_reason=pose_reason,
+        lip_sync=lip_sync,
+        lip_sync_reason=lip_sync_reason,
     )
     try:
         telemetry.write(json_path)

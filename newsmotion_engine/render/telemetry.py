@@ -15,7 +15,9 @@ Example::
 Versions: 2 added ``pose_fidelity`` (a :class:`PoseFidelity`, or ``null`` with
 ``pose_fidelity_reason`` saying why it was not measured). Version-1 files are still read: they
 come back with ``pose_fidelity=None`` and a reason saying the record predates it (renders treat
-such a clip as not current and render it again, so it gets measured).
+such a clip as not current and render it again, so it gets measured). 3 added ``lip_sync`` (a
+:class:`LipSync` for a clip rendered with speech, or ``null`` with ``lip_sync_reason``); older
+files come back with ``lip_sync=None`` and a reason saying the record predates it.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from typing import Any, ClassVar
 
 from newsmotion_engine.errors import BadInputError
 
-__all__ = ["LAUNCHERS", "SCHEMA_VERSION", "READABLE_VERSIONS", "PoseFidelity", "RenderProvenance", "RenderTelemetry",
-           "TelemetryError", "cell_text"]  # fmt: skip
+__all__ = ["LAUNCHERS", "SCHEMA_VERSION", "READABLE_VERSIONS", "LipSync", "PoseFidelity", "RenderProvenance",
+           "RenderTelemetry", "TelemetryError", "cell_text"]  # fmt: skip
 
 # Bump when a field is removed, changes meaning, or is added without a default; readers refuse
 # other versions with a message saying what to do, never guess. A field added with a default that
@@ -42,11 +44,13 @@ __all__ = ["LAUNCHERS", "SCHEMA_VERSION", "READABLE_VERSIONS", "PoseFidelity", "
 # The temporary name :meth:`RenderTelemetry.write` uses beside ``{name}``: ``.{name}.{pid}.{8 hex}.tmp``.
 TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.\d+\.[0-9a-f]{8}\.tmp$")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Older versions still read (their missing fields have defaults); anything else is refused.
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 # The reason a version-1 record gives for having no pose fidelity.
 PRE_FIDELITY_REASON = "recorded by telemetry schema 1, before pose fidelity was measured; re-render to measure it"
+# The reason a version-1 or -2 record gives for having no lip-sync score.
+PRE_LIP_SYNC_REASON = "recorded by telemetry schema {version}, before lip sync was measured"
 
 # How a render treated each of its caches (the render itself never builds one: "built" means the
 # caller built it just before, e.g. `newsmotion render`'s convenience step).
@@ -127,6 +131,35 @@ class PoseFidelity:
 
 
 @dataclass(frozen=True)
+class LipSync:
+    """How well a clip rendered with speech moves its lips with it, measured on the mp4 itself
+    (computed by :mod:`newsmotion_engine.render.lipsync`; that module's docstring defines every
+    figure). ``version`` is the measurement's own version (``LIP_SYNC_VERSION``).
+
+    ``correlation``: Pearson correlation of the mouth aperture read back from the video (inner-lip
+    gap / mouth width) with the speech's ``reference`` track (``"open"``, or ``"energy"`` when
+    the open track is flat), at the best lag; ``offset_frames``: that lag (positive: the mouth
+    moves after the sound); ``correlation_at_zero``: at lag 0; ``max_lag``: the lags searched
+    (±); ``frames`` of the clip, ``frames_measured`` with a face found; ``aperture``: ``{"min",
+    "median", "max"}`` of the measured aperture; ``targets``: ``{"correlation", "offset_frames"}``.
+    """
+
+    version: int
+    correlation: float | None
+    offset_frames: int | None
+    correlation_at_zero: float | None
+    reference: str
+    max_lag: int
+    frames: int
+    frames_measured: int
+    aperture: dict[str, Any]
+    extractor: str
+    targets: dict[str, Any]
+    meets_targets: bool
+    seconds: float
+
+
+@dataclass(frozen=True)
 class RenderTelemetry:
     """One render: what was rendered, how, how fast, and from which inputs.
 
@@ -144,7 +177,9 @@ class RenderTelemetry:
     the launcher that rendered the clip.
     ``pose_fidelity`` (:class:`PoseFidelity`) is measured on the written mp4 after the render (not
     part of ``wall_s``); when it is ``None``, ``pose_fidelity_reason`` says why (turned off,
-    mediapipe not installed, nothing comparable in the persona).
+    mediapipe not installed, nothing comparable in the persona). ``lip_sync`` (:class:`LipSync`)
+    is measured the same way on a clip rendered with speech; ``lip_sync_reason`` says why not
+    (a silent clip, turned off, mediapipe not installed, no face found).
     """
 
     persona_id: str | None
@@ -173,6 +208,8 @@ class RenderTelemetry:
     launcher: str = "in-process"
     pose_fidelity: PoseFidelity | None = None
     pose_fidelity_reason: str | None = None
+    lip_sync: LipSync | None = None
+    lip_sync_reason: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     # The scalar columns the scorecard and the Dagster render metadata show, in order.
@@ -180,7 +217,7 @@ class RenderTelemetry:
         "persona_id", "loop_id", "backend", "weights", "encoder", "frames", "fps", "fps_achieved",
         "width", "height", "render_ms", "mux_ms", "wall_s", "peak_rss_mb", "guidance_cache",
         "persona_cache", "launcher", "pose_pck", "pose_pck_body", "pose_mean_px", "motion_energy_ratio",
-        "input_digest", "output",
+        "lip_sync_correlation", "lip_sync_offset_frames", "input_digest", "output",
     )  # fmt: skip
     # The few a terminal table has room for (CLI scorecard, demo).
     SUMMARY: ClassVar[tuple[str, ...]] = (
@@ -191,7 +228,7 @@ class RenderTelemetry:
     # The badges the studio shows on each render's card, in order.
     BADGES: ClassVar[tuple[str, ...]] = (
         "backend", "weights", "fps_achieved", "wall_s", "peak_vram_gib", "guidance_cache", "persona_cache",
-        "pose_fidelity_pck",
+        "pose_fidelity_pck", "lip_sync_correlation",
     )  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -251,6 +288,16 @@ class RenderTelemetry:
     def motion_energy_ratio(self) -> float | None:
         return self.pose_fidelity.motion_energy_ratio if self.pose_fidelity else None
 
+    @property
+    def lip_sync_correlation(self) -> float | None:
+        """:attr:`LipSync.correlation` at the best lag (``None`` when not measured)."""
+        return self.lip_sync.correlation if self.lip_sync else None
+
+    @property
+    def lip_sync_offset_frames(self) -> int | None:
+        """:attr:`LipSync.offset_frames`: the audio-video offset in frames (``None`` when not measured)."""
+        return self.lip_sync.offset_frames if self.lip_sync else None
+
     def row(self, columns: tuple[str, ...] | None = None) -> dict[str, Any]:
         """``{column: value}`` for :attr:`COLUMNS` (or the given ones), scalars only."""
         return {name: getattr(self, name) for name in (columns or self.COLUMNS)}
@@ -299,6 +346,8 @@ class RenderTelemetry:
             )
         if version == 1:  # no pose fidelity then: say so rather than leave it unexplained
             data = {**data, "pose_fidelity": None, "pose_fidelity_reason": PRE_FIDELITY_REASON}
+        if version < 3:  # no lip sync then
+            data = {**data, "lip_sync": None, "lip_sync_reason": PRE_LIP_SYNC_REASON.format(version=version)}
         return _build(cls, data, path, "")
 
     def write(self, path: Path | str) -> None:
