@@ -54,6 +54,7 @@ __all__ = [
     "LipSyncError",
     "LipSyncScore",
     "MAX_LAG",
+    "SILENT_REASON",
     "TARGET_CORRELATION",
     "TARGET_OFFSET_FRAMES",
     "best_lag",
@@ -70,6 +71,8 @@ TARGET_OFFSET_FRAMES = 1
 # At least this many frames with a face, and some movement on both sides, to call it a score.
 MIN_FRAMES = 8
 _FLAT = 1e-6
+# What a clip rendered without speech records instead of a score.
+SILENT_REASON = "a silent clip (rendered without speech): no lips to score"
 # Face mesh vertices: inner lip middle (upper, lower), mouth corners.
 _UPPER_INNER, _LOWER_INNER, _CORNER_A, _CORNER_B = 13, 14, 61, 291
 
@@ -205,7 +208,7 @@ def measure_lip_sync(mp4_path: Path | str, visemes: VisemeTrack | None, **kw: An
     """:func:`lip_sync_score`, or ``(None, reason)`` when the clip cannot be scored (a silent
     clip, no mediapipe, no face...): what the render records; never raises for those."""
     if visemes is None:
-        return None, "a silent clip (rendered without speech): no lips to score"
+        return None, SILENT_REASON
     try:
         return lip_sync_score(mp4_path, visemes, **kw), None
     except LipSyncError as exc:

@@ -43,6 +43,7 @@ import numpy as np
 from newsmotion_engine.cachedir import cache_lock
 from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.guidance.draw import pose_style
+from newsmotion_engine.render.lipsync import SILENT_REASON
 from newsmotion_engine.render.telemetry import RenderTelemetry, cell_text
 from newsmotion_engine.storage import Storage
 from newsmotion_engine.studio import charts as C
@@ -141,6 +142,15 @@ def badges(entry: RenderEntry) -> list[dict[str, str]]:
                 "title": f"guidance cache: {row['guidance_cache']}, persona cache: {row['persona_cache']}"})  # fmt: skip
     if row["pose_fidelity_pck"] is not None:
         out.append({"text": f"PCK {row['pose_fidelity_pck']:.2f}", "kind": "plain", "title": "pose fidelity, PCK@0.05"})
+    if tele.lip_sync is not None and row["lip_sync_correlation"] is not None:
+        ls = tele.lip_sync
+        out.append({"text": f"lips r {ls.correlation:.2f} · {ls.offset_frames:+d} f", "kind": "good" if ls.meets_targets else "warn",
+                    "title": f"lip sync: mouth aperture vs the speech's {ls.reference} track, correlation at the best "
+                             f"lag and the audio-video offset in frames (targets r >= {ls.targets['correlation']}, "
+                             f"|offset| <= {ls.targets['offset_frames']})"})  # fmt: skip
+    elif tele.lip_sync_reason and not tele.lip_sync_reason.startswith((SILENT_REASON, "recorded by telemetry schema")):
+        # Rendered with speech but not scored (no mediapipe on that machine, no face found...).
+        out.append({"text": "lips -", "kind": "muted", "title": f"lip sync not measured: {tele.lip_sync_reason}"})
     return out
 
 

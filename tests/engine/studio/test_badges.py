@@ -40,3 +40,19 @@ def test_pose_fidelity_when_the_record_has_one(storage):
     measured = dataclasses.replace(warp, pose_fidelity=fidelity)
     assert measured.pose_fidelity_pck == 0.93  # the badge shows the target figure: head, torso, arms
     assert _texts(measured)[-1] == "PCK 0.93"
+
+
+def test_lip_sync_badge_for_a_render_with_speech(storage):
+    from newsmotion_engine.render.lipsync import SILENT_REASON
+    from newsmotion_engine.render.telemetry import LipSync
+
+    warp = make_render(storage, "anna", "nod", "warp")
+    score = LipSync(
+        version=1, correlation=0.82, offset_frames=-1, correlation_at_zero=0.8, reference="open", max_lag=5, frames=90,
+        frames_measured=90, aperture={"min": 0.1, "median": 0.2, "max": 0.4}, extractor="mediapipe-face-mesh",
+        targets={"correlation": 0.6, "offset_frames": 1}, meets_targets=True, seconds=1.0,
+    )  # fmt: skip
+    assert _texts(dataclasses.replace(warp, lip_sync=score))[-1] == "lips r 0.82 · -1 f"
+    assert _texts(dataclasses.replace(warp, lip_sync_reason=SILENT_REASON)) == _texts(warp)
+    unscored = dataclasses.replace(warp, lip_sync_reason="mediapipe is not installed here")
+    assert _texts(unscored)[-1] == "lips -"
