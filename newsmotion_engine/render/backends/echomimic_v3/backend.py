@@ -60,6 +60,7 @@ class EchoMimicV3Backend(DiffusersBackend):
     def __init__(self, options: EchoMimicV3Options) -> None:
         super().__init__(options)
         self._speech: SpeechAudio | None = None
+        self._given_speech: SpeechAudio | None = None
 
     def _load_components(self) -> Any:
         from newsmotion_engine.render.backends.echomimic_v3.components import load_render_components
@@ -67,7 +68,7 @@ class EchoMimicV3Backend(DiffusersBackend):
         return load_render_components(self.options)
 
     def _released(self) -> None:
-        self._speech = None
+        self._speech = self._given_speech
 
     def _settings(self) -> dict[str, Any]:
         o = self.options
@@ -88,6 +89,8 @@ class EchoMimicV3Backend(DiffusersBackend):
     def speech_audio(self) -> SpeechAudio | None:
         """The configured speech's features (read once per loaded backend), or None without one."""
         o = self.options
+        if self._given_speech is not None:
+            return self._given_speech
         if o.speech is None:
             return None
         if self._speech is None:
@@ -98,6 +101,13 @@ class EchoMimicV3Backend(DiffusersBackend):
             model_audio = o.audio_model_path or (str(Path(o.model_path) / "wav2vec2") if o.model_path and (Path(o.model_path) / "wav2vec2").is_dir() else None)
             self._speech = load_speech_audio(o.speech_root, o.speech, fps=o.model_fps, audio_model_path=model_audio, **self._audio_shape())
         return self._speech
+
+    def use_speech_audio(self, audio: SpeechAudio | None) -> None:
+        """Perform ``audio`` (features already shaped for this model, e.g. a benchmark's) instead of
+        reading the ``speech`` option's; ``None`` goes back to the option. Renders after this call
+        last ``audio.duration_s``."""
+        self._given_speech = audio
+        self._speech = audio
 
     def _speech_digest(self) -> str | None:
         """The performed features' digest (part of a render's input digest), once the model is loaded."""

@@ -1,0 +1,183 @@
+"""GPU benchmark of the echomimic-v3 backend: seconds for a talking clip, stock vs ours, peak VRAM.
+
+Per render size (default 768x768, the release's largest, and 720x1280, which the model renders at
+576x1024 and frames onto the canvas), one speech of ``seconds`` seconds (random features of the
+release's shape, ``[25 fps x seconds, 5, 12, 768]``: with random weights only speed and memory
+mean anything) is rendered through the shipped path (``render_clip`` -> the backend's frames ->
+the chroma composite) by the same random-weight flash-pro model:
+
+- ``stock``: the official flash-pro recipe re-created on our diffusers components in bf16: 8 UniPC
+  steps, the audio pass and the zero-audio pass one after the other (``batch_cfg=False``), no
+  acceleration; 81-frame segments overlapping by 8 (the official long-video loop);
+- ``ours``: each :data:`VARIANTS` entry (the two guidance passes as one batch, then the registry's
+  FP8 linears, regional compile and attention kernel on top) — a warm-up render, then the timed one.
+
+Frames are not encoded (no ffmpeg on the GPU machine): :class:`benchmarks.clip.FrameSink` takes them.
+
+Example (from the repository root)::
+
+    python -m benchmarks.echomimic_v3 --json benchmarks/results/echomimic_v3_h100.json
+    python -m benchmarks.echomimic_v3 --preset tiny --sizes 64x128 --seconds 0.6 --steps 2   # CPU check
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.lab_record import top_level_figures, write_lab_result
+
+__all__ = ["VARIANTS", "bench_echomimic"]
+
+Log = Callable[[str], None]
+
+
+def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
+    """Variant name -> backend options on top of the stock ones (the acceleration configs through the registry)."""
+    from newsmotion_engine.accel.attention import Attention
+    from newsmotion_engine.accel.compile import Compile
+    from newsmotion_engine.accel.fp8 import Fp8Linears
+
+    out: dict[str, dict[str, Any]] = {"stock": {"batch_cfg": False}, "batch_cfg": {"batch_cfg": True}}
+    if cuda:
+        out["batch_cfg+fp8+compile"] = {"batch_cfg": True, "accelerations": (Fp8Linears(mode="auto"), Compile())}
+        out["batch_cfg+fp8+compile+fp8_attention"] = {
+            "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto"), Compile(), Attention(kernel="fp8-triton"))}
+    return out
+
+
+VARIANTS = ("stock", "batch_cfg", "batch_cfg+fp8+compile", "batch_cfg+fp8+compile+fp8_attention")
+
+
+def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int]] = ((768, 768), (720, 1280)),
+                    seconds: float = 10.0, steps: int = 8, variants: Sequence[str] | None = None, device: str = "auto",
+                    budget_s: float | None = None, json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
+    """Run the benchmark (module docstring); the JSON is rewritten after every measurement.
+
+    Keys: ``rows`` (size -> variant -> seconds, peak VRAM, segments, model size), and per size
+    ``clip_{W}x{H}_s_stock``, ``clip_{W}x{H}_s`` (the fastest "ours") and ``speedup_{W}x{H}``.
+    """
+    import diffusers
+    import torch
+
+    from benchmarks.clip import FrameSink
+    from benchmarks.gpu import bench_inputs
+    from newsmotion_engine.bench.timing import peak_gib, peak_reset
+    from newsmotion_engine.render.backends.echomimic_v3.audio import SpeechAudio
+    from newsmotion_engine.render.backends.echomimic_v3.backend import EchoMimicV3Backend
+    from newsmotion_engine.render.backends.echomimic_v3.config import RANDOM_WEIGHTS_LABEL, EchoMimicV3Options
+    from newsmotion_engine.render.base import RenderSpec
+    from newsmotion_engine.render.clip import render_clip
+
+    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    table = _variants(cuda)
+    names = [n for n in (variants or VARIANTS) if n in table]
+    unknown = set(variants or ()) - set(VARIANTS)
+    if unknown:
+        raise ValueError(f"variants {sorted(unknown)}: use {', '.join(VARIANTS)}")
+    t_start = time.perf_counter()
+    deadline = t_start + budget_s if budget_s else math.inf
+    result: dict[str, Any] = {"bench": "echomimic_v3", "weights": RANDOM_WEIGHTS_LABEL, "preset": preset,
+                              "note": "random weights and random audio features: speed and memory only; frames not encoded",
+                              "shape": {"seconds": seconds, "steps": steps, "model_fps": 25, "sizes": [list(s) for s in sizes]},
+                              "device": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
+                              "versions": {"torch": torch.__version__, "diffusers": diffusers.__version__},
+                              "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "rows": {}}  # fmt: skip
+
+    def write() -> None:
+        result["wall_s"] = round(time.perf_counter() - t_start, 1)
+        if json_path is not None:
+            write_lab_result(json_path, result, title=f"echomimic-v3 {preset}: a {seconds:g} s talking clip, stock vs ours",
+                             headline=top_level_figures(result))  # fmt: skip
+
+    with tempfile.TemporaryDirectory(prefix="newsmotion-echomimic-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        base = EchoMimicV3Options(preset=preset, device=device, steps=steps, cache_root=str(tmp / "caches"))
+        backend = EchoMimicV3Backend(base)
+        backend.load()
+        comps = backend.components
+        shape = backend._audio_shape()
+        frames25 = round(seconds * 25)
+        rng = np.random.default_rng(0)
+        feats = rng.standard_normal((frames25, shape["window"], shape["layers"], shape["channels"])).astype(np.float32)
+        speech = SpeechAudio("bench", feats, seconds, "random-features")
+        for width, height in sizes:
+            key = f"{width}x{height}"
+            rows = result["rows"].setdefault(key, {})
+            loop, persona = bench_inputs(width, height, 13, tmp / key)
+            spec = RenderSpec(width=width, height=height)
+            for name in names:
+                if time.perf_counter() > deadline:
+                    rows[name] = {"skipped": "device-time budget of this run spent"}
+                    continue
+                from newsmotion_engine.accel import registry
+
+                options = table[name]
+                backend.options = EchoMimicV3Options(**{**base.as_mapping(), **options})
+                backend.use_speech_audio(speech)
+                row: dict[str, Any] = {"model_size": list(backend.options.model_size(width, height)),
+                                       "settings": [c.describe() for c in backend.options.accelerations]}  # fmt: skip
+                applied = None
+                try:
+                    backend.prepare_persona(persona, spec)
+                    applied = registry.apply_accelerations(comps, backend.options.accelerations)
+                    if name != "stock":  # warm-up (compiles); stock runs once, as the official script does
+                        render_clip(loop, persona, backend, spec, tmp / "clip.mp4", sink=FrameSink)
+                    peak_reset(comps.device)
+                    t0 = time.perf_counter()
+                    tele = render_clip(loop, persona, backend, spec, tmp / "clip.mp4", sink=FrameSink)
+                    stats = tele.backend_info.get("last_render", {})
+                    row.update(end_to_end_s=round(time.perf_counter() - t0, 2), peak_vram_gib=peak_gib(comps.device),
+                               frames_out=tele.frames, segments=stats.get("segments"), denoise_s=stats.get("denoise_s"),
+                               decode_s=stats.get("decode_s"))  # fmt: skip
+                except Exception as exc:  # one failing variant is a result; the others still run
+                    row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+                finally:
+                    if applied is not None:
+                        registry.remove_accelerations(comps, applied)
+                rows[name] = row
+                log(f"{key} {name}: {row}")
+                write()
+            done = {n: r for n, r in rows.items() if "end_to_end_s" in r}
+            if "stock" in done:
+                result[f"clip_{key}_s_stock"] = done["stock"]["end_to_end_s"]
+            ours = {n: r for n, r in done.items() if n != "stock"}
+            if ours:
+                best = min(ours, key=lambda n: ours[n]["end_to_end_s"])
+                result[f"clip_{key}_s"] = ours[best]["end_to_end_s"]
+                result[f"fastest_{key}"] = best
+                if "stock" in done:
+                    result[f"speedup_{key}"] = round(done["stock"]["end_to_end_s"] / ours[best]["end_to_end_s"], 3)
+            write()
+        backend.close()
+    write()
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="flash-pro")
+    parser.add_argument("--sizes", default="768x768,720x1280", help="comma-separated WxH render sizes")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--variants", default=None, help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--budget-s", type=float, default=None)
+    parser.add_argument("--json", default=None)
+    a = parser.parse_args(argv)
+    sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
+    bench_echomimic(a.preset, sizes=sizes, seconds=a.seconds, steps=a.steps,  # type: ignore[arg-type]
+                    variants=a.variants.split(",") if a.variants else None, budget_s=a.budget_s, json_path=a.json)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
