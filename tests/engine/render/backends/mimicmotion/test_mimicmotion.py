@@ -1,0 +1,162 @@
+"""mimicmotion backend on the tiny preset (CPU, random weights): end to end through render_clip,
+the persona sub-cache (built by prepare_persona, only loaded by frames), the official windows and
+fusion weights, the exactness of batched CFG, framing onto the canvas, and bad options. ``pair``
+comes from tests/engine/render/conftest.py (a 13-frame loop and a persona as loaded caches)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+
+from newsmotion_engine.errors import CacheMissingError, CacheStaleError  # noqa: E402
+from newsmotion_engine.render import RenderSpec, available_backends, get_backend, render_clip  # noqa: E402
+from newsmotion_engine.render.base import BackendCacheMissingError, BackendCacheStaleError, BackendOptionError  # noqa: E402
+from newsmotion_engine.render.backends import mimicmotion  # noqa: E402
+from newsmotion_engine.render.backends.mimicmotion import denoise as D  # noqa: E402
+from newsmotion_engine.render.backends.mimicmotion.backend import frame_onto  # noqa: E402
+from newsmotion_engine.render.backends.mimicmotion.config import MimicMotionConfigError, native_size  # noqa: E402
+
+mimicmotion.register()
+
+SPEC = RenderSpec(width=80, height=128)  # the tiny preset's native size: no framing
+
+
+def _backend(**kw):
+    return get_backend("mimicmotion", **{"preset": "tiny", "steps": 2, "device": "cpu", "dtype": "float32", **kw})
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """One loaded tiny backend for the module (loading is the slow part; caches live in each test's folders)."""
+    backend = _backend()
+    backend.load()
+    yield backend
+    backend.close()
+
+
+def test_registered_and_listed():
+    assert "mimicmotion" in available_backends()
+    from newsmotion_engine.render.backends import BUILT_IN
+
+    assert "mimicmotion" in BUILT_IN
+
+
+def test_tiny_render_end_to_end_through_render_clip(pair, tmp_path, tiny):
+    loop, persona = pair
+    backend = tiny
+    assert backend.prepare_guidance(loop, SPEC) is False  # no guidance sub-cache: poses are drawn per render
+    assert backend.prepare_persona(persona, SPEC) is True
+    assert backend.prepare_persona(persona, SPEC) is False  # current: validated, not rebuilt
+    tele = render_clip(loop, persona, backend, SPEC, tmp_path / "out.mp4")
+    assert tele.frames == 13 and (tmp_path / "out.mp4").stat().st_size > 0
+    info = tele.backend_info
+    assert info["weights"] == "random weights" and "random weights" in info["note"]
+    last = info["last_render"]
+    # 14 frames (reference + 13) in 8-frame windows 6 apart: [0,1..7], [0,7..13]; 2 steps, CFG batched.
+    assert last["windows"] == 2 and last["unet_calls"] == 4 and last["native"] == [80, 128]
+    meta = json.loads((persona.path / "mimicmotion" / "80x128" / "metadata.json").read_text())
+    assert meta["weights"] == "random weights" and meta["params"]["native"] == [80, 128]
+    assert not (loop.path / "mimicmotion").exists()
+
+
+def test_frames_need_the_persona_sub_cache_and_build_nothing(pair, tiny):
+    loop, persona = pair
+    backend = tiny
+    with pytest.raises(BackendCacheMissingError, match=r"mimicmotion persona artifacts for persona 'anna' at 80x128 are missing") as info:
+        list(backend.frames(loop, persona, loop.keypoints, SPEC))
+    assert isinstance(info.value, CacheMissingError) and info.value.asset == "backend_persona_cache"
+    assert not (persona.path / "mimicmotion").exists()
+
+
+def test_stale_persona_cache_is_refused_and_rebuilt(pair, tiny):
+    loop, persona = pair
+    backend = tiny
+    backend.prepare_persona(persona, SPEC)
+    persona.metadata = {"source": {"kind": "image", "sha256": "c" * 64}}  # the portrait changed
+    with pytest.raises(BackendCacheStaleError) as info:
+        list(backend.frames(loop, persona, loop.keypoints, SPEC))
+    assert isinstance(info.value, CacheStaleError)
+    assert backend.prepare_persona(persona, SPEC) is True
+    # Another background is another reference image: stale too.
+    assert backend.prepare_persona(persona, RenderSpec(width=80, height=128, background="#0000FF")) is True
+
+
+def test_same_seed_same_frames_other_seed_other_frames(pair, tiny):
+    loop, persona = pair
+    kp = loop.keypoints[:5]
+    tiny.prepare_persona(persona, SPEC)
+    a = np.stack(list(tiny.frames(loop, persona, kp, SPEC)))
+    b = np.stack(list(tiny.frames(loop, persona, kp, SPEC)))
+    c = np.stack(list(tiny.frames(loop, persona, kp, RenderSpec(width=80, height=128, seed=1))))
+    assert a.shape == (5, 128, 80, 3) and np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+def test_official_windows_and_fusion_weights():
+    # The released clip: 120 frames + the reference, 72-frame windows overlapping by 6.
+    w = D.window_indices(121, 72, 6)
+    assert w == [[0, *range(1, 72)], [0, *range(50, 121)]]
+    # A long clip: windows every 66 frames, then one aligned to the end; every window 72 frames.
+    w = D.window_indices(301, 72, 6)
+    assert [x[1] for x in w] == [1, 67, 133, 199, 230] and all(len(x) == 72 for x in w)
+    assert D.window_indices(10, 72, 6) == [list(range(10))]  # shorter than a window: one of its length
+    weights = D.window_weights(4)
+    assert torch.allclose(weights, torch.tensor([0.25, 0.75, 0.75, 0.25]))
+
+
+def _inputs(tiny, persona, keypoints, seed=0):
+    from newsmotion_engine.render.backends.mimicmotion import caches as C
+
+    p = tiny.load_persona(persona, SPEC)
+    pose = torch.cat([p.ref_pose[None], C.to_model_pixels(C.pose_frames(persona, keypoints, 80, 128))])
+    noise = torch.randn((1, 8, 4, 16, 10), generator=torch.Generator().manual_seed(seed))
+    return D.DenoiseInputs(p.image_embeds, p.image_latents, pose, noise, (6.0, 127.0, 0.0))
+
+
+def test_batched_cfg_equals_two_passes_and_pose_changes_the_result(pair, tiny):
+    loop, persona = pair
+    tiny.prepare_persona(persona, SPEC)
+    kw = dict(steps=2, guidance_scale=2.0, tile=8, overlap=2)
+    kp = loop.keypoints[:9]  # 10 frames: windows [0..7] and [0, 3..9]
+    batched = D.denoise(tiny.components, _inputs(tiny, persona, kp), batch_cfg=True, **kw)
+    twice = _inputs(tiny, persona, kp)
+    separate = D.denoise(tiny.components, twice, batch_cfg=False, **kw)
+    assert twice.stats["unet_calls"] == 8 and twice.stats["windows"] == 2
+    diff = (batched - separate).abs().max().item()
+    assert diff < 1e-3 * batched.abs().max().item(), diff  # float rounding of a batch of two vs two calls
+    moved = kp.copy()
+    moved[:, :, 0] += 0.1  # another pose -> other latents (the PoseNet path is live)
+    other = D.denoise(tiny.components, _inputs(tiny, persona, moved), batch_cfg=True, **kw)
+    assert (other - batched).abs().max() > 1e-3
+
+
+def test_native_size_is_the_official_target_and_frames_are_framed_onto_the_canvas(pair, tiny):
+    assert native_size(576, 720, 1280) == (576, 1024) and native_size(576, 1280, 720) == (1024, 576)
+    frame = np.zeros((1024, 576, 3), np.uint8)
+    frame[:, :, 0] = 200
+    out = frame_onto(frame, 720, 1280, (0, 177, 64))
+    assert out.shape == (1280, 720, 3) and (out[..., 0] == 200).all()  # 1.25x exactly: no border
+    out = frame_onto(frame, 720, 720, (0, 177, 64))
+    assert out.shape == (720, 720, 3) and tuple(out[360, 0]) == (0, 177, 64) and out[360, 360, 0] == 200
+    loop, persona = pair
+    spec = RenderSpec(width=64, height=64)  # another aspect: the 80x128 native frame fits, bordered
+    tiny.prepare_persona(persona, spec)
+    frames = list(tiny.frames(loop, persona, loop.keypoints[:3], spec))
+    assert len(frames) == 3 and frames[0].shape == (64, 64, 3)
+
+
+def test_bad_options_are_refused_with_the_rule():
+    with pytest.raises(MimicMotionConfigError, match="unknown mimicmotion option.*teacache"):
+        _backend(teacache=0.1)
+    with pytest.raises(BackendOptionError, match="overlap=7: use an integer 0..6"):
+        _backend(overlap=7)
+    with pytest.raises(BackendOptionError, match="mimicmotion takes no LoRA"):
+        _backend(lora="a.safetensors")
+    with pytest.raises(BackendOptionError, match="segment_frames"):
+        _backend(segment_frames=1)
+    opts = mimicmotion.MimicMotionOptions.from_mapping({"compile": "blocks"})
+    assert [c.technique for c in opts.accelerations] == ["compile"]
