@@ -225,6 +225,12 @@ class EncoderCache:
         return [other for distance, other in sorted(near) if distance <= self.max_distance]
 
     def get(self, window_hash: int) -> np.ndarray | None:
+        found = self.nearest(window_hash)
+        return None if found is None else found[1]
+
+    def nearest(self, window_hash: int) -> tuple[int, np.ndarray] | None:
+        """``(stored hash, its features)`` of the nearest readable entry within ``max_distance``
+        bits, or None; counted as a hit or a miss like :meth:`get`."""
         for stored in self.neighbours(window_hash):
             path = self.entry_path(stored)
             try:
@@ -235,7 +241,7 @@ class EncoderCache:
                 self._unindex(stored)
                 continue
             self.hits += 1
-            return features
+            return stored, features
         self.misses += 1
         return None
 
