@@ -48,9 +48,9 @@ def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
 
     out: dict[str, dict[str, Any]] = {"stock": {"batch_cfg": False}, "batch_cfg": {"batch_cfg": True}}
     if cuda:
-        out["batch_cfg+fp8+compile"] = {"batch_cfg": True, "accelerations": (Fp8Linears(mode="auto"), Compile())}
+        out["batch_cfg+fp8+compile"] = {"batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile())}
         out["batch_cfg+fp8+compile+fp8_attention"] = {
-            "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto"), Compile(), Attention(kernel="fp8-triton"))}
+            "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-triton"))}
     return out
 
 
