@@ -1,19 +1,23 @@
 """Asset checks. The cache checks are blocking, so a cache that fails its check stops its own run's
 downstream steps and (see :mod:`newsmotion_assets.automation`) automation downstream of it. The
-render check (pose fidelity) is not: a clip that gestures too little is reported, not withheld."""
+render checks (pose fidelity, lip sync) are not: a clip that gestures too little or whose lips lag
+is reported, not withheld."""
 
 import dagster as dg
 
 from newsmotion_assets.assets.guidance import guidance_cache
 from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.assets.render import render
-from newsmotion_assets.partitions import loop_partitions, persona_partitions, render_partitions
+from newsmotion_assets.assets.speech import speech_cache
+from newsmotion_assets.partitions import loop_partitions, persona_partitions, render_partitions, speech_partitions
 from newsmotion_assets.resources import StorageResource
 from newsmotion_engine.errors import CacheError
 from newsmotion_engine.guidance.cache import keypoint_problems, load_guidance
 from newsmotion_engine.persona.cache import load_persona, persona_problems
 from newsmotion_engine.render.fidelity import TARGET_MOTION_ENERGY, TARGET_PCK, fidelity_problems
+from newsmotion_engine.render.lipsync import SILENT_REASON, TARGET_CORRELATION, TARGET_OFFSET_FRAMES, lip_sync_problems
 from newsmotion_engine.render.telemetry import RenderTelemetry, TelemetryError
+from newsmotion_engine.speech.cache import load_speech_cache, speech_problems
 
 
 @dg.asset_check(
@@ -51,6 +55,23 @@ def persona_cache_valid(context: dg.AssetCheckExecutionContext, storage: Storage
 
 
 @dg.asset_check(
+    asset=speech_cache,
+    partitions_def=speech_partitions,
+    blocking=True,
+    description="Hashes match metadata.json; audio finite and of its duration, voice segments ordered inside it, "
+    "one viseme frame per video frame with values in [0, 1].",
+)
+def speech_cache_valid(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
+    try:
+        cache = load_speech_cache(storage.store, context.partition_key, verify=True)
+    except CacheError as exc:
+        return dg.AssetCheckResult(passed=False, metadata={"problem": str(exc)})
+    problems = speech_problems(cache)
+    return dg.AssetCheckResult(passed=not problems, metadata={"problems": "; ".join(problems) or "none",
+                                                              "viseme_frames": len(cache.visemes)})
+
+
+@dg.asset_check(
     asset=render,
     partitions_def=render_partitions,
     blocking=False,
@@ -58,22 +79,62 @@ def persona_cache_valid(context: dg.AssetCheckExecutionContext, storage: Storage
     f"torso and arm joints and motion energy ratio >= {TARGET_MOTION_ENERGY} (warning, non-blocking).",
 )
 def render_pose_fidelity(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
-    dims = render_partitions.get_partition_key_from_str(context.partition_key).keys_by_dimension
-    folder = storage.store.render_path(dims["persona"], dims["loop"], "warp").parent
-    clips = sorted(p for p in folder.glob("*.json") if p.with_suffix(".mp4").is_file()) if folder.is_dir() else []
-    if not clips:
+    records, problems, folder = _render_records(storage, context.partition_key)
+    if not records and not problems:
         return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, metadata={"problems": f"no rendered clip in {folder}"})
-    problems, metadata = [], {}
-    for path in clips:  # one clip per backend
-        try:
-            tele = RenderTelemetry.read(path)
-        except TelemetryError as exc:
-            problems.append(str(exc))
-            continue
+    metadata = {}
+    for tele in records:  # one clip per backend
         found = fidelity_problems(tele.pose_fidelity, tele.pose_fidelity_reason)
         problems += [f"{tele.backend}: {p}" for p in found]
         pf = tele.pose_fidelity
         metadata[f"{tele.backend}_pck_body"] = pf.pck_body if pf and pf.pck_body is not None else -1.0
         metadata[f"{tele.backend}_motion_energy_ratio"] = pf.motion_energy_ratio if pf and pf.motion_energy_ratio is not None else -1.0
+    metadata["problems"] = "; ".join(problems) or "none"
+    return dg.AssetCheckResult(passed=not problems, severity=dg.AssetCheckSeverity.WARN, metadata=metadata)
+
+
+def _render_records(storage: StorageResource, partition_key: str) -> tuple[list[RenderTelemetry], list[str], str]:
+    """The telemetry of every clip (one per backend) of a render partition, the problems reading
+    them, and the folder."""
+    dims = render_partitions.get_partition_key_from_str(partition_key).keys_by_dimension
+    folder = storage.store.render_path(dims["persona"], dims["loop"], "warp").parent
+    clips = sorted(p for p in folder.glob("*.json") if p.with_suffix(".mp4").is_file()) if folder.is_dir() else []
+    records, problems = [], []
+    for path in clips:
+        try:
+            records.append(RenderTelemetry.read(path))
+        except TelemetryError as exc:
+            problems.append(str(exc))
+    return records, problems, str(folder)
+
+
+@dg.asset_check(
+    asset=render,
+    partitions_def=render_partitions,
+    blocking=False,
+    description=f"Lip sync of the clip(s) rendered with speech, measured on the mp4: mouth aperture vs the speech's "
+    f"viseme track, correlation >= {TARGET_CORRELATION} at an audio-video offset of at most {TARGET_OFFSET_FRAMES} "
+    "frame (warning, non-blocking; silent clips pass with nothing to score).",
+)
+def render_lip_sync(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
+    return lip_sync_check_result(storage, context.partition_key)
+
+
+def lip_sync_check_result(storage: StorageResource, partition_key: str) -> dg.AssetCheckResult:
+    """What :func:`render_lip_sync` reports for one render partition (``"{loop}|{persona}"``)."""
+    records, problems, folder = _render_records(storage, partition_key)
+    if not records and not problems:
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, metadata={"problems": f"no rendered clip in {folder}"})
+    metadata: dict[str, float | str] = {}
+    speaking = 0
+    for tele in records:
+        if tele.lip_sync is None and (tele.lip_sync_reason or "").startswith((SILENT_REASON, "recorded by telemetry schema")):
+            continue  # a silent clip: no lips to score
+        speaking += 1
+        problems += [f"{tele.backend}: {p}" for p in lip_sync_problems(tele.lip_sync, tele.lip_sync_reason)]
+        ls = tele.lip_sync
+        metadata[f"{tele.backend}_lip_sync_correlation"] = ls.correlation if ls and ls.correlation is not None else -1.0
+        metadata[f"{tele.backend}_audio_video_offset_frames"] = float(ls.offset_frames) if ls and ls.offset_frames is not None else -99.0
+    metadata["clips_with_speech"] = float(speaking)
     metadata["problems"] = "; ".join(problems) or "none"
     return dg.AssetCheckResult(passed=not problems, severity=dg.AssetCheckSeverity.WARN, metadata=metadata)

@@ -1,16 +1,19 @@
-"""Sensors that grow the partitions: driving videos -> loops, portraits -> personas.
+"""Sensors that grow the partitions: driving videos -> loops, portraits -> personas, recordings
+and text -> speeches.
 
-Both are on by default, keep a cursor (see :mod:`newsmotion_assets.folder_watch`) and never raise on
+All are on by default, keep a cursor (see :mod:`newsmotion_assets.folder_watch`) and never raise on
 what users drop: bad files are logged and skipped once; a file that only fails when processed
 (e.g. a video with no person in it) fails its own run, not the sensor. The portrait inbox is kept
 tidy, so it shows what is still pending: a portrait is taken in once it stayed unchanged for two
 ticks and decodes, moves to ``inbox/processed/`` once its persona cache is built from it, and a
-file that cannot become a persona moves to ``inbox/rejected/`` with ``{name}.reason.txt``.
+file that cannot become a persona moves to ``inbox/rejected/`` with ``{name}.reason.txt``. The
+speech inbox (``speech/inbox/``) follows the same rules; a recording is checked as speech (the
+loader's checks) before it is taken in.
 
 What is on disk is the truth, whichever way it got there: every driving video in
-``motion/driving/`` is a loop partition and every portrait in ``personas/sources/`` a persona
-partition, whether the sensor, ``newsmotion guidance extract`` or ``newsmotion persona add`` put
-it there; each gets its cache requested once per file content (run keys).
+``motion/driving/`` is a loop partition, every portrait in ``personas/sources/`` a persona
+partition and every source in ``speech/sources/`` a speech partition, whether the sensor,
+``newsmotion guidance extract``, ``persona add`` or ``speech add`` / ``say`` put it there; each gets its cache requested once per file content (run keys).
 """
 
 
@@ -21,8 +24,10 @@ import dagster as dg
 
 from newsmotion_assets.assets.guidance import guidance_cache
 from newsmotion_assets.assets.persona import persona_cache
+from newsmotion_assets.assets.speech import speech_cache
+from newsmotion_assets.assets.story import story
 from newsmotion_assets.folder_watch import scan_folder
-from newsmotion_assets.partitions import loop_partitions, persona_partitions
+from newsmotion_assets.partitions import loop_partitions, persona_partitions, speech_partitions, story_partitions
 from newsmotion_assets.resources import StorageResource
 from newsmotion_engine.cachedir import load_status, sha256_file
 from newsmotion_engine.errors import BadInputError, InvalidIdError
@@ -40,7 +45,14 @@ from newsmotion_engine.persona.sources import (
     rejection_reason,
     source_persona_ids,
 )
-from newsmotion_engine.storage import Storage
+from newsmotion_engine.speech.audio import load_speech
+from newsmotion_engine.speech.cache import source_record as speech_source_record
+from newsmotion_engine.speech.cache import speech_status
+from newsmotion_engine.speech.sources import AUDIO_SUFFIXES, find_source as find_speech_source
+from newsmotion_engine.speech.sources import install_source as install_speech_source
+from newsmotion_engine.speech.sources import source_speech_ids
+from newsmotion_engine.storage import SPEECH_FOLDERS, Storage
+from newsmotion_engine.story.format import MAX_STORY_BYTES, STORY_SUFFIXES, StoryError, load_story
 
 MAX_DRIVING_VIDEO_BYTES = 2 * 2**30
 
@@ -151,7 +163,7 @@ def persona_inbox_sensor(context: dg.SensorEvaluationContext, storage: StorageRe
     known = set(context.instance.get_dynamic_partitions(persona_partitions.name))
     owners, scan_cursor = _ingest_inbox(context, store, state, known)
     handled = state.get("sources", {})  # source file name -> [size, mtime_ns] when last requested
-    new_ids, requests, handled = _reconcile_sources(context, store, handled, known)
+    new_ids, requests, handled = _reconcile_sources(context, _source_files(store), handled, known, persona_cache.key)
     return dg.SensorResult(
         run_requests=requests,
         dynamic_partitions_requests=[persona_partitions.build_add_request(new_ids)] if new_ids else [],
@@ -226,9 +238,10 @@ def _ingest_inbox(context, store: Storage, state: dict, known: set[str]) -> tupl
     return owners, scan.cursor
 
 
-def _reject_inbox_file(context, store: Storage, path: Path, reason: str) -> None:
+def _reject_inbox_file(context, store: Storage, path: Path, reason: str, folder: Path | None = None) -> None:
+    """Move an inbox file to ``folder`` (default: the portrait inbox's ``rejected/``) with its reason."""
     try:
-        moved = file_away(path, store.persona_inbox_rejected, reason)
+        moved = file_away(path, folder or store.persona_inbox_rejected, reason)
     except OSError as exc:  # e.g. it vanished meanwhile: it is out of the inbox either way
         context.log.warning(f"skipping {path}: {reason} (could not move it: {exc})")
         return
@@ -243,12 +256,13 @@ def _persona_built_from(store: Storage, persona_id: str, path: Path) -> bool:
     return state == "valid"
 
 
-def _reconcile_sources(context, store: Storage, handled: dict[str, list[int]], known: set[str]):
-    """Every source portrait becomes a partition; its cache is requested when the file is new or
-    replaced since the last tick, or was never materialized. Returns (new ids, requests, handled)."""
-    materialized = context.instance.get_materialized_partitions(persona_cache.key)
+def _reconcile_sources(context, sources: dict[str, Path], handled: dict[str, list[int]], known: set[str], asset_key):
+    """Every source file (id -> path: portraits, speeches) becomes a partition; the cache asset
+    ``asset_key`` is requested when the file is new or replaced since the last tick, or was never
+    materialized. Returns (new ids, requests, handled)."""
+    materialized = context.instance.get_materialized_partitions(asset_key)
     new_ids, requests, now = [], [], {}
-    for persona_id, path in _source_files(store).items():
+    for source_id, path in sources.items():
         try:
             stat = path.stat()
         except OSError:
@@ -257,11 +271,11 @@ def _reconcile_sources(context, store: Storage, handled: dict[str, list[int]], k
         now[path.name] = signature
         fresh = handled.get(path.name) != signature
         changed = fresh and path.name in handled
-        if persona_id not in known:
-            new_ids.append(persona_id)
-        if changed or ((fresh or persona_id in new_ids) and persona_id not in materialized):
+        if source_id not in known:
+            new_ids.append(source_id)
+        if changed or ((fresh or source_id in new_ids) and source_id not in materialized):
             requests.append(
-                dg.RunRequest(partition_key=persona_id, run_key=f"source:{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
+                dg.RunRequest(partition_key=source_id, run_key=f"source:{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
             )
     return new_ids, requests, now
 
@@ -299,6 +313,93 @@ def _same_content(a: Path, b: Path) -> bool:
         return False
 
 
+MAX_SPEECH_BYTES = 1 * 2**30
+
+
+def _speech_name_problem(path: Path) -> str | None:
+    if slugify(path.stem) is None:
+        return "file name has no letters or digits to make a speech id from; rename it"
+    return None
+
+
+@dg.sensor(
+    target=speech_cache,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=15,
+    description="Takes in each recording dropped into storage/speech/inbox/ (wav, mp3, m4a, flac, ogg; once "
+    "unchanged for two ticks and decodable as usable speech) as storage/speech/sources/{id}.* (id from the file "
+    "name), then makes every source in speech/sources/ (from the inbox or `newsmotion speech add` / `say`) a "
+    "speech partition and requests its cache once per content. Built recordings move to inbox/processed/, "
+    "unusable files to inbox/rejected/ with a .reason.txt.",
+)
+def speech_inbox_sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -> dg.SensorResult:
+    store = storage.store
+    try:
+        state = json.loads(context.cursor) if context.cursor else {}
+    except ValueError:
+        state = {}
+    known = set(context.instance.get_dynamic_partitions(speech_partitions.name))
+    owners, scan_cursor = _ingest_speech_inbox(context, store, state, known)
+    sources = {speech_id: path for speech_id in source_speech_ids(store) if (path := find_speech_source(store, speech_id))}
+    new_ids, requests, handled = _reconcile_sources(context, sources, state.get("sources", {}), known, speech_cache.key)
+    return dg.SensorResult(
+        run_requests=requests,
+        dynamic_partitions_requests=[speech_partitions.build_add_request(new_ids)] if new_ids else [],
+        cursor=json.dumps({"scan": scan_cursor, "ids": owners, "sources": handled}, sort_keys=True),
+    )
+
+
+def _ingest_speech_inbox(context, store: Storage, state: dict, known: set[str]) -> tuple[dict[str, str], str]:
+    """Copy settled inbox recordings that load as usable speech (:func:`load_speech`'s checks:
+    decodable, not silent, clipped, narrow-band or too long) into ``speech/sources/``; reject the
+    rest with their reason; move a recording whose speech cache was built from it to
+    ``inbox/processed/``. Returns the inbox name -> speech id map and the scan cursor."""
+    owners: dict[str, str] = state.get("ids", {})  # inbox file name -> speech id it became
+    scan = scan_folder(store.speech_inbox, state.get("scan"), suffixes=AUDIO_SUFFIXES, max_bytes=MAX_SPEECH_BYTES,
+                       name_ok=_speech_name_problem, stable_scans=INBOX_STABLE_SCANS)
+    rejected = store.speech_inbox_rejected
+    for entry, problem in scan.skipped:
+        _reject_inbox_file(context, store, entry.path, problem, rejected)
+    for entry in scan.waiting:
+        context.log.info(f"waiting for {entry.path} to stay unchanged ({entry.size} bytes so far)")
+    taken = known | set(owners.values()) | set(source_speech_ids(store))
+    ready = {e.path.name for e in scan.ready}
+    for entry in scan.ready:
+        try:
+            load_speech(entry.path)  # decodes it all: a damaged or unusable file fails here, not in a run
+        except BadInputError as exc:
+            _reject_inbox_file(context, store, entry.path, exc.problem, rejected)
+            continue
+        speech_id = owners.get(entry.path.name)
+        if speech_id is None:
+            base = slugify(entry.path.stem) or "speech"
+            if base in SPEECH_FOLDERS:
+                base = f"{base}-1"
+            same = find_speech_source(store, base)
+            # Already taken in (a lost cursor, or dropped twice): the same speech, not a "-2".
+            speech_id = base if same is not None and _same_content(same, entry.path) else _claim_id(base, taken)
+            taken.add(speech_id)
+            owners[entry.path.name] = speech_id
+        current = find_speech_source(store, speech_id)
+        if current is not None and current.suffix == entry.path.suffix.lower() and _same_content(current, entry.path):
+            continue  # unchanged: copying would only make its cache look new
+        try:
+            install_speech_source(store, entry.path, speech_id)
+        except OSError as exc:  # e.g. the file vanished mid-copy: report it; dropping it again retries
+            context.log.warning(f"could not copy {entry.path}: {exc}")
+            continue
+        context.log.info(f"{entry.path.name} -> speech {speech_id!r}")
+    for entry in scan.settled:
+        speech_id = owners.get(entry.path.name)
+        if entry.path.name in ready or speech_id is None or not entry.path.is_file():
+            continue
+        state_now, cache, _ = speech_status(store, speech_id)
+        if state_now == "valid" and cache.meta.get("source") == speech_source_record(entry.path):
+            moved = file_away(entry.path, store.speech_inbox_processed)
+            context.log.info(f"{entry.path.name}: speech {speech_id!r} built from it; moved to {moved}")
+    return owners, scan.cursor
+
+
 # Evaluates the assets' automation conditions (backend caches and render: eager once upstream
 # checks pass), so a re-materialized guidance or persona cache rebuilds its backend cache and
 # re-renders its row/column of the grid. On by default, like the folder sensors.
@@ -313,3 +414,63 @@ render_automation_sensor = dg.AutomationConditionSensorDefinition(
     "(re-)materialized and its blocking checks passed, and renders again after a failure trying again "
     "can fix (never after bad input).",
 )
+
+
+def _story_name_problem(path: Path) -> str | None:
+    try:
+        validate_id(path.stem, "story id")
+    except InvalidIdError as exc:
+        return f"file name cannot be a story id: {exc}"
+    return None
+
+
+@dg.sensor(
+    target=story,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=15,
+    description="Makes every story file in storage/stories/ ({id}.yaml) a story partition and requests its "
+    "render by the persona it names, once per file content; a file that is not a valid story is logged "
+    "with its problem and skipped until it changes.",
+)
+def story_sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -> dg.SensorResult:
+    scan = scan_folder(storage.store.stories_dir, context.cursor, suffixes=STORY_SUFFIXES, max_bytes=MAX_STORY_BYTES,
+                       name_ok=_story_name_problem)  # fmt: skip
+    for entry, problem in scan.skipped:
+        context.log.warning(f"skipping {entry.path}: {problem}")
+    for entry in scan.waiting:
+        context.log.info(f"waiting for {entry.path} to finish copying ({entry.size} bytes so far)")
+    known = set(context.instance.get_dynamic_partitions(story_partitions.name))
+    personas = set(context.instance.get_dynamic_partitions(persona_partitions.name))
+    new_ids: list[str] = []
+    requests = []
+    # New or changed files, and settled ones whose story is not a partition (the instance is new).
+    entries = {e.path.name: e for e in scan.settled if e.path.stem not in known}
+    entries.update({e.path.name: e for e in scan.ready})
+    for entry in entries.values():
+        try:
+            script = load_story(entry.path)
+        except StoryError as exc:
+            context.log.warning(f"skipping {exc}")
+            continue
+        if script.story_id not in known and script.story_id not in new_ids:
+            new_ids.append(script.story_id)
+        if script.persona_id not in personas:
+            context.log.warning(f"{entry.path.name}: persona {script.persona_id!r} is not a persona partition yet; "
+                                "add its portrait, then touch the story file")  # fmt: skip
+            continue
+        key = dg.MultiPartitionKey({"persona": script.persona_id, "story": script.story_id})
+        if _materialized_since(context.instance, story.key, str(key), entry.mtime_ns / 1e9):
+            continue  # rendered from this file already (by `make demo`, or an earlier run)
+        requests.append(dg.RunRequest(partition_key=key, run_key=f"story:{entry.path.name}:{entry.size}:{entry.mtime_ns}"))
+    return dg.SensorResult(
+        run_requests=requests,
+        dynamic_partitions_requests=[story_partitions.build_add_request(new_ids)] if new_ids else [],
+        cursor=scan.cursor,
+    )
+
+
+def _materialized_since(instance: dg.DagsterInstance, asset_key: dg.AssetKey, partition: str, timestamp: float) -> bool:
+    """Whether ``partition`` of ``asset_key`` was materialized after ``timestamp`` (seconds)."""
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key, asset_partitions=[partition], after_timestamp=timestamp),
+                                              limit=1)  # fmt: skip
+    return bool(records.records)
