@@ -2,7 +2,9 @@
 
 Materializes, with the same asset definitions the UI shows: every loop's guidance cache, the
 sample persona (scikit-image's public-domain astronaut), every render persona x loop with the
-``warp`` backend, then the scorecard; prints the scorecard and where the mp4s are. Runs are
+``warp`` backend, then the scorecard; prints the scorecard and where the mp4s are. It ends with the
+sample story (:data:`~newsmotion_engine.samples.SAMPLE_STORY`): the persona speaks two sentences
+with two gestures, one mp4 with sound. Runs are
 recorded in ``$DAGSTER_HOME`` (the Makefile points it at ``storage/dagster_home``), so
 ``make dev`` shows them afterwards as current and requests nothing on its first ticks (the sensors
 and automation see the demo's materializations; a test checks it). The demo is an edge of the program: it decides the storage root
@@ -31,16 +33,19 @@ from newsmotion_assets.assets.guidance import guidance_cache
 from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.assets.render import render
 from newsmotion_assets.assets.reports import scorecard
+from newsmotion_assets.assets.story import story
 from newsmotion_assets.checks import guidance_cache_valid, persona_cache_valid
-from newsmotion_assets.partitions import loop_partitions, persona_partitions
+from newsmotion_assets.partitions import loop_partitions, persona_partitions, story_partitions
 from newsmotion_assets.resources import RendererResource, StorageResource, release_warm_backends
 from newsmotion_engine.bench.record import BenchResult, figure_text
 from newsmotion_engine.bench.suites import sample_portrait
+from newsmotion_engine.cachedir import copy_into_place
 from newsmotion_engine.cli.console import PipeConsole
 from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.guidance.cache import all_loop_ids
 from newsmotion_engine.persona.sources import install_source
 from newsmotion_engine.render.telemetry import RenderTelemetry, cell_text
+from newsmotion_engine.samples import SAMPLE_STORY
 from newsmotion_engine.storage import Storage
 from newsmotion_engine.sweep import sweep_stale_temp
 
@@ -96,7 +101,7 @@ def run_demo(instance: dg.DagsterInstance | None = None, renderer: RendererResou
 
     # The backend is loaded once and kept warm for every run below (backend caches and renders).
     resources = {"renderer": renderer or RendererResource(keep_warm=True), **on_store}
-    console.print("[bold]1/4 guidance caches[/] (Tier 1, per loop, with the backend's loop-side cache)")
+    console.print("[bold]1/5 guidance caches[/] (Tier 1, per loop, with the backend's loop-side cache)")
     instance.add_dynamic_partitions(loop_partitions.name, loops)
     for loop_id in loops:
         _materialize(
@@ -104,7 +109,7 @@ def run_demo(instance: dg.DagsterInstance | None = None, renderer: RendererResou
             label=f"guidance_cache[{loop_id}]",
         )
 
-    console.print("[bold]2/4 persona cache[/] (Tier 2, the sample anchor, with the backend's persona-side cache)")
+    console.print("[bold]2/5 persona cache[/] (Tier 2, the sample anchor, with the backend's persona-side cache)")
     sample = sample_portrait(store.persona_samples)
     install_source(store, sample, SAMPLE_PERSONA)
     instance.add_dynamic_partitions(persona_partitions.name, [SAMPLE_PERSONA])
@@ -115,7 +120,7 @@ def run_demo(instance: dg.DagsterInstance | None = None, renderer: RendererResou
 
     launcher = resources["renderer"].active_launcher  # $NEWSMOTION_LAUNCHER, else in-process
     where = "backend loaded once" if launcher == "in-process" else f"launcher {launcher}: one engine process per render run"
-    console.print(f"[bold]3/4 renders[/] (warp backend, 720x1280 @ 30 fps; {where}; unchanged clips skipped)")
+    console.print(f"[bold]3/5 renders[/] (warp backend, 720x1280 @ 30 fps; {where}; unchanged clips skipped)")
     for loop_id in loops:
         key = dg.MultiPartitionKey({"persona": SAMPLE_PERSONA, "loop": loop_id})
         result = _materialize([[render]], key, instance, resources, label=f"render[{SAMPLE_PERSONA} x {loop_id}]")
@@ -124,13 +129,34 @@ def run_demo(instance: dg.DagsterInstance | None = None, renderer: RendererResou
             console.print("     current (same inputs as the clip on disk): not rendered again")
     release_warm_backends()
 
-    console.print("[bold]4/4 scorecard[/]")
+    console.print("[bold]4/5 scorecard[/]")
     result = dg.materialize([scorecard], instance=instance, resources=on_store, run_config=QUIET, raise_on_error=True)
     (mat,) = result.asset_materializations_for_node("scorecard")
     _print_scorecard(store)
     console.print(f"scorecard files: {mat.metadata['json'].value}, {mat.metadata['csv'].value}")
     console.print(f"mp4s: {store.renders_root / SAMPLE_PERSONA}/<loop>/warp.mp4")
+
+    console.print("[bold]5/5 story[/] (the sample persona reads the sample story: speech, lips, two gestures, one mp4 with sound)")
+    _render_sample_story(store, instance, resources)
+    release_warm_backends()
     console.print(f"[bold]demo wall time: {time.perf_counter() - started:.1f} s[/]")
+
+
+def _render_sample_story(store: Storage, instance: dg.DagsterInstance, resources: dict) -> None:
+    """Put the sample story in ``stories/`` (as a newsroom would drop one) and materialize it."""
+    target = store.stories_dir / SAMPLE_STORY.name
+    if not (target.is_file() and target.read_bytes() == SAMPLE_STORY.read_bytes()):
+        copy_into_place(SAMPLE_STORY, target)
+    story_id = target.stem
+    instance.add_dynamic_partitions(story_partitions.name, [story_id])
+    key = dg.MultiPartitionKey({"persona": SAMPLE_PERSONA, "story": story_id})
+    result = _materialize([[story]], key, instance, resources, label=f"story[{SAMPLE_PERSONA} x {story_id}]")
+    (mat,) = result.asset_materializations_for_node("story")
+    meta = {k: v.value for k, v in mat.metadata.items()}
+    sound = "AAC audio in sync" if meta["in_sync"] else f"audio OFF by {meta['av_offset_frames']} frames"
+    console.print(f"     {meta['path']}: {meta['duration_s']:.1f} s, {sound}; largest joint move {meta['max_jump_at_joins_px']} px "
+                  f"at the joins vs {meta['max_jump_inside_px']} px inside the loops")  # fmt: skip
+    console.print("     play it with sound in any video player, or in the studio (`newsmotion studio build && newsmotion studio serve`)")
 
 
 def _warn(message: str) -> None:

@@ -10,6 +10,9 @@ downloaded, nothing was drawn here), so a fresh machine can demo, test and bench
   the thighs;
 - ``grace-hopper``: matplotlib's ``grace_hopper.jpg`` sample (US Navy portrait of Grace Hopper,
   public domain), a head-and-shoulders headshot: no arms, no hips.
+
+:data:`SAMPLE_STORY` is the sample story for the ``astronaut`` persona (two sentences, two gesture
+cues; ``make demo`` ends with it), a story file shipped in the package.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 
 __all__ = [
     "SAMPLE_PORTRAITS",
+    "SAMPLE_STORY",
     "SamplePortrait",
     "astronaut_rgb",
     "sample_rgb",
@@ -81,6 +85,10 @@ def sample_rgb(name: str) -> np.ndarray:
     if name not in SAMPLE_PORTRAITS:
         raise KeyError(f"unknown sample portrait {name!r}; known: {', '.join(SAMPLE_PORTRAITS)}")
     return SAMPLE_PORTRAITS[name].load()
+
+
+# The sample story (docs/stories.md): the astronaut opens the evening news.
+SAMPLE_STORY = Path(__file__).resolve().parent / "story" / "samples" / "evening_news.yaml"
 
 
 def write_sample_portrait(name: str, folder: Path) -> Path:

@@ -46,6 +46,7 @@ __all__ = [
     "FORMAT_VERSION",
     "IDLE_REST",
     "MAX_STORY_BYTES",
+    "STORY_SUFFIXES",
     "GestureCue",
     "Sentence",
     "Story",
@@ -58,6 +59,7 @@ FORMAT_VERSION = 1
 # The built-in idle: the rest pose with breathing, a slight head drift and blinks.
 IDLE_REST = "rest"
 MAX_STORY_BYTES = 1 << 20
+STORY_SUFFIXES = (".yaml", ".yml")
 DEFAULT_VOICE = "en-us"
 DEFAULT_WORDS_PER_MINUTE = 165
 DEFAULTS = {"pause": 0.4, "lead_in": 0.3, "tail": 0.6, "blend": 1.5}
@@ -131,7 +133,7 @@ def load_story(path: Path | str) -> Story:
     path = Path(path).absolute()
     if not path.is_file():
         raise StoryError(path, "story file not found")
-    if path.suffix.lower() not in (".yaml", ".yml"):
+    if path.suffix.lower() not in STORY_SUFFIXES:
         raise StoryError(path, "a story file is YAML: name it .yaml or .yml")
     if path.stat().st_size > MAX_STORY_BYTES:
         raise StoryError(path, f"larger than {MAX_STORY_BYTES // 1024} KiB: not a story file")

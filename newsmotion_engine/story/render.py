@@ -36,19 +36,20 @@ from newsmotion_engine import cachedir
 from newsmotion_engine.errors import BadInputError, NewsmotionError
 from newsmotion_engine.guidance.cache import GuidanceCache, check_loop_exists, ensure_guidance
 from newsmotion_engine.guidance.choreography import author_idle
+from newsmotion_engine.ids import SLUG_RE, validate_id
 from newsmotion_engine.persona.cache import PersonaCache
 from newsmotion_engine.render.base import Backend, RenderSpec, moves_lips
 from newsmotion_engine.render.clip import retargeted_keypoints
 from newsmotion_engine.render.job import backend_identity, ensure_persona_input, load_guidance_input, load_persona_input, render_lock
 from newsmotion_engine.storage import Storage
-from newsmotion_engine.story.format import IDLE_REST, Story
+from newsmotion_engine.story.format import IDLE_REST, STORY_SUFFIXES, Story, load_story
 from newsmotion_engine.story.speech import StorySpeech, story_speech
 from newsmotion_engine.story.telemetry import StoryTelemetry, StoryTelemetryError
 from newsmotion_engine.story.timeline import Slot, Timeline, join_smoothness, joint_jumps, plan_timeline
 from newsmotion_engine.video.encode import VideoEncoder
 from newsmotion_engine.video.streams import av_sync
 
-__all__ = ["StoryInputs", "check_story", "plan_story", "prepare_story", "render_story", "story_slots"]
+__all__ = ["StoryInputs", "check_story", "plan_story", "prepare_story", "render_story", "stored_story", "story_ids", "story_slots"]
 
 Progress = Callable[[int, int], None]
 OnStep = Callable[[str], Progress]
@@ -85,6 +86,30 @@ class StoryInputs:
     persona: PersonaCache
     loops: dict[str, GuidanceCache]
     speech: StorySpeech
+
+
+def story_ids(storage: Storage) -> list[str]:
+    """The ids of the story files in ``storage.stories_dir`` (``{id}.yaml`` / ``.yml``), sorted."""
+    folder = storage.stories_dir
+    if not folder.is_dir():
+        return []
+    return sorted({p.stem for p in folder.iterdir() if p.is_file() and p.suffix.lower() in STORY_SUFFIXES and SLUG_RE.match(p.stem)})
+
+
+def stored_story(storage: Storage, story_id: str, persona_id: str | None = None) -> Story:
+    """The story ``story_id`` from ``storage.stories_dir``, read by ``persona_id`` (default: the
+    persona the file names).
+
+    Raises:
+        BadInputError: no such story file; StoryError: the file is not a valid story.
+    """
+    validate_id(story_id, "story id")
+    for suffix in STORY_SUFFIXES:
+        path = storage.stories_dir / f"{story_id}{suffix}"
+        if path.is_file():
+            story = load_story(path)
+            return dataclasses.replace(story, persona_id=validate_id(persona_id, "persona id")) if persona_id else story
+    raise BadInputError(storage.stories_dir / f"{story_id}.yaml", f"no story {story_id!r} (a story is a {' or '.join(STORY_SUFFIXES)} file here)")
 
 
 def check_story(storage: Storage, story: Story) -> None:

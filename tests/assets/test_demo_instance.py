@@ -6,6 +6,7 @@ import dagster as dg
 
 from newsmotion_assets import sensors
 from newsmotion_assets.assets.render import render
+from newsmotion_assets.assets.story import story
 from newsmotion_assets.definitions import defs
 from newsmotion_assets.demo import run_demo
 from newsmotion_assets.resources import RendererResource, StorageResource, release_warm_backends
@@ -24,10 +25,17 @@ def test_after_the_demo_dagster_dev_requests_nothing(tmp_path, monkeypatch, recw
         assert warned == []
 
         # The first ticks of `dagster dev` on this instance: the folder sensors (no cursor yet)...
-        for sensor in (sensors.loop_sensor, sensors.persona_inbox_sensor):
+        for sensor in (sensors.loop_sensor, sensors.persona_inbox_sensor, sensors.story_sensor):
             context = dg.build_sensor_context(instance=instance, resources={"storage": StorageResource()})
             result = sensor(context)
             assert result.run_requests == [], (sensor.name, result.run_requests)
+        # The story sensor takes a file once it stayed unchanged over two ticks: the demo's story,
+        # rendered already, is not requested again.
+        assert len(instance.get_materialized_partitions(story.key)) == 1
+        context = dg.build_sensor_context(instance=instance, resources={"storage": StorageResource()})
+        cursor = sensors.story_sensor(context).cursor
+        context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"storage": StorageResource()})
+        assert sensors.story_sensor(context).run_requests == []
         # ...and the automation sensor's first evaluation.
         evaluation = dg.evaluate_automation_conditions(defs=defs, instance=instance)
         assert evaluation.total_requested == 0, [
