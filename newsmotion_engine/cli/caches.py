@@ -15,19 +15,23 @@ from newsmotion_engine.storage import Storage
 
 
 def cache_rows(store: Storage) -> list[dict[str, Any]]:
-    """One row per cache (guidance, then persona): id, kind, frames, bytes, created, status."""
+    """One row per cache (guidance, persona, then speech): id, kind, frames, bytes, created, status."""
     from newsmotion_engine import cachedir
     from newsmotion_engine.guidance.cache import all_loop_ids, guidance_status
     from newsmotion_engine.ids import SLUG_RE
     from newsmotion_engine.persona.cache import list_persona_ids, persona_status
+    from newsmotion_engine.speech.cache import speech_status
+    from newsmotion_engine.speech.sources import list_speech_ids
 
-    def row(cache_id: str, kind: str, path: Path, status: str, cache: Any, detail: str) -> dict[str, Any]:
+    def row(cache_id: str, kind: str, path: Path, status: str, cache: Any, detail: str,
+            metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+        metadata = metadata if metadata is not None else (cache.metadata if cache else {})
         return {
             "id": cache_id,
             "kind": kind,
             "frames": getattr(cache, "frames", None),
             "bytes": cachedir.cache_bytes(path) if path.is_dir() else 0,
-            "created": cache.metadata.get("created_at") if cache else None,
+            "created": metadata.get("created_at"),
             "status": status,
             "detail": detail,
         }
@@ -42,6 +46,9 @@ def cache_rows(store: Storage) -> list[dict[str, Any]]:
         row(persona_id, "persona", store.persona_dir(persona_id), *persona_status(store, persona_id))
         for persona_id in list_persona_ids(store)
     ]
+    for speech_id in list_speech_ids(store):
+        status, cache, detail = speech_status(store, speech_id)
+        rows.append(row(speech_id, "speech", store.speech_dir(speech_id), status, cache, detail, cache.meta if cache else {}))
     return rows
 
 

@@ -129,6 +129,11 @@ class SpeechCache:
         return self.visemes.fps
 
     @property
+    def frames(self) -> int:
+        """Video frames the speech lasts (its viseme track's length)."""
+        return len(self.visemes)
+
+    @property
     def digest(self) -> str:
         """Stable digest of the cache's content and provenance (:func:`cachedir.cache_digest`)."""
         return cachedir.cache_digest(self.meta)
