@@ -14,7 +14,7 @@ def test_definitions_load_with_expected_graph():
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert keys == {
         "guidance_cache", "backend_guidance_cache", "persona_cache", "backend_persona_cache", "render", "benchmarks",
-        "scorecard", "studio", "ab_comparison", "driving_clip",
+        "scorecard", "studio", "ab_comparison", "driving_clip", "story",
     }  # fmt: skip
     parents = lambda name: {k.to_user_string() for k in graph.get(dg.AssetKey(name)).parent_keys}  # noqa: E731
     assert parents("driving_clip") == {"guidance_cache"}
@@ -23,6 +23,7 @@ def test_definitions_load_with_expected_graph():
     assert parents("render") == {"guidance_cache", "backend_guidance_cache", "persona_cache", "backend_persona_cache"}
     assert parents("studio") == {"render", "scorecard", "ab_comparison"}
     assert parents("ab_comparison") == {"guidance_cache", "persona_cache"}
+    assert parents("story") == {"persona_cache"}
     assert graph.get(dg.AssetKey("ab_comparison")).pools == {"gpu"}
     for name in ("backend_guidance_cache", "backend_persona_cache", "render"):
         node = graph.get(dg.AssetKey(name))
@@ -35,7 +36,7 @@ def test_definitions_load_with_expected_graph():
 
     assert [s.blocking for s in render_pose_fidelity.check_specs] == [False]  # warns, never withholds a clip
     assert [s.blocking for s in persona_cache_valid.check_specs] == [True]
-    assert {s.name for s in repo.sensor_defs} >= {"loop_sensor", "persona_inbox_sensor"}
+    assert {s.name for s in repo.sensor_defs} >= {"loop_sensor", "persona_inbox_sensor", "story_sensor"}
     ours = [s for s in repo.sensor_defs if s.name in ("loop_sensor", "persona_inbox_sensor", "render_automation_sensor")]
     assert len(ours) == 3
     assert all(s.default_status == dg.DefaultSensorStatus.RUNNING for s in ours)
