@@ -36,6 +36,7 @@ class _Checkpoint:
     pipeline_classes: tuple[str, ...]
     check_folder: Callable[[Path], None]
     options: type  # the backend's DiffusersOptions subclass
+    release: tuple[Path, str] | None = None  # (released transformer config.json, what it describes); None: wan/released
 
 
 # backend name -> the checkpoints it renders (filled by each Wan backend's register())
@@ -43,10 +44,12 @@ _CHECKPOINTS: dict[str, _Checkpoint] = {}
 
 
 def register_checkpoint(backend: str, pipeline_classes: tuple[str, ...], check_folder: Callable[[Path], None],
-                        options: type) -> None:  # fmt: skip
+                        options: type, release: tuple[Path, str] | None = None) -> None:  # fmt: skip
     """Let :func:`check_model` recognise ``backend``'s checkpoints: the pipeline classes its folder
-    index may name, the folder check its render runs, and its options class (for the defaults)."""
-    _CHECKPOINTS[backend] = _Checkpoint(tuple(pipeline_classes), check_folder, options)
+    index may name, the folder check its render runs, its options class (for the defaults) and,
+    for a backend whose released configs live in its own package, ``release``: (its released
+    ``transformer/config.json``, the checkpoint it describes)."""
+    _CHECKPOINTS[backend] = _Checkpoint(tuple(pipeline_classes), check_folder, options, release)
 
 _COMPONENTS = ("transformer", "vae", "image_encoder", "text_encoder", "scheduler", "tokenizer", "image_processor")
 # Config keys worth showing per component (the architecture at a glance).
@@ -142,10 +145,13 @@ def _backend_of(root: Path) -> tuple[str, str, Path]:
 def _release_text(backend: str, root: Path) -> str:
     from newsmotion_engine.render.backends.wan.released import RELEASES, released_config
 
-    theirs = released_config(backend, "transformer/config.json")
+    release = _CHECKPOINTS[backend].release
+    if release is not None:
+        theirs, repo = read_json(release[0]), release[1]
+    else:
+        theirs, repo = released_config(backend, "transformer/config.json"), RELEASES[backend][1]
     ours = read_json(root / "transformer" / "config.json")
     differ = sorted(k for k in theirs if not k.startswith("_") and k in ours and ours[k] != theirs[k])
-    repo = RELEASES[backend][1]
     if not differ:
         return f"transformer config matches {repo}"
     return f"transformer differs from {repo} in " + ", ".join(f"{k}={ours[k]!r} (released {theirs[k]!r})" for k in differ[:4])

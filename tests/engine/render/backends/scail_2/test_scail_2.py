@@ -163,27 +163,20 @@ def test_caches_go_stale_on_what_they_depend_on(world):
         next(world.backend.frames(loop, persona, loop.keypoints, RenderSpec(width=64, height=64)))
 
 
-def test_a_new_driving_clip_rebuilds_tier1(tmp_path):
-    loop, _ = _scene(tmp_path)
-    backend = _backend()
-    assert backend.prepare_guidance(loop, SPEC) and not backend.prepare_guidance(loop, SPEC)
-    before = np.array(backend.load_guidance(loop, SPEC).pose_latents)
-    _write_clip(driver.find_user_clip(tmp_path / "motion", "nod"), loop.keypoints, shade=40)
-    assert backend.prepare_guidance(loop, SPEC)  # the clip rebuilt, and Tier 1 (keyed on the clip's digest) with it
-    assert np.abs(np.asarray(backend.load_guidance(loop, SPEC).pose_latents) - before).max() > 0
+def test_the_model_size_is_cut_from_the_spec_and_framed_back_onto_it():
+    from newsmotion_engine.render.backends.scail_2.backend import centre_crop, frame_onto
 
-
-def test_sizes_are_framed_onto_the_spec(world):
-    loop, persona = world.loop, world.persona
-    spec = RenderSpec(width=80, height=144)  # the model renders 64x128 inside it
-    backend = _backend(chroma="off")
-    backend.prepare_guidance(loop, spec)
-    backend.prepare_persona(persona, spec)
-    frames = np.stack(list(backend.frames(loop, persona, loop.keypoints, spec)))
-    assert frames.shape == (13, 144, 80, 3)
-    assert (frames[:, :, :8] == np.array(spec.background, np.uint8)).all() and (frames[:, :8] == np.array(spec.background, np.uint8)).all()
-    with pytest.raises(InvalidSpecError, match="divisible by 16"):
-        next(backend.frames(loop, persona, loop.keypoints, RenderSpec(width=72, height=128)))
+    frames = np.arange(2 * 144 * 80 * 3, dtype=np.uint32).reshape(2, 144, 80, 3).astype(np.uint8)
+    mw, mh = model_size(80, 144)
+    inner = centre_crop(frames, mw, mh)
+    assert (mw, mh) == (64, 128) and inner.shape == (2, 128, 64, 3)
+    np.testing.assert_array_equal(inner, frames[:, 8:136, 8:72])
+    first = inner[0]
+    framed = frame_onto(first, 80, 144, (0, 177, 64))
+    np.testing.assert_array_equal(framed[8:136, 8:72], first)
+    assert (framed[:8] == (0, 177, 64)).all() and (framed[:, 72:] == (0, 177, 64)).all()
+    assert frame_onto(first, 64, 128, (0, 0, 0)) is first  # the spec is the model size: as generated
+    assert centre_crop(frames[..., 0], mw, mh).shape == (2, 128, 64)  # mattes too
 
 
 def test_model_folder_errors_name_the_problem(tmp_path):
@@ -202,3 +195,52 @@ def test_model_folder_errors_name_the_problem(tmp_path):
         (root / sub / "model.safetensors").write_bytes(b"x")
     with pytest.raises(BadInputError, match="wrong architecture for scail-2"):
         _backend(model_path=str(root)).load()
+
+
+def _model_folder(root, official):
+    """A SCAIL-2 folder in the documented layout: the official DiT (tiny, official names) beside tiny
+    diffusers-format Wan components and a word-level tokenizer."""
+    from diffusers import AutoencoderKLWan
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import CLIPVisionConfig, CLIPVisionModel, PreTrainedTokenizerFast, UMT5Config, UMT5EncoderModel
+
+    from newsmotion_engine.render.backends.scail_2.config import PRESETS
+    from newsmotion_engine.render.backends.scail_2.released import RELEASE
+
+    tiny = PRESETS["tiny"]
+    official.write(root / "transformer")
+    (root / "model_index.json").write_text('{"_class_name": "SCAIL2Pipeline"}')
+    AutoencoderKLWan(**tiny.vae).save_pretrained(root / "vae")
+    CLIPVisionModel(CLIPVisionConfig(**tiny.image_encoder)).save_pretrained(root / "image_encoder")
+    UMT5EncoderModel(UMT5Config(**tiny.text_encoder)).save_pretrained(root / "text_encoder")
+    words = Tokenizer(models.WordLevel({"<pad>": 0, "</s>": 1, "<unk>": 2, "a": 3, "news": 4, "presenter": 5}, unk_token="<unk>"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=words, pad_token="<pad>", eos_token="</s>", unk_token="<unk>").save_pretrained(root / "tokenizer")
+    (root / "scheduler").mkdir()
+    (root / "scheduler" / "scheduler_config.json").write_text((RELEASE / "scheduler" / "scheduler_config.json").read_text())
+    return root
+
+
+def test_a_model_folder_in_the_official_layout_loads_checks_and_renders(official, tmp_path):
+    """And the loop's Tier 1 is rebuilt when its driving clip changes."""
+    from newsmotion_engine.render.backends.wan.model_check import check_model
+
+    loop, persona = _scene(tmp_path / "scene")
+    root = _model_folder(tmp_path / "SCAIL-2", official)
+    found = check_model(root)
+    assert (found.backend, found.pipeline) == ("scail-2", "SCAIL2Pipeline")
+    assert found.release.startswith("transformer differs from zai-org/SCAIL-2 in dim=24")
+    assert found.defaults["scheduler"] == "UniPCMultistepScheduler (shift 3.0)" and found.defaults["steps"] == 40
+    backend = _backend(model_path=str(root))
+    backend.load()
+    sd = official.write(tmp_path / "again")  # the same seed: the same tensors
+    assert torch.equal(backend.components.transformer.blocks[0].attn1.to_q.weight, sd["blocks.0.self_attn.q.weight"])
+    assert backend.describe()["weights"] == f"folder {root.resolve()}" and "note" not in backend.describe()
+    assert backend.prepare_guidance(loop, SPEC) and backend.prepare_persona(persona, SPEC)
+    frames = np.stack(list(backend.frames(loop, persona, loop.keypoints, SPEC)))
+    assert frames.shape == (13, 128, 64, 3)
+    before = np.array(backend.load_guidance(loop, SPEC).pose_latents)
+    _write_clip(driver.find_user_clip(tmp_path / "scene" / "motion", "nod"), loop.keypoints, shade=40)
+    assert backend.prepare_guidance(loop, SPEC)  # the clip rebuilt, and Tier 1 (keyed on the clip's digest) with it
+    assert np.abs(np.asarray(backend.load_guidance(loop, SPEC).pose_latents) - before).max() > 0
+    assert not backend.prepare_guidance(loop, SPEC)

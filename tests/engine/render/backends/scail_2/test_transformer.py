@@ -6,7 +6,6 @@ float64 RoPE, the official norms and token layout) in both modes; the RoPE table
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -22,55 +21,7 @@ from newsmotion_engine.render.backends.scail_2.released import released_config, 
 from newsmotion_engine.render.backends.scail_2.transformer import SCAIL2Transformer3DModel, scail_rope  # noqa: E402
 
 TINY = dict(dim=24, ffn_dim=32, freq_dim=32, in_dim=20, mask_dim=28, out_dim=16, num_heads=2, num_layers=2, text_len=512, eps=1e-6)
-TEXT_DIM, IMAGE_DIM = 32, 1280
-
-
-def official_shapes(c: dict, text_dim: int = 4096, image_dim: int = 1280) -> dict[str, tuple[int, ...]]:
-    """Every parameter of the official SCAIL2Model (model_type "i2v") and its shape."""
-    d, f = c["dim"], c["ffn_dim"]
-    s: dict[str, tuple[int, ...]] = {}
-
-    def lin(name, i, o):
-        s[f"{name}.weight"], s[f"{name}.bias"] = (o, i), (o,)
-
-    for name, cin in (("patch_embedding", c["in_dim"]), ("patch_embedding_pose", c["in_dim"]), ("patch_embedding_mask", c["mask_dim"])):
-        s[f"{name}.weight"], s[f"{name}.bias"] = (d, cin, 1, 2, 2), (d,)
-    lin("text_embedding.0", text_dim, d), lin("text_embedding.2", d, d)
-    lin("time_embedding.0", c["freq_dim"], d), lin("time_embedding.2", d, d)
-    lin("time_projection.1", d, 6 * d)
-    for i in range(c["num_layers"]):
-        b = f"blocks.{i}"
-        for p in "qkvo":
-            lin(f"{b}.self_attn.{p}", d, d)
-        for p in ("q", "k", "v", "o", "k_img", "v_img"):
-            lin(f"{b}.cross_attn.{p}", d, d)
-        for n in ("self_attn.norm_q", "self_attn.norm_k", "cross_attn.norm_q", "cross_attn.norm_k", "cross_attn.norm_k_img"):
-            s[f"{b}.{n}.weight"] = (d,)
-        s[f"{b}.norm3.weight"], s[f"{b}.norm3.bias"] = (d,), (d,)  # cross_attn_norm=True: the only affine block norm
-        lin(f"{b}.ffn.0", d, f), lin(f"{b}.ffn.2", f, d)
-        s[f"{b}.modulation"] = (1, 6, d)
-    lin("head.head", d, c["out_dim"] * 4)
-    s["head.modulation"] = (1, 2, d)
-    s["img_emb.proj.0.weight"], s["img_emb.proj.0.bias"] = (image_dim,), (image_dim,)
-    lin("img_emb.proj.1", image_dim, image_dim), lin("img_emb.proj.3", image_dim, d)
-    s["img_emb.proj.4.weight"], s["img_emb.proj.4.bias"] = (d,), (d,)
-    return s
-
-
-def _official_checkpoint(folder, seed=0):
-    """A tiny random checkpoint in the official layout: config.json + safetensors, official names."""
-    from safetensors.torch import save_file
-
-    g = torch.Generator().manual_seed(seed)
-    sd = {k: torch.randn(shape, generator=g) * (0.5 if len(shape) == 1 else 0.2) for k, shape in official_shapes(TINY, TEXT_DIM).items()}
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"_class_name": "WanSCAILModel", "model_type": "i2v", "text_dim": TEXT_DIM, **TINY}))
-    half = len(sd) // 2  # two shards, as large checkpoints come
-    keys = sorted(sd)
-    save_file({k: sd[k] for k in keys[:half]}, str(folder / "model-00001-of-00002.safetensors"))
-    save_file({k: sd[k] for k in keys[half:]}, str(folder / "model-00002-of-00002.safetensors"))
-    return sd
-
+TEXT_DIM, IMAGE_DIM = 32, 1280  # the official tiny checkpoint of conftest.py
 
 # ------------------------------------------------------------------ the official forward, restated
 def _rope_freqs(d: int) -> list[torch.Tensor]:
@@ -148,8 +99,8 @@ def official_forward(sd, x, t, text, image, ref, ref_mask, pose, driving_mask, r
     return torch.einsum("fhwpqrc->cfphqwr", u).reshape(16, T, h, w)
 
 
-def test_official_checkpoint_loads_through_the_key_map_and_matches_the_official_forward(tmp_path):
-    sd = _official_checkpoint(tmp_path / "transformer")
+def test_official_checkpoint_loads_through_the_key_map_and_matches_the_official_forward(tmp_path, official):
+    sd = official.write(tmp_path / "transformer")
     model = load_official_transformer(tmp_path / "transformer", torch.float32, torch.device("cpu"))
     ours = dict(model.named_parameters())
     assert torch.equal(ours["blocks.1.attn2.add_k_proj.weight"], sd["blocks.1.cross_attn.k_img.weight"])
@@ -174,11 +125,11 @@ def test_official_checkpoint_loads_through_the_key_map_and_matches_the_official_
         torch.testing.assert_close(got, want, atol=2e-4, rtol=2e-4)
 
 
-def test_a_checkpoint_that_does_not_fit_is_refused_naming_the_file(tmp_path):
+def test_a_checkpoint_that_does_not_fit_is_refused_naming_the_file(tmp_path, official):
     from safetensors.torch import save_file
 
     folder = tmp_path / "transformer"
-    sd = _official_checkpoint(folder)
+    sd = official.write(folder)
     save_file({"blocks.0.self_attn.q.weight": torch.zeros(3, 3)}, str(folder / "model-00002-of-00002.safetensors"))
     with pytest.raises(BadInputError, match=r"model-00002-of-00002.safetensors.*shape \[3, 3\]"):
         load_official_transformer(folder, torch.float32, torch.device("cpu"))
@@ -215,7 +166,7 @@ def test_rope_positions_per_mode():
     assert torch.allclose(sin[0, n_ref + n_vid, 0, 9::2].double(), want_w.imag, atol=1e-6)
 
 
-def test_released_14b_on_the_meta_device():
+def test_released_14b_on_the_meta_device(official):
     c = released_config("transformer/config.json")
     assert c["_class_name"] == "WanSCAILModel" and "_source" in c
     with torch.device("meta"):
@@ -231,6 +182,6 @@ def test_released_14b_on_the_meta_device():
     assert count == expected and round(count / 1e9, 1) == 16.4  # the model card's 16.4B
     from newsmotion_engine.render.backends.scail_2.transformer import official_to_ours
 
-    shapes = {official_to_ours(k): v for k, v in official_shapes(c).items()}
+    shapes = {official_to_ours(k): v for k, v in official.shapes(c).items()}
     assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == shapes
     assert len(model.blocks) == 40 and model.blocks[0].attn1.heads == 40
