@@ -1,0 +1,181 @@
+"""GPU benchmark of the mimicmotion backend: seconds for the reference design's clip (120 frames
+for a 720x1280 canvas, rendered at the native 576x1024 and framed onto it), stock vs ours, peak VRAM.
+
+One random-weight model (``svd-xt-1.1``: the released architecture) renders through the shipped path
+(``render_clip`` -> the backend's frames -> the chroma composite):
+
+- ``stock``: the official recipe re-created on diffusers components in bf16: 25 Euler steps, CFG
+  2.0 with the unconditional and conditional passes as two UNet calls per window
+  (``batch_cfg=False``), 72-frame windows overlapping by 6 with progressive latent fusion, the
+  temporal decoder 8 frames at a time; no acceleration;
+- ours (:data:`VARIANTS`): the two CFG passes as one batch, then regional ``torch.compile`` of the
+  UNet's repeated blocks through the acceleration registry (the FP8 linears and the 8-bit attention
+  kernel of ``newsmotion_engine/accel`` target the Wan transformer and are not applied here);
+  ``...+keyframes2`` renders every 2nd frame and infills the rest (the official recipe's own
+  15-fps output, ``sample_stride`` 2) — reported apart from the every-frame speedup.
+
+Each "ours" variant renders once to warm up (compile) and once timed; stock runs once. Frames are
+not encoded (:class:`benchmarks.clip.FrameSink`). With random weights only speed and memory mean
+anything.
+
+Example (from the repository root)::
+
+    python -m benchmarks.mimicmotion --json benchmarks/results/mimicmotion_h100.json
+    python -m benchmarks.mimicmotion --preset tiny --sizes 80x128 --frames 9 --steps 2   # CPU check
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.lab_record import top_level_figures, write_lab_result
+
+__all__ = ["VARIANTS", "bench_mimicmotion"]
+
+Log = Callable[[str], None]
+VARIANTS = ("stock", "batch_cfg", "batch_cfg+compile", "batch_cfg+compile+keyframes2")
+
+
+def _variants(cuda: bool) -> dict[str, tuple[dict[str, Any], int]]:
+    """Variant name -> (backend options over the stock ones, keyframe ratio)."""
+    from newsmotion_engine.accel.compile import Compile
+
+    out: dict[str, tuple[dict[str, Any], int]] = {"stock": ({"batch_cfg": False}, 1), "batch_cfg": ({"batch_cfg": True}, 1)}
+    if cuda:
+        out["batch_cfg+compile"] = ({"batch_cfg": True, "accelerations": (Compile(),)}, 1)
+        out["batch_cfg+compile+keyframes2"] = ({"batch_cfg": True, "accelerations": (Compile(),)}, 2)
+    return out
+
+
+def bench_mimicmotion(preset: str = "svd-xt-1.1", *, sizes: Sequence[tuple[int, int]] = ((720, 1280),), frames: int = 120,
+                      steps: int = 25, variants: Sequence[str] | None = None, device: str = "auto", dtype: str = "bfloat16",
+                      budget_s: float | None = None, json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
+    """Run the benchmark (module docstring); the JSON is rewritten after every measurement.
+
+    Keys: ``rows`` (size -> variant -> seconds, peak VRAM, windows, UNet calls, native size), and
+    per size ``clip_{W}x{H}_s_stock``, ``clip_{W}x{H}_s`` (the fastest every-frame "ours"),
+    ``speedup_{W}x{H}`` and, when measured, ``speedup_{W}x{H}_keyframes2``.
+    """
+    import dataclasses
+
+    import diffusers
+    import torch
+
+    from benchmarks.clip import FrameSink
+    from benchmarks.gpu import bench_inputs
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.bench.timing import peak_gib, peak_reset
+    from newsmotion_engine.render.backends.mimicmotion.backend import MimicMotionBackend
+    from newsmotion_engine.render.backends.mimicmotion.config import MimicMotionOptions
+    from newsmotion_engine.render.backends.wan.diffusers_config import RANDOM_WEIGHTS_LABEL
+    from newsmotion_engine.render.base import RenderSpec
+    from newsmotion_engine.render.clip import render_clip
+
+    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    unknown = set(variants or ()) - set(VARIANTS)
+    if unknown:
+        raise ValueError(f"variants {sorted(unknown)}: use {', '.join(VARIANTS)}")
+    table = _variants(cuda)
+    names = [n for n in (variants or VARIANTS) if n in table]
+    t_start = time.perf_counter()
+    deadline = t_start + budget_s if budget_s else math.inf
+    result: dict[str, Any] = {"bench": "mimicmotion", "weights": RANDOM_WEIGHTS_LABEL, "preset": preset, "dtype": dtype,
+                              "note": "random weights: speed and memory only; frames not encoded",
+                              "shape": {"frames": frames, "steps": steps, "sizes": [list(s) for s in sizes]},
+                              "device": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
+                              "versions": {"torch": torch.__version__, "diffusers": diffusers.__version__},
+                              "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "rows": {}}  # fmt: skip
+
+    def write() -> None:
+        result["wall_s"] = round(time.perf_counter() - t_start, 1)
+        if json_path is not None:
+            write_lab_result(json_path, result, title=f"mimicmotion {preset}: a {frames}-frame clip, stock vs ours",
+                             headline=top_level_figures(result))  # fmt: skip
+
+    with tempfile.TemporaryDirectory(prefix="newsmotion-mimicmotion-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        base = MimicMotionOptions(preset=preset, device=device, dtype=dtype, steps=steps, cache_root=str(tmp / "caches"))
+        backend = MimicMotionBackend(base)
+        backend.load()
+        comps = backend.components
+        for width, height in sizes:
+            key = f"{width}x{height}"
+            rows = result["rows"].setdefault(key, {})
+            loop, persona = bench_inputs(width, height, frames, tmp / key)
+            for name in names:
+                if time.perf_counter() > deadline:
+                    rows[name] = {"skipped": "device-time budget of this run spent"}
+                    continue
+                options, ratio = table[name]
+                backend.options = dataclasses.replace(base, **options)
+                spec = RenderSpec(width=width, height=height, keyframes=ratio)
+                row: dict[str, Any] = {"native": list(backend.native(spec)), "keyframes": ratio,
+                                       "settings": [c.describe() for c in backend.options.accelerations]}  # fmt: skip
+                applied = None
+                try:
+                    backend.prepare_persona(persona, spec)
+                    applied = registry.apply_accelerations(comps, backend.options.accelerations)
+                    if name != "stock":  # warm-up (compiles); stock runs once, as the official script does
+                        render_clip(loop, persona, backend, spec, tmp / "clip.mp4", sink=FrameSink)
+                    peak_reset(comps.device)
+                    t0 = time.perf_counter()
+                    tele = render_clip(loop, persona, backend, spec, tmp / "clip.mp4", sink=FrameSink)
+                    stats = tele.backend_info.get("last_render", {})
+                    row.update(end_to_end_s=round(time.perf_counter() - t0, 2), peak_vram_gib=peak_gib(comps.device),
+                               frames_out=tele.frames, windows=stats.get("windows"), unet_calls=stats.get("unet_calls"),
+                               denoise_s=stats.get("denoise_s"), decode_s=stats.get("decode_s"),
+                               pose_draw_s=stats.get("pose_draw_s"))  # fmt: skip
+                except Exception as exc:  # one failing variant is a result; the others still run
+                    row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+                finally:
+                    if applied is not None:
+                        registry.remove_accelerations(comps, applied)
+                rows[name] = row
+                log(f"{key} {name}: {row}")
+                write()
+            done = {n: r for n, r in rows.items() if "end_to_end_s" in r}
+            every = {n: r for n, r in done.items() if n != "stock" and r["keyframes"] == 1}
+            if "stock" in done:
+                result[f"clip_{key}_s_stock"] = done["stock"]["end_to_end_s"]
+            if every:
+                best = min(every, key=lambda n: every[n]["end_to_end_s"])
+                result[f"clip_{key}_s"] = every[best]["end_to_end_s"]
+                result[f"fastest_{key}"] = best
+                if "stock" in done:
+                    result[f"speedup_{key}"] = round(done["stock"]["end_to_end_s"] / every[best]["end_to_end_s"], 3)
+            sparse = done.get("batch_cfg+compile+keyframes2")
+            if sparse and "stock" in done:
+                result[f"speedup_{key}_keyframes2"] = round(done["stock"]["end_to_end_s"] / sparse["end_to_end_s"], 3)
+            write()
+        backend.close()
+    write()
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="svd-xt-1.1")
+    parser.add_argument("--sizes", default="720x1280", help="comma-separated WxH render sizes")
+    parser.add_argument("--frames", type=int, default=120)
+    parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--variants", default=None, help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--budget-s", type=float, default=None)
+    parser.add_argument("--json", default=None)
+    a = parser.parse_args(argv)
+    sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
+    bench_mimicmotion(a.preset, sizes=sizes, frames=a.frames, steps=a.steps, dtype=a.dtype,  # type: ignore[arg-type]
+                      variants=a.variants.split(",") if a.variants else None, budget_s=a.budget_s, json_path=a.json)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

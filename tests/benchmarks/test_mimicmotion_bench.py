@@ -1,0 +1,26 @@
+"""The mimicmotion benchmark renders stock and ours through render_clip on the tiny preset (CPU,
+random weights) and records a result file; the figures there are only speed and memory."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("diffusers")
+
+from benchmarks import mimicmotion as bench  # noqa: E402
+from benchmarks.lab_record import read_lab_data  # noqa: E402
+
+
+def test_bench_runs_stock_and_ours_on_the_tiny_preset(tmp_path):
+    out = tmp_path / "mimicmotion.json"
+    result = bench.bench_mimicmotion("tiny", sizes=[(80, 128)], frames=9, steps=1, device="cpu", dtype="float32",
+                                     json_path=out, log=lambda m: None)  # fmt: skip
+    rows = result["rows"]["80x128"]
+    assert set(rows) == {"stock", "batch_cfg"}  # the compile variants are for CUDA machines
+    for row in rows.values():
+        assert "error" not in row, row
+        assert row["frames_out"] == 9 and row["windows"] == 2 and row["native"] == [80, 128]
+    assert (rows["stock"]["unet_calls"], rows["batch_cfg"]["unet_calls"]) == (4, 2)  # two passes vs one batch per window
+    assert result["speedup_80x128"] == round(rows["stock"]["end_to_end_s"] / rows["batch_cfg"]["end_to_end_s"], 3)
+    assert result["weights"] == "random weights"
+    assert read_lab_data(out)["rows"]["80x128"]["stock"]["frames_out"] == 9
