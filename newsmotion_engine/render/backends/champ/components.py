@@ -210,8 +210,10 @@ def _load_into(module: Any, state: Mapping[str, Any], path: Path, *, optional: t
 
 
 def folder_preset(root: Path) -> Preset:
-    """The architecture of an official folder: its UNet config, VAE config and CLIP config, plus the
-    released motion-module and guidance-encoder configs (the official code hard-codes those)."""
+    """The architecture of an official folder: its UNet, VAE and CLIP configs, the released motion
+    module config (the official code hard-codes it) and the guidance encoders' widths as their
+    checkpoint has them (the official code hard-codes the released ones; reading them lets a
+    smaller folder of the same layout load)."""
     r = released()
     lay = r["layout"]
     unet = read_json(root / lay["unet_config"])
@@ -223,7 +225,15 @@ def folder_preset(root: Path) -> Preset:
     vae_keys = ("act_fn", "block_out_channels", "down_block_types", "in_channels", "latent_channels", "layers_per_block",
                 "norm_num_groups", "out_channels", "sample_size", "up_block_types", "scaling_factor")  # fmt: skip
     strip = lambda d: {k: v for k, v in d.items() if not k.startswith("_") and k != "comment"}  # noqa: E731
-    return Preset("folder", unet, strip(r["motion_module"]), strip(r["guidance_encoder"]),
+    guidance = strip(r["guidance_encoder"])
+    first = _weights_file(root / lay["champ"], f"guidance_encoder_{guidance['guidance_types'][0]}")
+    state = load_state_dict_file(first)
+    try:
+        widths = [int(state["conv_in.weight"].shape[0])] + [int(state[f"blocks.{i}.weight"].shape[0]) for i in (1, 3, 5)]
+        guidance.update(block_out_channels=widths, guidance_embedding_channels=int(state["conv_out.weight"].shape[0]))
+    except KeyError as exc:
+        raise BadInputError(first, f"is not a Champ guidance encoder (no {exc.args[0]})") from None
+    return Preset("folder", unet, strip(r["motion_module"]), guidance,
                   {k: v for k, v in vae.items() if k in vae_keys}, {k: v for k, v in clip.items() if k in keep_clip})  # fmt: skip
 
 

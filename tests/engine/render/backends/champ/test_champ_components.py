@@ -1,0 +1,162 @@
+"""champ's models: the released architecture on the meta device (parameter counts checked against
+independent figures, state-dict keys in the official layout), the official checkpoint folder
+loaded through the key map (a tiny random checkpoint written in that layout), the context-window
+schedule, and the reference attention's conditional / unconditional rows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+
+from newsmotion_engine.errors import BadInputError  # noqa: E402
+from newsmotion_engine.render.backends.champ.components import build_models, load_components, official_to_diffusers  # noqa: E402
+from newsmotion_engine.render.backends.champ.config import PRESETS, ChampOptions  # noqa: E402
+from newsmotion_engine.render.backends.champ.denoise import context_windows  # noqa: E402
+
+
+def _motion_module(c: int) -> int:
+    """One AnimateDiff temporal module of width c: GroupNorm, proj_in/out, one block of two
+    self-attentions (q, k, v without bias) + GEGLU feed-forward (x4) + three LayerNorms."""
+    return 2 * c + 2 * (c * c + c) + 3 * 2 * c + 2 * (4 * c * c + c) + (c * 8 * c + 8 * c) + (4 * c * c + c)
+
+
+def _transformer(c: int) -> int:
+    """A spatial transformer without cross-attention (the guidance encoder's)."""
+    return 2 * c + 2 * (c * c + c) + 2 * 2 * c + (4 * c * c + c) + (c * 8 * c + 8 * c) + (4 * c * c + c)
+
+
+def _guidance_encoder(widths=(16, 32, 96, 256), out=320) -> int:
+    conv = lambda i, o: i * o * 9 + o  # noqa: E731
+    n = conv(3, widths[0]) + conv(widths[-1], out) + _transformer(widths[-1])
+    for a, b in zip(widths[:-1], widths[1:]):
+        n += conv(a, a) + conv(a, b) + _transformer(a) + _transformer(b)
+    return n
+
+
+def _to_official(key: str) -> list[str]:
+    """diffusers UNetMotionModel key -> the official (AnimateDiff) names."""
+    if ".motion_modules." not in key:
+        return [key]
+    head, tail = key.split(".motion_modules.", 1)
+    idx, rest = tail.split(".", 1)
+    for new, old in ((".attn1.", ".attention_blocks.0."), (".attn2.", ".attention_blocks.1."), (".norm1.", ".norms.0."),
+                     (".norm2.", ".norms.1."), (".norm3.", ".ff_norm.")):  # fmt: skip
+        rest = ("." + rest).replace(new, old)[1:]
+    base = f"{head}.motion_modules.{idx}.temporal_transformer.{rest}"
+    if base.endswith(".pos_embed.pe"):
+        stem = base[: -len("pos_embed.pe")]
+        return [stem + "attention_blocks.0.pos_encoder.pe", stem + "attention_blocks.1.pos_encoder.pe"]
+    return [base]
+
+
+def test_released_architecture_on_meta_device():
+    with torch.device("meta"):
+        m = build_models(PRESETS["champ"]())
+    count = lambda mod: sum(p.numel() for p in mod.parameters())  # noqa: E731
+    sd15 = 859_520_964  # SD1.5's UNet, the published figure
+    assert count(m["reference_unet"]) == sd15
+    motion = 5 * _motion_module(320) + 5 * _motion_module(640) + 11 * _motion_module(1280)  # 2+3 per level, mid block
+    assert motion == 453_209_280  # AnimateDiff v2's motion module
+    assert count(m["denoising_unet"]) == sd15 + motion
+    assert count(m["guidance_encoders"]) == 4 * _guidance_encoder()
+    assert sorted(m["guidance_encoders"]) == ["depth", "dwpose", "normal", "semantic_map"]
+    assert count(m["vae"]) == 83_653_863  # sd-vae-ft-mse
+    assert count(m["image_encoder"]) == 303_179_776 + 1024 * 768  # CLIP ViT-L/14 vision tower + projection
+    # The official denoising UNet's keys map onto ours one to one (the second positional table is dropped).
+    ours = {k: tuple(v.shape) for k, v in m["denoising_unet"].state_dict().items()}
+    official = {o: shape for k, shape in ours.items() for o in _to_official(k)}
+    assert "down_blocks.0.motion_modules.0.temporal_transformer.transformer_blocks.0.attention_blocks.1.to_q.weight" in official
+    assert official["mid_block.motion_modules.0.temporal_transformer.transformer_blocks.0.attention_blocks.0.pos_encoder.pe"] == (1, 32, 1280)
+    assert official["up_blocks.3.motion_modules.2.temporal_transformer.transformer_blocks.0.ff_norm.weight"] == (320,)
+    mapped = official_to_diffusers(dict.fromkeys(official, 0))
+    assert set(mapped) == set(ours)
+    enc = {k: tuple(v.shape) for k, v in m["guidance_encoders"]["depth"].state_dict().items()}
+    assert enc["conv_out.weight"] == (320, 256, 3, 3) and enc["attentions.5.transformer_blocks.0.attn1.to_q.weight"] == (256, 256)
+    assert enc["attentions.0.norm.weight"] == (16,) and "guidance_attention.proj_out.weight" in enc
+
+
+def _write_official_folder(root, models):
+    """The tiny models written in the official pretrained_models/ layout."""
+    from safetensors.torch import save_file
+
+    (root / "stable-diffusion-v1-5" / "unet").mkdir(parents=True)
+    unet_cfg = dict(models["reference_unet"].config)
+    (root / "stable-diffusion-v1-5" / "unet" / "config.json").write_text(json.dumps({k: v for k, v in unet_cfg.items() if not k.startswith("_")} | {"_class_name": "UNet2DConditionModel"}))
+    models["vae"].save_pretrained(root / "sd-vae-ft-mse")
+    models["image_encoder"].save_pretrained(root / "image_encoder")
+    champ = root / "champ"
+    champ.mkdir()
+    official = {o: v for k, v in models["denoising_unet"].state_dict().items() for o in _to_official(k)}
+    motion = {k: v for k, v in official.items() if ".motion_modules." in k}
+    torch.save({k: v for k, v in official.items() if k not in motion}, champ / "denoising_unet.pth")
+    torch.save(motion, champ / "motion_module.pth")
+    torch.save(models["reference_unet"].state_dict(), champ / "reference_unet.pth")
+    for t, enc in models["guidance_encoders"].items():
+        save_file({k: v.contiguous() for k, v in enc.state_dict().items()}, str(champ / f"guidance_encoder_{t}.safetensors"))
+
+
+def test_official_checkpoint_folder_loads_through_the_key_map(tmp_path, smpl_npz):
+    preset = PRESETS["tiny"]()
+    preset.guidance_encoder.update(block_out_channels=[8, 32, 32, 32], attention_num_heads=8, norm_num_groups=32)
+    preset.motion_module.update(num_attention_heads=8)
+    with torch.random.fork_rng():
+        torch.manual_seed(123)
+        src = build_models(preset)
+        for enc in src["guidance_encoders"].values():  # the zero-initialised conv_out, made non-zero
+            torch.nn.init.normal_(enc.conv_out.weight)
+    _write_official_folder(tmp_path / "pretrained_models", src)
+    comps = load_components(ChampOptions(model_path=str(tmp_path / "pretrained_models"), smpl_model=str(smpl_npz), device="cpu", dtype="float32"))
+    assert comps.weights_label.startswith("folder ") and comps.identity["weights"] == "folder"
+    for name, ours in (("denoising_unet", comps.transformer), ("reference_unet", comps.reference_unet), ("vae", comps.vae),
+                       ("image_encoder", comps.image_encoder)):  # fmt: skip
+        want = src[name].state_dict()
+        for k, v in ours.state_dict().items():
+            assert torch.equal(v, want[k]), (name, k)
+    for t, enc in comps.guidance_encoders.items():
+        assert torch.equal(enc.conv_out.weight, src["guidance_encoders"][t].conv_out.weight)
+    # A file that does not match is named.
+    state = torch.load(tmp_path / "pretrained_models" / "champ" / "reference_unet.pth")
+    state.pop("conv_in.weight")
+    torch.save(state, tmp_path / "pretrained_models" / "champ" / "reference_unet.pth")
+    with pytest.raises(BadInputError, match=r"reference_unet\.pth.*missing conv_in\.weight"):
+        load_components(ChampOptions(model_path=str(tmp_path / "pretrained_models"), smpl_model=str(smpl_npz), device="cpu", dtype="float32"))
+    (tmp_path / "pretrained_models" / "champ" / "motion_module.pth").unlink()
+    with pytest.raises(BadInputError, match=r"motion_module\.pth: missing from the Champ model folder"):
+        load_components(ChampOptions(model_path=str(tmp_path / "pretrained_models"), smpl_model=str(smpl_npz), device="cpu", dtype="float32"))
+
+
+def test_context_windows_are_the_official_uniform_schedule():
+    # pipelines/context.py uniform(step=0, stride 1, closed loop): starts every 24 - 4 = 20 frames, wrapping.
+    w = context_windows(120, 24, 4)
+    assert [x[0] for x in w] == [0, 20, 40, 60, 80, 100] and all(len(x) == 24 for x in w)
+    assert w[-1] == list(range(100, 120)) + [0, 1, 2, 3]
+    assert context_windows(13, 24, 4) == [list(range(13))]
+    assert context_windows(13, 8, 2) == [list(range(0, 8)), list(range(6, 13)) + [0], [12, 0, 1, 2, 3, 4, 5, 6]]
+
+
+def test_reference_attention_conditions_only_the_conditional_rows(smpl_npz):
+    from newsmotion_engine.render.backends.champ.denoise import sample_latents
+
+    comps = load_components(ChampOptions(smpl_model=str(smpl_npz), device="cpu", dtype="float32"))
+    fea = torch.zeros(3, 32, 4, 4)
+    ref_a, ref_b = torch.randn(1, 4, 4, 4), torch.randn(1, 4, 4, 4)
+    emb = torch.randn(1, 1, 16)
+    run = lambda ref, g: sample_latents(comps, fea, ref, emb, steps=1, guidance_scale=g, context=24, overlap=4, seed=0)  # noqa: E731
+    # The reference reaches the denoiser (every row without CFG).
+    assert not torch.allclose(run(ref_a, 1.0), run(ref_b, 1.0))
+    # Under CFG the leading (unconditional) rows attend over their own tokens only, the others over theirs + the bank.
+    from newsmotion_engine.render.backends.champ.modules import ReferenceReader, ReferenceState
+
+    state = ReferenceState(frames=2, uncond_rows=2)
+    attn = comps.transformer.down_blocks[0].attentions[0].transformer_blocks[0].attn1
+    hs = torch.randn(4, 6, attn.to_q.in_features)
+    state.bank["x"] = torch.randn(1, 5, attn.to_q.in_features)
+    reader = ReferenceReader("x", state)
+    out1 = reader(attn, hs)
+    state.bank["x"] = torch.randn(1, 5, attn.to_q.in_features)
+    out2 = reader(attn, hs)
+    assert torch.equal(out1[:2], out2[:2]) and not torch.allclose(out1[2:], out2[2:])
