@@ -92,6 +92,7 @@ class Scail2Backend(DiffusersBackend):
             "mode": o.mode,
             "steps": o.num_steps,
             "guidance_scale": o.cfg_scale,
+            "batch_cfg": o.batch_cfg,
             "segment_frames": o.segment_length,
             "history_frames": HISTORY_FRAMES,
             "prompt": o.prompt if o.prompt is not None else DEFAULT_PROMPT,
@@ -227,7 +228,8 @@ class Scail2Backend(DiffusersBackend):
         for k in range(plan.segments):
             noise = torch.randn((16, plan.latent_frames, h, w), generator=gen, dtype=torch.float32)
             result = render_segment(self.components, self.segment_inputs(g, p, k), noise, steps=o.num_steps,
-                                    guidance_scale=o.cfg_scale, replace=o.replace, previous_tail=tail)  # fmt: skip
+                                    guidance_scale=o.cfg_scale, replace=o.replace, previous_tail=tail,
+                                    batch_cfg=o.batch_cfg)  # fmt: skip
             for key in ("denoise_s", "decode_s", "cond_passes", "uncond_passes"):
                 stats[key] += result.stats[key]
             tail = result.video[:, :, -HISTORY_FRAMES:]

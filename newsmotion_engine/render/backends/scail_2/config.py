@@ -123,6 +123,9 @@ class Scail2Options(DiffusersOptions):
     Sampling:
         mode: ``"animation"`` (default) or ``"replacement"``.
         steps (default 40), guidance_scale (default 5.0; 1.0 skips the unconditional pass).
+        batch_cfg: run the conditional and unconditional passes as one batch of two (the same
+            arithmetic per sample, one launch per layer instead of two; twice the activations).
+            Off by default: the official sampler runs them one after the other.
         segment_frames: frames per segment (4k+1, more than the 5-frame history; default 81 with a
             model folder, else the preset's: 9 for ``tiny``).
         prompt: default :data:`DEFAULT_PROMPT` (persona-free, cached per loop); negative_prompt
@@ -142,6 +145,7 @@ class Scail2Options(DiffusersOptions):
     mode: str = "animation"
     steps: int | None = None
     guidance_scale: float | None = None
+    batch_cfg: bool = False
     segment_frames: int | None = None
     prompt: str | None = None
     negative_prompt: str = ""
@@ -157,6 +161,8 @@ class Scail2Options(DiffusersOptions):
         if self.guidance_scale is not None:
             self._check_guidance_scale()
             object.__setattr__(self, "guidance_scale", float(self.guidance_scale))
+        if not isinstance(self.batch_cfg, bool):
+            raise self._bad("batch_cfg", "use true or false")
         self._check_segment_frames(example=81)
         if self.segment_frames is not None and self.segment_frames <= HISTORY_FRAMES:
             raise self._bad("segment_frames", f"use more than the {HISTORY_FRAMES}-frame history (e.g. 81)")

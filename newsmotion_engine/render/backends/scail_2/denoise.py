@@ -9,7 +9,8 @@ Per segment (:func:`render_segment`):
    first latent frames before every model call and after every scheduler step, and the 4 mask
    channels of the video input are 1 over them (the official ``history_mask``);
 3. ``steps`` scheduler steps; each calls the DiT on the conditional text and, when
-   ``guidance_scale > 1``, on the negative text, mixed as ``uncond + g * (cond - uncond)``;
+   ``guidance_scale > 1``, on the negative text, mixed as ``uncond + g * (cond - uncond)``
+   (``batch_cfg``: both in one call, a batch of two);
 4. the VAE decodes the final latents (float32, as Wan decodes).
 
 The reference latents and masks, the CLIP tokens and the driving latents and masks are the same
@@ -58,7 +59,8 @@ def _with_history(latents: torch.Tensor, history: torch.Tensor | None) -> torch.
 
 
 def denoise_segment(transformer: Any, scheduler: Any, noise: torch.Tensor, inputs: SegmentInputs, *, steps: int,
-                    guidance_scale: float, replace: bool, history: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, int]]:  # fmt: skip
+                    guidance_scale: float, replace: bool, history: torch.Tensor | None = None,
+                    batch_cfg: bool = False) -> tuple[torch.Tensor, dict[str, int]]:  # fmt: skip
     """Final latents ``[16, T_lat, h, w]`` (float32) and the pass counts. ``history``: clean latents
     ``[16, n, h, w]`` of the previous segment's tail, or None for a first segment."""
     device = noise.device
@@ -69,15 +71,22 @@ def denoise_segment(transformer: Any, scheduler: Any, noise: torch.Tensor, input
         history_mask[:, :, : history.shape[1]] = 1
     latents = _with_history(noise.float(), history)
     passes = {"cond_passes": 0, "uncond_passes": 0}
-    common = dict(image=inputs.image, reference=inputs.reference, reference_mask=inputs.reference_mask, pose=inputs.pose,
-                  driving_mask=inputs.driving_mask, history_mask=history_mask, replace=replace)  # fmt: skip
+    cfg = guidance_scale > 1.0
+    batched = cfg and batch_cfg
+    both = lambda v: torch.cat([v, v]) if batched else v  # noqa: E731
+    common = dict(image=both(inputs.image), reference=both(inputs.reference), reference_mask=both(inputs.reference_mask),
+                  pose=both(inputs.pose), driving_mask=both(inputs.driving_mask),
+                  history_mask=None if history_mask is None else both(history_mask), replace=replace)  # fmt: skip
     for t in scheduler.timesteps:
         x = _with_history(latents, history)[None]
-        timestep = t.expand(1).to(device)
-        pred = transformer(x, timestep, text=inputs.text, **common).float()
+        if batched:
+            out = transformer(both(x), t.expand(2).to(device), text=torch.cat([inputs.text, inputs.negative]), **common).float()
+            pred, uncond = out[:1], out[1:]
+        else:
+            pred = transformer(x, t.expand(1).to(device), text=inputs.text, **common).float()
+            uncond = transformer(x, t.expand(1).to(device), text=inputs.negative, **common).float() if cfg else None
         passes["cond_passes"] += 1
-        if guidance_scale > 1.0:
-            uncond = transformer(x, timestep, text=inputs.negative, **common).float()
+        if uncond is not None:
             passes["uncond_passes"] += 1
             pred = uncond + guidance_scale * (pred - uncond)
         latents = scheduler.step(pred, t, latents[None], return_dict=False)[0][0]
@@ -104,7 +113,7 @@ def _sync(device: Any) -> None:
 
 
 def render_segment(components: Any, inputs: SegmentInputs, noise: torch.Tensor, *, steps: int, guidance_scale: float,
-                   replace: bool, previous_tail: torch.Tensor | None = None) -> SegmentResult:  # fmt: skip
+                   replace: bool, previous_tail: torch.Tensor | None = None, batch_cfg: bool = False) -> SegmentResult:  # fmt: skip
     """Denoise and decode one segment. ``previous_tail``: the previous segment's last decoded
     frames ``[1, 3, n, H, W]`` in [-1, 1] (None for the first segment); VAE-encoded here."""
     from newsmotion_engine.render.backends.wan.encoders import vae_encode
@@ -116,7 +125,8 @@ def render_segment(components: Any, inputs: SegmentInputs, noise: torch.Tensor, 
         history = vae_encode(components.vae, previous_tail, device)[0].to(device)
     with torch.no_grad():
         latents, passes = denoise_segment(components.transformer, components.new_scheduler(), noise.to(device), inputs,
-                                          steps=steps, guidance_scale=guidance_scale, replace=replace, history=history)  # fmt: skip
+                                          steps=steps, guidance_scale=guidance_scale, replace=replace, history=history,
+                                          batch_cfg=batch_cfg)  # fmt: skip
         _sync(device)
         t1 = time.perf_counter()
         video = decode_latents(components.vae, latents)

@@ -150,6 +150,13 @@ def test_replacement_mode_reads_the_same_caches_with_its_own_rope(world):
     assert r.describe()["mode"] == "replacement" and r.last_render["uncond_passes"] == 0  # CFG 1: one pass per step
 
 
+def test_batched_guidance_renders_the_same_clip(world):
+    b = _backend(batch_cfg=True)
+    frames = np.stack(list(b.frames(world.loop, world.persona, world.loop.keypoints, SPEC)))
+    assert np.abs(frames.astype(int) - world.frames.astype(int)).max() <= 1  # float32 batch-of-two vs two calls
+    assert b.last_render["cond_passes"] == 4 == b.last_render["uncond_passes"] and b.describe()["batch_cfg"] is True
+
+
 def test_caches_go_stale_on_what_they_depend_on(world):
     loop, persona = world.loop, world.persona
     other = _backend(prompt="someone else")
