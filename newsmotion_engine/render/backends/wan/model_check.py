@@ -51,11 +51,13 @@ def register_checkpoint(backend: str, pipeline_classes: tuple[str, ...], check_f
     ``transformer/config.json``, the checkpoint it describes)."""
     _CHECKPOINTS[backend] = _Checkpoint(tuple(pipeline_classes), check_folder, options, release)
 
-_COMPONENTS = ("transformer", "vae", "image_encoder", "text_encoder", "scheduler", "tokenizer", "image_processor")
+_COMPONENTS = ("transformer", "unet", "vae", "image_encoder", "text_encoder", "scheduler", "tokenizer", "image_processor",
+               "feature_extractor")
 # Config keys worth showing per component (the architecture at a glance).
 _SIZES = {
     "transformer": ("num_layers", "num_attention_heads", "num_heads", "attention_head_dim", "dim", "ffn_dim", "in_channels", "in_dim"),
-    "vae": ("base_dim", "z_dim", "dim_mult"),
+    "unet": ("block_out_channels", "num_attention_heads", "num_frames", "in_channels"),
+    "vae": ("base_dim", "z_dim", "dim_mult", "block_out_channels", "latent_channels"),
     "image_encoder": ("hidden_size", "num_hidden_layers", "image_size", "patch_size"),
     "text_encoder": ("d_model", "num_layers", "vocab_size"),
     "scheduler": ("flow_shift", "shift", "prediction_type"),
@@ -150,11 +152,13 @@ def _release_text(backend: str, root: Path) -> str:
         theirs, repo = read_json(release[0]), release[1]
     else:
         theirs, repo = released_config(backend, "transformer/config.json"), RELEASES[backend][1]
-    ours = read_json(root / "transformer" / "config.json")
+    # The denoiser's folder: the released file's own (``unet`` for SVD-based models), else ``transformer``.
+    component = release[0].parent.name if release is not None else "transformer"
+    ours = read_json(root / component / "config.json")
     differ = sorted(k for k in theirs if not k.startswith("_") and k in ours and ours[k] != theirs[k])
     if not differ:
-        return f"transformer config matches {repo}"
-    return f"transformer differs from {repo} in " + ", ".join(f"{k}={ours[k]!r} (released {theirs[k]!r})" for k in differ[:4])
+        return f"{component} config matches {repo}"
+    return f"{component} differs from {repo} in " + ", ".join(f"{k}={ours[k]!r} (released {theirs[k]!r})" for k in differ[:4])
 
 
 def _defaults(backend: str, root: Path) -> dict[str, Any]:

@@ -64,7 +64,7 @@ def test_pose_net_downsamples_by_eight_and_starts_silent():
     with torch.no_grad():
         out = net(torch.randn(2, 5, 3, 64, 48))  # [B, F, 3, H, W] is flattened as the official forward
     assert out.shape == (10, 32, 8, 6) and float(out.abs().max()) == 0.0  # zero-initialised projection
-    assert float(net.scale) == 2.0
+    assert float(net.scale.detach()) == 2.0
 
 
 def test_pose_conditioning_adds_to_conv_in_only_inside_the_block():
@@ -146,3 +146,16 @@ def test_bad_folder_or_checkpoint_is_one_error_naming_the_file(tmp_path):
     (root / "model_index.json").write_text(json.dumps({"_class_name": "WanAnimatePipeline"}))
     with pytest.raises(BadInputError, match="not StableVideoDiffusionPipeline"):
         get_backend("mimicmotion", **opts).load()
+
+
+def test_model_check_recognises_the_folder_and_names_its_defaults(tmp_path):
+    from newsmotion_engine.render.backends.wan.model_check import check_model
+
+    _tiny_folder(tmp_path / "svd")
+    found = check_model(tmp_path / "svd")
+    assert found.backend == "mimicmotion" and found.pipeline == "StableVideoDiffusionPipeline"
+    assert {row[0] for row in found.rows} >= {"unet", "vae", "image_encoder", "scheduler"}
+    # The tiny UNet is not the release: the check says where it differs.
+    assert found.release.startswith("unet differs from stabilityai/stable-video-diffusion-img2vid-xt-1-1 in addition_time_embed_dim=8 (released 256)")
+    assert found.defaults["segment frames"] == 72 and found.defaults["steps"] == 25 and found.defaults["CFG"] == 2.0
+    assert found.defaults["scheduler"] == "EulerDiscreteScheduler"
