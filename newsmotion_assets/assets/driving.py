@@ -17,7 +17,7 @@ from newsmotion_engine.errors import CacheError, NewsmotionError
 from newsmotion_engine.guidance.cache import load_guidance
 from newsmotion_engine.guidance.driver import ensure_driving_clip
 
-VIDEO_DRIVEN = frozenset({"wan-animate-2"})
+VIDEO_DRIVEN = frozenset({"wan-animate-2", "scail-2"})
 
 
 @dg.asset(
