@@ -9,7 +9,8 @@ Pages (plain HTML + CSS + vanilla JS, every file local, usable from ``file://`` 
 - ``ab/{persona}/{loop}/{a}.vs.{b}.html``: every pair of playable renders of one persona x loop:
   synced playback with a draggable wipe, the |A-B| heatmap clip, per-frame PSNR / SSIM / pose
   error plots, both telemetry records side by side;
-- ``scorecard.html``: the charts of :mod:`newsmotion_engine.studio.charts`.
+- ``scorecard.html``: the charts of :mod:`newsmotion_engine.studio.charts`;
+- stories (``motion/stories/``): played with their sound on the index page.
 
 The site is written into a temporary sibling folder and swapped into place at the end, so a
 reader never sees half a site. Clips are hard-linked into ``media/`` (copied where links are not
@@ -46,6 +47,7 @@ from newsmotion_engine.guidance.draw import pose_style
 from newsmotion_engine.render.lipsync import SILENT_REASON
 from newsmotion_engine.render.telemetry import RenderTelemetry, cell_text
 from newsmotion_engine.storage import Storage
+from newsmotion_engine.story.telemetry import StoryTelemetry, StoryTelemetryError
 from newsmotion_engine.studio import charts as C
 from newsmotion_engine.studio.catalog import RenderEntry, group_by_pair, scan_renders
 from newsmotion_engine.studio.paths import ab_page, pair_dir, render_page
@@ -70,6 +72,7 @@ class StudioReport:
     renders: int
     comparisons: int
     reused_comparisons: int
+    stories: int = 0
     problems: list[str] = field(default_factory=list)
     render_pages: dict[str, str] = field(default_factory=dict)
     ab_pages: dict[str, str] = field(default_factory=dict)
@@ -191,6 +194,23 @@ def _keypoint_frames(kp: np.ndarray, conf: float) -> list[list[float]]:
     kp[..., :2] = np.round(kp[..., :2], 4)
     kp[..., 2] = np.round(kp[..., 2], 2)
     return [frame.reshape(-1).tolist() for frame in kp]
+
+
+def _story_cards(storage: Storage, tmp: Path) -> list[dict[str, Any]]:
+    """Every story mp4 (``motion/stories/{persona}/{story}/{backend}.mp4``) linked into
+    ``media/stories/``, with what its record says (played with sound on the index page)."""
+    root = storage.story_renders_root
+    cards = []
+    for mp4 in sorted(root.glob("*/*/*.mp4")) if root.is_dir() else []:
+        rel = mp4.relative_to(root).as_posix()
+        _link_or_copy(mp4, tmp / "media" / "stories" / rel)
+        try:
+            tele, note = StoryTelemetry.read(mp4.with_suffix(".json")), None
+        except StoryTelemetryError as exc:
+            tele, note = None, exc.problem
+        cards.append({"video": f"media/stories/{rel}", "persona": mp4.parts[-3], "story": mp4.parts[-2], "backend": mp4.stem,
+                      "tele": tele, "note": note})  # fmt: skip
+    return cards
 
 
 class _Builder:
@@ -373,10 +393,12 @@ def _build(storage: Storage, tmp: Path, old: Path, bench_results: Path, pose: bo
             {"loop": loop_id, "cards": [cards[e.key] for e in group], "pairs": pairs.get((persona_id, loop_id), [])}
         )
     backends = sorted({e.backend for e in entries})
+    stories = _story_cards(storage, tmp)
     b.write("index.html", "index.html", personas=personas, backends=backends, total=len(entries),
-            comparisons=sum(len(p) for p in pairs.values()), problems=problems)  # fmt: skip
+            comparisons=sum(len(p) for p in pairs.values()), problems=problems, stories=stories)  # fmt: skip
     return {
         "renders": len(entries),
+        "stories": len(stories),
         "comparisons": sum(len(p) for p in pairs.values()),
         "reused_comparisons": b.reused,
         "problems": problems,
