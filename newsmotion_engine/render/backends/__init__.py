@@ -19,6 +19,7 @@ BUILT_IN = (
     "scail_2",
     "mimicmotion",
     "echomimic_v3",
+    "champ",
 )
 
 

@@ -1,0 +1,134 @@
+"""champ backend on the tiny preset (CPU, random weights) with the synthetic SMPL body: a 2-step
+render end to end through the registry and render_clip, the two tiers of sub-caches (built by
+prepare_*, only loaded by frames; invalidated by the SMPL file, the loop and the persona), and
+the refusal without an SMPL file. ``pair`` comes from tests/engine/render/conftest.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+
+from newsmotion_engine.render import RenderSpec, get_backend, render_clip  # noqa: E402
+from newsmotion_engine.render.backends.champ.backend import ChampBackend  # noqa: E402
+from newsmotion_engine.render.backends.champ.fit import FitConfig  # noqa: E402
+from newsmotion_engine.render.base import BackendCacheMissingError, BackendCacheStaleError, BackendOptionError, available_backends  # noqa: E402
+from newsmotion_engine.render.retarget import retarget  # noqa: E402
+
+SPEC = RenderSpec(width=64, height=128)
+OPTS = dict(preset="tiny", steps=2, device="cpu", dtype="float32", context_frames=8, context_overlap=2, model_width=64)
+
+
+@pytest.fixture(autouse=True)
+def quick_fit(monkeypatch):
+    monkeypatch.setattr(ChampBackend, "fit_config", FitConfig(iterations=20))
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    """One loaded backend for the module (loading the tiny models is most of a test's time)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("champ_synthetic_smpl", Path(__file__).with_name("conftest.py"))
+    synth = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(synth)
+    smpl = synth.write_npz(tmp_path_factory.mktemp("smpl") / "SMPL_SYNTH.npz")
+    backend = get_backend("champ", smpl_model=str(smpl), **OPTS)
+    backend.load()
+    yield backend
+    backend.close()
+
+
+def _kp(loop, persona):
+    return retarget(loop.keypoints, persona.landmarks, persona_size=(persona.portrait.shape[1], persona.portrait.shape[0]))
+
+
+def test_registered_and_refused_without_an_smpl_file(monkeypatch):
+    assert "champ" in available_backends()
+    monkeypatch.delenv("NEWSMOTION_SMPL_MODEL", raising=False)
+    with pytest.raises(BackendOptionError) as err:
+        get_backend("champ", preset="tiny")
+    msg = str(err.value)
+    assert "\n" not in msg and "SMPL" in msg and "smpl.is.tue.mpg.de" in msg and "-o smpl_model=PATH" in msg
+
+
+def test_tiny_render_end_to_end_through_render_clip(loaded, pair, tmp_path):
+    loop, persona = pair
+    assert loaded.prepare_guidance(loop, SPEC) is True and loaded.prepare_persona(persona, SPEC) is True
+    assert loaded.prepare_guidance(loop, SPEC) is False and loaded.prepare_persona(persona, SPEC) is False
+    out = tmp_path / "clip.mp4"
+    tele = render_clip(loop, persona, loaded, SPEC, out)
+    assert out.stat().st_size > 0 and tele.frames == loop.frames == 13
+    info = tele.backend_info
+    assert info["weights"] == "random weights" and "random weights" in info["note"]
+    assert info["last_render"]["windows"] == 3 and info["smpl_model"] == loaded.smpl.sha256  # 13 frames, 8-frame windows every 6
+
+
+def test_frames_only_load_and_stream_at_render_size(loaded, pair):
+    loop, persona = pair
+    spec = RenderSpec(width=64, height=128, seed=3)
+    loaded.prepare_guidance(loop, spec)
+    loaded.prepare_persona(persona, spec)
+    calls = {"fit": 0}
+    import newsmotion_engine.render.backends.champ.fit as fit_mod
+
+    orig = fit_mod.fit_pose
+
+    def counting(*a, **k):
+        calls["fit"] += 1
+        return orig(*a, **k)
+
+    fit_mod.fit_pose = counting
+    try:
+        frames = list(loaded.frames(loop, persona, _kp(loop, persona), spec))
+    finally:
+        fit_mod.fit_pose = orig
+    assert calls["fit"] == 0 and len(frames) == loop.frames
+    assert all(f.shape == (128, 64, 3) and f.dtype == np.uint8 for f in frames)
+
+
+def test_missing_and_stale_sub_caches_name_what_to_build(loaded, pair, tmp_path):
+    loop, persona = pair
+    spec = RenderSpec(width=80, height=128)
+    with pytest.raises(BackendCacheMissingError, match=r"backend_guidance_cache\[nod\]"):
+        next(iter(loaded.frames(loop, persona, _kp(loop, persona), spec)))
+    loaded.prepare_guidance(loop, spec)
+    with pytest.raises(BackendCacheMissingError, match=r"backend_persona_cache\[anna\]"):
+        next(iter(loaded.frames(loop, persona, _kp(loop, persona), spec)))
+    loaded.prepare_persona(persona, spec)
+    # Another loop content (same folder): the pose fit is stale until prepared again.
+    loop.metadata = {"source": {"kind": "authored", "sha256": "c" * 64}}
+    with pytest.raises(BackendCacheStaleError):
+        loaded.load_guidance(loop, spec)
+    assert loaded.prepare_guidance(loop, spec) is True
+    # Another portrait: the persona latents are stale.
+    persona.metadata = {"source": {"kind": "image", "sha256": "d" * 64}}
+    with pytest.raises(BackendCacheStaleError):
+        loaded.load_persona(persona, spec)
+
+
+def test_another_smpl_file_gets_its_own_fit(loaded, pair, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from newsmotion_engine.render.backends.champ.smpl import load_smpl_model
+
+    loop, _ = pair
+    spec = importlib.util.spec_from_file_location("champ_synthetic_smpl", Path(__file__).with_name("conftest.py"))
+    synth = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(synth)
+    loaded.prepare_guidance(loop, SPEC)
+    first = loaded.smpl
+    loaded.smpl = load_smpl_model(synth.write_npz(tmp_path / "other.npz", v_template=synth.make_smpl_arrays()["v_template"] * 1.1))
+    try:
+        with pytest.raises(BackendCacheMissingError):
+            loaded.load_guidance(loop, SPEC)
+        assert loaded.prepare_guidance(loop, SPEC) is True
+    finally:
+        loaded.smpl = first
+    loaded.load_guidance(loop, SPEC)  # the first file's fit is still there, current
+    dirs = sorted(p.name for p in (loop.path / "champ").iterdir() if not p.name.startswith("."))
+    assert len(dirs) == 2 and all(d.startswith("smpl-") for d in dirs)
