@@ -182,6 +182,7 @@ class EchoMimicV3Backend(DiffusersBackend):
         """The ``n`` model frames (uint8 RGB at the model size), segment by segment, overlaps cross-faded."""
         import torch
 
+        from newsmotion_engine.accel.teacache import teacache_stats
         from newsmotion_engine.render.backends.echomimic_v3.denoise import decode, denoise_segment
         from newsmotion_engine.render.backends.wan.artifacts import as_tensor
         from newsmotion_engine.render.backends.wan.continuation import frames_continuation
@@ -197,7 +198,8 @@ class EchoMimicV3Backend(DiffusersBackend):
         held: torch.Tensor | None = None  # the previous segment's last `ov` frames, [ov, H, W, 3] in [0, 1]
         emitted, stats = 0, {"segments": plan.segments, "segment_frames": plan.segment_frames, "overlap_frames": ov,
                              "model_frames": n, "model_size": list(o.model_size(spec.width, spec.height)),
-                             "audio": speech.digest or "silence", "denoise_s": 0.0, "decode_s": 0.0}  # fmt: skip
+                             "audio": speech.digest or "silence", "denoise_s": 0.0, "decode_s": 0.0,
+                             "teacache_skipped": 0}  # fmt: skip
         self.last_render = stats
         for k in range(plan.segments):
             t0 = time.perf_counter()
@@ -208,6 +210,7 @@ class EchoMimicV3Backend(DiffusersBackend):
             t1 = time.perf_counter()
             video = decode(comps.vae, latents)  # [1, 3, F, H, W] in [-1, 1]
             stats["denoise_s"] += round(t1 - t0, 3)
+            stats["teacache_skipped"] += teacache_stats(comps.transformer)["skipped"]
             stats["decode_s"] += round(time.perf_counter() - t1, 3)
             # The next segment starts from these frames as the official loop hands them over: 8-bit images.
             frames = ((video[0].permute(1, 2, 3, 0).float() + 1) / 2).clamp(0, 1).mul(255).round().div(255).cpu()

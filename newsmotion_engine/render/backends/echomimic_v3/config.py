@@ -14,8 +14,10 @@ Accelerations: the typed configs of :mod:`newsmotion_engine.accel` that apply to
 (diffusers' Wan blocks with an audio processor on ``attn2``): ``Fp8Linears`` (every block linear,
 the audio ones included), ``FfnChunks``, ``VaeTiling``, ``Compile`` (regional, the blocks) and
 ``Attention`` on the self-attention (``attn1``). Refused with the reason: ``SparseAttention``,
-``ContextParallel``, ``PyramidCascade`` (no plan for this model), ``TeaCache`` and ``CFGSchedule``
-(this model's denoise loop does not read them). ``batch_cfg`` (default on) runs the audio pass and
+``ContextParallel``, ``PyramidCascade`` (no plan for this model) and ``CFGSchedule`` (the audio
+guidance runs every step, as released). ``TeaCache`` (opt-in: it skips calls, an approximation)
+applies per pass; the release's rescale coefficients for the 1.3B model and its threshold (0.1,
+after 5 steps) are in the released file (``teacache``) — give them as ``teacache_coefficients``. ``batch_cfg`` (default on) runs the audio pass and
 the zero-audio pass as one batch of two instead of two calls; the stock recipe (the bench's
 ``stock``) runs them one after the other.
 
@@ -98,7 +100,6 @@ _REFUSED = {
     "sparse_attention": "its block-sparse layout is written for Wan-Animate's processors, not this model's",
     "context_parallel": "there is no context-parallel plan for the audio cross-attention (tokens are split per latent frame)",
     "pyramid": "there is no low-resolution plan for this model",
-    "teacache": "this model's denoise loop does not call the TeaCache hook",
     "cfg": "the audio guidance runs every step, as the flash-pro recipe does (no CFG schedule)",
 }
 

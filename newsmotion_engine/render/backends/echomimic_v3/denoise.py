@@ -6,6 +6,9 @@ and the segment's audio windows; with guidance, a second pass with zero audio an
 
 ``batch_cfg=True`` runs both passes as one batch of two (the same arithmetic; one launch of every
 kernel instead of two); ``False`` is the official order, one pass after the other.
+
+With the registry's ``TeaCache`` applied, each pass runs in its own cache context (``cond``,
+``uncond``, or ``cond+uncond`` for the batch) and the state is reset at every segment.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from newsmotion_engine.accel.teacache import reset_teacache, teacache_context
 
 __all__ = ["decode", "denoise_segment"]
 
@@ -38,16 +43,22 @@ def denoise_segment(transformer: Any, scheduler: Any, condition: torch.Tensor, i
     if guided and batch_cfg:
         text2, image2 = text.expand(2, -1, -1), image.expand(2, -1, -1)
         audio2 = torch.cat([audio, torch.zeros_like(audio)])
+    reset_teacache(transformer)  # each segment is a new trajectory (a no-op without TeaCache)
     with torch.no_grad():
         for t in scheduler.timesteps:
             x = torch.cat([latents.to(dtype), cond_in], dim=1)
             ts = t.expand(1).to(device)
+            uncond = None
             if guided and batch_cfg:
-                both = transformer(x.expand(2, -1, -1, -1, -1), ts.expand(2), text2, image2, audio2, return_dict=False)[0]
+                with teacache_context(transformer, "cond+uncond"):
+                    both = transformer(x.expand(2, -1, -1, -1, -1), ts.expand(2), text2, image2, audio2, return_dict=False)[0]
                 pred, uncond = both.float().chunk(2)
             else:
-                pred = transformer(x, ts, text, image, audio, return_dict=False)[0].float()
-                uncond = transformer(x, ts, text, image, torch.zeros_like(audio), return_dict=False)[0].float() if guided else None
+                with teacache_context(transformer, "cond"):
+                    pred = transformer(x, ts, text, image, audio, return_dict=False)[0].float()
+                if guided:
+                    with teacache_context(transformer, "uncond"):
+                        uncond = transformer(x, ts, text, image, torch.zeros_like(audio), return_dict=False)[0].float()
             if uncond is not None:
                 pred = uncond + guidance * (pred - uncond)
             latents = scheduler.step(pred, t, latents, return_dict=False)[0]

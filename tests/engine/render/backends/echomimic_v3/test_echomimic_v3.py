@@ -24,6 +24,24 @@ from newsmotion_engine.render.backends.echomimic_v3.config import EchoMimicV3Con
 SPEC = RenderSpec(width=64, height=128)
 
 
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """The ``pair`` of the render tests' conftest, once per module, with a loaded backend whose
+    persona sub-cache is built (the later tests change options on it instead of loading again)."""
+    from tests.engine.render.conftest import CachedLoop, CachedPersona, make_loop, make_persona
+
+    root = tmp_path_factory.mktemp("echomimic")
+    p, g = make_persona(144, 256), make_loop(13)
+    (root / "loop").mkdir()
+    (root / "persona").mkdir()
+    loop = CachedLoop("nod", g.keypoints, path=root / "loop", metadata={"source": {"kind": "authored", "sha256": "a" * 64}})
+    persona = CachedPersona("anna", p.portrait, p.person_mask, p.face_mask, p.landmarks, path=root / "persona",
+                            metadata={"source": {"kind": "image", "sha256": "b" * 64}})  # fmt: skip
+    b = _backend()
+    b.prepare_persona(persona, SPEC)
+    return loop, persona, b
+
+
 def _backend(**kw):
     return get_backend("echomimic-v3", **{"preset": "tiny", "device": "cpu", "dtype": "float32", "steps": 2, **kw})
 
@@ -58,6 +76,9 @@ def test_silent_render_through_the_registry_and_its_persona_cache(pair):
         next(iter(b.frames(loop, persona, loop.keypoints, SPEC)))
     assert b.prepare_persona(persona, SPEC) is True
     assert b.prepare_persona(persona, SPEC) is False
+    first = b.load_persona(persona, SPEC).first_condition  # the official masked-video condition
+    assert first.shape == (20, 3, 16, 8)  # 9-frame segments: 3 latent frames of 128x64 / 8
+    assert (first[:4, 0] == 1).all() and (first[:4, 1:] == 0).all()  # the i2v mask: only video frame 0 known
     out = _frames(b, loop, persona)
     assert out.shape == (13, 128, 64, 3) and out.dtype == np.uint8
     r = b.last_render
@@ -76,10 +97,9 @@ def _with(backend, **options):
     return backend
 
 
-def test_speech_sets_the_length_and_moves_the_frames(pair, fake_speech, tmp_path):
-    loop, persona = pair
-    b = _backend(speech="hello", speech_root="/speech")
-    b.prepare_persona(persona, SPEC)
+def test_speech_sets_the_length_and_moves_the_frames(shared, fake_speech, tmp_path):
+    loop, persona, b = shared
+    _with(b, speech="hello", speech_root="/speech", batch_cfg=True)
     assert b.clip_frames(loop, SPEC) == 15  # 0.5 s at 30 fps, whatever the loop's length
     out = _frames(b, loop, persona)
     assert out.shape == (15, 128, 64, 3)
@@ -91,13 +111,22 @@ def test_speech_sets_the_length_and_moves_the_frames(pair, fake_speech, tmp_path
     assert np.abs(out[:13].astype(int) - quiet.astype(int)).max() > 0  # the audio reaches the pixels
 
 
-def test_guidance_batch_equals_the_stock_two_passes(pair, fake_speech):
-    loop, persona = pair
-    b = _backend(speech="hello", speech_root="/speech", chroma="off")
-    b.prepare_persona(persona, SPEC)
-    batched = _frames(b, loop, persona).astype(int)
+def test_guidance_batch_equals_the_stock_two_passes(shared, fake_speech):
+    loop, persona, b = shared
+    batched = _frames(_with(b, speech="hello", speech_root="/speech", chroma="off", batch_cfg=True), loop, persona).astype(int)
     two_passes = _frames(_with(b, batch_cfg=False), loop, persona).astype(int)
     assert np.abs(batched - two_passes).max() <= 1  # float32 batch vs two calls: at most a rounding flip
+    assert b.last_render["teacache_skipped"] == 0
+
+
+def test_teacache_skips_calls_per_pass_and_resets_per_segment(shared):
+    """The registry's TeaCache (opt-in) on this model: with a threshold nothing reaches, every call
+    after the warm-up step of each pass is skipped, in each of the two segments."""
+    loop, persona, _ = shared
+    b = _backend(steps=3, teacache=0.1, teacache_warmup=1, teacache_coefficients=(0.0, 0.0))  # never reaches 0.1
+    b.prepare_persona(persona, SPEC)  # the shared persona cache: same model, nothing built
+    assert _frames(b, loop, persona).shape == (13, 128, 64, 3)
+    assert b.last_render["teacache_skipped"] == 2 * 2  # 2 segments x (3 steps - 1 warm-up) in the batched context
 
 
 def test_model_size_and_retiming():
@@ -111,8 +140,8 @@ def test_model_size_and_retiming():
 def test_options_refused_with_their_reason():
     with pytest.raises(EchoMimicV3ConfigError, match="speech"):
         _backend(speech="Not An Id")
-    with pytest.raises(EchoMimicV3ConfigError, match="TeaCache"):
-        _backend(teacache=0.1)
+    with pytest.raises(EchoMimicV3ConfigError, match="CFGSchedule"):
+        _backend(cfg_start=0.5)
     with pytest.raises(EchoMimicV3ConfigError, match="overlap_frames"):
         _backend(overlap_frames=8)  # the tiny preset's segments are 9 frames
     with pytest.raises(EchoMimicV3ConfigError, match="max_side"):
