@@ -95,3 +95,12 @@ def test_bad_files(tmp_path):
     binary.write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(StoryError, match="not a text file"):
         load_story(binary)
+
+
+def test_the_sample_story_is_valid():
+    from newsmotion_engine.samples import SAMPLE_STORY
+
+    story = load_story(SAMPLE_STORY)
+    assert story.persona_id == "astronaut" and len(story.gestures) == 2
+    assert story.sentences[0].speech_id == "intro" and story.sentences[0].text == "Good evening, here is the news."
+    assert len(story.sentences[1].text.split()) > len(story.sentences[0].text.split())

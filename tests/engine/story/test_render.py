@@ -111,3 +111,27 @@ def test_a_failing_backend_leaves_nothing_behind(storage, inputs, tmp_path):
     with pytest.raises(RuntimeError, match="mid-story"):
         render_story(storage, inputs.story, backend, SPEC, inputs=inputs, out_path=tmp_path / "evening.mp4", force=True)
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_cues_that_overlap_or_start_after_the_end_are_story_errors(storage, tmp_path):
+    from newsmotion_engine.story.format import StoryError
+    from newsmotion_engine.story.render import check_story, story_slots
+
+    speech = drawn_story_inputs(tmp_path).speech  # 0.3 s lead-in, two sentences, 3.0 s in all
+
+    def slots(*gestures):
+        story = parse_story({"persona": "synth", "speech": ["a", "b"], "gestures": list(gestures)}, tmp_path / "s.yaml")
+        return story_slots(story, speech, {"wave": 30})
+
+    assert [(s.start, s.stop) for s in slots({"loop": "wave", "sentence": 2}, {"loop": "wave", "at": 0.0})] == [
+        speech.spans[1], (0, 30)]  # fmt: skip
+    with pytest.raises(StoryError, match=r"s.yaml: gestures\[1\]: starts at 0.50 s, inside gestures\[0\] \(0.30-1.10 s\)"):
+        slots({"loop": "wave", "sentence": 1}, {"loop": "wave", "at": 0.5})
+    with pytest.raises(StoryError, match=r"gestures\[0\]\.at: 100 s is after the story ends \(3.00 s\)"):
+        slots({"loop": "wave", "at": 100})
+    storage.persona_dir("synth").mkdir(parents=True)
+    story = parse_story({"persona": "synth", "speech": ["a"], "gestures": [{"loop": "wave", "at": 0}]}, tmp_path / "s.yaml")
+    with pytest.raises(StoryError, match=r"gestures\[0\]\.loop: unknown loop 'wave'"):
+        check_story(storage, story)
+    with pytest.raises(StoryError, match=r"persona: unknown persona 'nobody'"):
+        check_story(storage, parse_story({"persona": "nobody", "speech": ["a"]}, tmp_path / "s.yaml"))
