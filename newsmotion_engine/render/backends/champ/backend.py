@@ -88,6 +88,7 @@ class ChampBackend(DiffusersBackend):
             "context_frames": o.context_frames,
             "context_overlap": o.context_overlap,
             "model_width": o.model_width,
+            "reference_pass": o.reference_pass,
             "smpl_model": self.smpl.sha256 if self.smpl is not None else o.smpl_model,
             "accelerations": o.accel_summary(),
             "guidance": "SMPL depth / normal / semantic maps (fitted pose, mean shape) + DWPose skeleton, rendered per clip",
@@ -200,7 +201,7 @@ class ChampBackend(DiffusersBackend):
         del videos
         latents = sample_latents(self.components, fea, ref.ref_latents, ref.clip_embeds, steps=o.steps,
                                  guidance_scale=o.guidance_scale, context=o.context_frames, overlap=o.context_overlap,
-                                 seed=spec.seed)  # fmt: skip
+                                 seed=spec.seed, official_reference=o.reference_pass == "official")  # fmt: skip
         self.last_render = {"frames": int(keypoints.shape[0]), "windows": len(self.plan(int(keypoints.shape[0])).windows),
                             "maps_s": round(t_maps, 3), "denoise_s": round(time.perf_counter() - t0 - t_maps, 3),
                             "fit_error_mean": float(np.mean(fit.fit_error))}  # fmt: skip

@@ -41,6 +41,7 @@ MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR_CHAMP"
 SMPL_ENV = "NEWSMOTION_SMPL_MODEL"
 # The accelerations that apply to a UNet here (the others target Wan's transformer blocks).
 ACCELERATION_KEYS = ("compile",)
+REFERENCE_PASSES = ("conditional", "official")
 
 
 class ChampConfigError(BackendOptionError):
@@ -105,6 +106,11 @@ class ChampOptions(DiffusersOptions):
     Sampling (the official defaults):
         steps (20), guidance_scale (3.5), context_frames (24), context_overlap (4),
         model_width (512, a multiple of 8; the height follows the render's aspect ratio).
+        reference_pass: ``"conditional"`` (default: the reference UNet runs once, for the
+        conditional half, and the unconditional rows attend without the bank) or ``"official"``
+        (the official pipeline's order of work: the reference UNet for both CFG halves, every row
+        attending over the bank, the unconditional rows then recomputed without it). Same frames;
+        ``"official"`` is the benchmark's stock side.
     Accelerations: ``compile`` (``"blocks"``: each transformer block of the denoising UNet
         compiled) — the acceleration that applies to a UNet here.
     Tests: cache_root (where the sub-caches go; default inside the parent caches).
@@ -121,6 +127,7 @@ class ChampOptions(DiffusersOptions):
     context_frames: int = 24
     context_overlap: int = 4
     model_width: int = 512
+    reference_pass: str = "conditional"
     accelerations: tuple[AccelConfig, ...] = ()
     cache_root: str | None = None
 
@@ -141,6 +148,7 @@ class ChampOptions(DiffusersOptions):
 
         self._check_choice("preset", PRESETS)
         self._check_choice("dtype", DTYPES)
+        self._check_choice("reference_pass", REFERENCE_PASSES)
         self._check_steps()
         self._check_guidance_scale()
         self._check_strings(optional=("model_path", "cache_root", "smpl_model"), required=())

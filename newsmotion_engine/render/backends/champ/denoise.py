@@ -73,7 +73,7 @@ def encode_guidance(components: Any, maps: dict[str, np.ndarray], chunk: int = 2
 
 
 def sample_latents(components: Any, guidance_fea: Any, ref_latents: Any, clip_embeds: Any, *, steps: int,
-                   guidance_scale: float, context: int, overlap: int, seed: int,
+                   guidance_scale: float, context: int, overlap: int, seed: int, official_reference: bool = False,
                    on_step: Callable[[int, int], None] | None = None) -> Any:  # fmt: skip
     """The clip's denoised latents ``[1, 4, T, h, w]`` (see the module docstring)."""
     import torch
@@ -96,8 +96,11 @@ def sample_latents(components: Any, guidance_fea: Any, ref_latents: Any, clip_em
     rows = 2 if cfg else 1
     try:
         with torch.no_grad():
-            # The reference UNet once, at t = 0, conditional only (module docstring of .modules).
-            c.reference_unet(ref_latents.to(dev, dt), torch.zeros((), device=dev), encoder_hidden_states=cond, return_dict=False)
+            # The reference UNet once, at t = 0: conditional only (module docstring of .modules), or as
+            # the official pipeline runs it (both CFG halves; the unconditional half's bank goes unused).
+            state.official = official_reference
+            ref_in, ref_ctx = (ref_latents.repeat(rows, 1, 1, 1), context_embeds) if official_reference else (ref_latents, cond)
+            c.reference_unet(ref_in.to(dev, dt), torch.zeros((), device=dev), encoder_hidden_states=ref_ctx, return_dict=False)
             for i, t in enumerate(scheduler.timesteps):
                 pred_sum = torch.zeros((rows, *latents.shape[1:]), device=dev, dtype=torch.float32)
                 counter = torch.zeros((1, 1, T, 1, 1), device=dev, dtype=torch.float32)

@@ -97,6 +97,9 @@ class ReferenceState:
     bank: dict[str, torch.Tensor] = field(default_factory=dict)
     frames: int = 1
     uncond_rows: int = 0
+    # True: the official order of work (the reference pass at batch 2, every row attends over the
+    # bank, then the unconditional rows are recomputed without it); same result, more work.
+    official: bool = False
 
     def clear(self) -> None:
         self.bank.clear()
@@ -131,6 +134,12 @@ class ReferenceReader:
         if ref is None:
             return self.inner(attn, hidden_states, None, attention_mask, temb)
         u = self.state.uncond_rows
+        if self.state.official:
+            bank = ref.to(hidden_states.dtype).repeat_interleave(self.state.frames, dim=0)  # "b t l c -> (b t) l c"
+            out = self.inner(attn, hidden_states, torch.cat([hidden_states, bank], dim=1), attention_mask, temb)
+            if u:
+                out = torch.cat([self.inner(attn, hidden_states[:u], None, attention_mask, temb), out[u:]], dim=0)
+            return out
         cond = hidden_states[u:]
         # The bank holds one reference per video; each frame row of it sees the same tokens.
         bank = ref.to(cond.dtype).repeat_interleave(cond.shape[0] // ref.shape[0], dim=0)
