@@ -156,17 +156,25 @@ def _claim_id(stem: str, taken: set[str]) -> str:
 )
 def persona_inbox_sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -> dg.SensorResult:
     store = storage.store
+    return _inbox_tick(context, persona_partitions, persona_cache.key,
+                       lambda state, known: _ingest_inbox(context, store, state, known), lambda: _source_files(store))
+
+
+def _inbox_tick(context, partitions: dg.DynamicPartitionsDefinition, asset_key, ingest, sources) -> dg.SensorResult:
+    """One tick of an inbox sensor: ``ingest(state, known)`` takes in the inbox (returns the inbox
+    name -> id map and the scan cursor), then every file of ``sources()`` (id -> path) becomes a
+    partition and gets its cache (``asset_key``) requested once per content."""
     try:
         state = json.loads(context.cursor) if context.cursor else {}
     except ValueError:
         state = {}
-    known = set(context.instance.get_dynamic_partitions(persona_partitions.name))
-    owners, scan_cursor = _ingest_inbox(context, store, state, known)
+    known = set(context.instance.get_dynamic_partitions(partitions.name))
+    owners, scan_cursor = ingest(state, known)
     handled = state.get("sources", {})  # source file name -> [size, mtime_ns] when last requested
-    new_ids, requests, handled = _reconcile_sources(context, _source_files(store), handled, known, persona_cache.key)
+    new_ids, requests, handled = _reconcile_sources(context, sources(), handled, known, asset_key)
     return dg.SensorResult(
         run_requests=requests,
-        dynamic_partitions_requests=[persona_partitions.build_add_request(new_ids)] if new_ids else [],
+        dynamic_partitions_requests=[partitions.build_add_request(new_ids)] if new_ids else [],
         cursor=json.dumps({"scan": scan_cursor, "ids": owners, "sources": handled}, sort_keys=True),
     )
 
@@ -208,23 +216,8 @@ def _ingest_inbox(context, store: Storage, state: dict, known: set[str]) -> tupl
         except BadInputError as exc:
             _reject_inbox_file(context, store, entry.path, exc.problem)
             continue
-        persona_id = owners.get(entry.path.name)
-        if persona_id is None:
-            base = slugify(entry.path.stem) or "persona"
-            same = _source_files(store).get(base)
-            # Already ingested (a lost cursor, or dropped twice): the same persona, not a "-2".
-            persona_id = base if same is not None and _same_content(same, entry.path) else _claim_id(base, taken)
-            taken.add(persona_id)
-            owners[entry.path.name] = persona_id
-        current = store.find_persona_source(persona_id)
-        if current is not None and current.suffix == entry.path.suffix.lower() and _same_content(current, entry.path):
-            continue  # unchanged: copying would only make its cache look new
-        try:
-            install_source(store, entry.path, persona_id)
-        except OSError as exc:  # e.g. the file vanished mid-copy: report it; dropping it again retries
-            context.log.warning(f"could not copy {entry.path}: {exc}")
-            continue
-        context.log.info(f"{entry.path.name} -> persona {persona_id!r}")
+        _take_in(context, entry, owners, taken, slugify(entry.path.stem) or "persona", store.find_persona_source,
+                 lambda path, persona_id: install_source(store, path, persona_id), "persona")
     for entry in scan.settled:
         persona_id = owners.get(entry.path.name)
         if entry.path.name in ready or persona_id is None or not entry.path.is_file():
@@ -236,6 +229,29 @@ def _ingest_inbox(context, store: Storage, state: dict, known: set[str]) -> tupl
             reason = rejection_reason(rejected) or "see the folder"
             _reject_inbox_file(context, store, entry.path, f"{reason} (persona {persona_id!r}; {rejected})")
     return owners, scan.cursor
+
+
+def _take_in(context, entry, owners: dict[str, str], taken: set[str], base: str, find, install, what: str) -> None:
+    """Give a ready inbox file its id and copy it to the sources. The id is kept across ticks in
+    ``owners``: the file name's slug ``base``, or ``base-2``, ``-3``, ... when another source owns
+    it (never overwrite someone else's), or ``base`` itself when that source has the same content
+    (a lost cursor, a file dropped twice). ``find(id)`` is an id's current source; an unchanged one
+    is not copied again (that would only make its cache look new)."""
+    source_id = owners.get(entry.path.name)
+    if source_id is None:
+        same = find(base)
+        source_id = base if same is not None and _same_content(same, entry.path) else _claim_id(base, taken)
+        taken.add(source_id)
+        owners[entry.path.name] = source_id
+    current = find(source_id)
+    if current is not None and current.suffix == entry.path.suffix.lower() and _same_content(current, entry.path):
+        return
+    try:
+        install(entry.path, source_id)
+    except OSError as exc:  # e.g. the file vanished mid-copy: report it; dropping it again retries
+        context.log.warning(f"could not copy {entry.path}: {exc}")
+        return
+    context.log.info(f"{entry.path.name} -> {what} {source_id!r}")
 
 
 def _reject_inbox_file(context, store: Storage, path: Path, reason: str, folder: Path | None = None) -> None:
@@ -334,18 +350,9 @@ def _speech_name_problem(path: Path) -> str | None:
 )
 def speech_inbox_sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -> dg.SensorResult:
     store = storage.store
-    try:
-        state = json.loads(context.cursor) if context.cursor else {}
-    except ValueError:
-        state = {}
-    known = set(context.instance.get_dynamic_partitions(speech_partitions.name))
-    owners, scan_cursor = _ingest_speech_inbox(context, store, state, known)
-    sources = {speech_id: path for speech_id in source_speech_ids(store) if (path := find_speech_source(store, speech_id))}
-    new_ids, requests, handled = _reconcile_sources(context, sources, state.get("sources", {}), known, speech_cache.key)
-    return dg.SensorResult(
-        run_requests=requests,
-        dynamic_partitions_requests=[speech_partitions.build_add_request(new_ids)] if new_ids else [],
-        cursor=json.dumps({"scan": scan_cursor, "ids": owners, "sources": handled}, sort_keys=True),
+    return _inbox_tick(
+        context, speech_partitions, speech_cache.key, lambda state, known: _ingest_speech_inbox(context, store, state, known),
+        lambda: {speech_id: path for speech_id in source_speech_ids(store) if (path := find_speech_source(store, speech_id))},
     )
 
 
@@ -370,25 +377,10 @@ def _ingest_speech_inbox(context, store: Storage, state: dict, known: set[str]) 
         except BadInputError as exc:
             _reject_inbox_file(context, store, entry.path, exc.problem, rejected)
             continue
-        speech_id = owners.get(entry.path.name)
-        if speech_id is None:
-            base = slugify(entry.path.stem) or "speech"
-            if base in SPEECH_FOLDERS:
-                base = f"{base}-1"
-            same = find_speech_source(store, base)
-            # Already taken in (a lost cursor, or dropped twice): the same speech, not a "-2".
-            speech_id = base if same is not None and _same_content(same, entry.path) else _claim_id(base, taken)
-            taken.add(speech_id)
-            owners[entry.path.name] = speech_id
-        current = find_speech_source(store, speech_id)
-        if current is not None and current.suffix == entry.path.suffix.lower() and _same_content(current, entry.path):
-            continue  # unchanged: copying would only make its cache look new
-        try:
-            install_speech_source(store, entry.path, speech_id)
-        except OSError as exc:  # e.g. the file vanished mid-copy: report it; dropping it again retries
-            context.log.warning(f"could not copy {entry.path}: {exc}")
-            continue
-        context.log.info(f"{entry.path.name} -> speech {speech_id!r}")
+        base = slugify(entry.path.stem) or "speech"
+        _take_in(context, entry, owners, taken, f"{base}-1" if base in SPEECH_FOLDERS else base,
+                 lambda speech_id: find_speech_source(store, speech_id),
+                 lambda path, speech_id: install_speech_source(store, path, speech_id), "speech")
     for entry in scan.settled:
         speech_id = owners.get(entry.path.name)
         if entry.path.name in ready or speech_id is None or not entry.path.is_file():
