@@ -15,7 +15,8 @@ def test_bench_runs_stock_and_ours_on_the_tiny_preset(tmp_path):
     out = tmp_path / "echomimic.json"
     result = bench.bench_echomimic("tiny", sizes=[(64, 128)], seconds=0.2, steps=1, device="cpu", json_path=out, log=lambda m: None)
     rows = result["rows"]["64x128"]
-    assert set(rows) == {"stock", "batch_cfg"}  # the FP8 / compile variants are for CUDA machines
+    assert set(rows) == {"stock", "batch_cfg", "batch_cfg+teacache"}  # the FP8 / compile variants are for CUDA machines
+    assert rows["batch_cfg+teacache"]["approximate"] and not rows["batch_cfg"]["approximate"]
     for row in rows.values():
         assert "error" not in row, row
         assert row["frames_out"] == 6 and row["segments"] == 1  # 0.2 s at 30 fps; 5 frames at 25 fps: one segment
