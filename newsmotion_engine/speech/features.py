@@ -7,8 +7,9 @@ read from its public inference code): ``Wav2Vec2Model`` over 16 kHz audio normal
 mean and unit variance (``Wav2Vec2FeatureExtractor``), ``hidden_states[1:]`` (the outputs of the
 12 transformer layers, not the pre-transformer projection), one row per video frame, and for video
 frame ``i`` the rows ``i-2 .. i+2`` with indices clamped at the ends: ``[frames, 5, 12, 768]``.
-Here the 12 layers are averaged (``layers="mean"``; ``"last"`` or a layer number pick one), so a
-row is 768 wide: ``[frames, 2*context+1, 768]``. EchoMimicV3 resamples the conv front end's
+Here the 12 layers are averaged by default (``layers="mean"``; ``"last"`` or a layer number pick
+one), so a row is 768 wide: ``[frames, 2*context+1, 768]``; ``layers="all"`` keeps them as
+EchoMimicV3 reads them: ``[frames, 2*context+1, 12, 768]``. EchoMimicV3 resamples the conv front end's
 50 Hz features to the video rate *before* the transformer; here the transformer runs at its native
 50 Hz and its output is resampled (linearly, at each video frame's centre time), so a stored
 encoder output does not depend on the video frame rate and one encoder cache serves every fps.
@@ -33,7 +34,7 @@ computed one. With random weights that distance measures how well the hash finds
 encoder maps to the same output, not lip quality.
 
 **The features sub-cache** (:func:`ensure_features`): ``<speech cache>/audio-features-<fps>fps/``
-holds ``features.npy`` (``[frames, 2*context+1, hidden]`` float32) and ``metadata.json`` (the
+holds ``features.npy`` (``[frames, 2*context+1, hidden]`` float32, or ``[..., layers, hidden]``) and ``metadata.json`` (the
 speech cache's digest as its source, the encoder's identity, window and context as params, the
 run's stats), written atomically through :mod:`newsmotion_engine.cachedir`; another speech cache
 or another encoder makes it stale and it is rebuilt.
@@ -158,8 +159,9 @@ class AudioEncoder:
 
     def __init__(self, model: Any, *, weights_label: str, identity: dict[str, Any], device: Any, normalize: bool,
                  layers: str | int = "mean") -> None:  # fmt: skip
-        if not (layers in ("mean", "last") or (isinstance(layers, int) and 0 <= layers <= model.config.num_hidden_layers)):
-            raise ValueError(f"layers must be 'mean', 'last' or a layer number 0..{model.config.num_hidden_layers}, got {layers!r}")
+        if not (layers in ("mean", "last", "all") or (isinstance(layers, int) and 0 <= layers <= model.config.num_hidden_layers)):
+            raise ValueError(f"layers must be 'mean', 'last', 'all' or a layer number 0..{model.config.num_hidden_layers}, "
+                             f"got {layers!r}")  # fmt: skip
         self.model = model
         self.weights_label = weights_label
         self.device = device
@@ -168,6 +170,13 @@ class AudioEncoder:
         self.identity = {**identity, "layers": layers, "normalize": normalize}
         self.digest = sha256_json(self.identity)
         self.hidden_size = int(model.config.hidden_size)
+        # Every window this encoder ran, timed: the cost of a window when a run had no miss to time.
+        self.windows_encoded = 0
+        self.encode_s = 0.0
+
+    @property
+    def seconds_per_window(self) -> float | None:
+        return self.encode_s / self.windows_encoded if self.windows_encoded else None
 
     @classmethod
     def load(cls, model_path: str | Path | None = None, *, device: str = "cpu", layers: str | int = "mean",
@@ -212,7 +221,7 @@ class AudioEncoder:
 
     def encode(self, window: np.ndarray) -> np.ndarray:
         """``[frames, hidden]`` float32 for one window of 16 kHz samples (``frames`` = the conv
-        front end's output length). The window is normalised on its own, so the output depends
+        front end's output length; ``[frames, layers, hidden]`` with ``layers="all"``). The window is normalised on its own, so the output depends
         on its samples only: mean removed and divided by its standard deviation, as the feature
         extractor treats an input, but by no less than :data:`REFERENCE_STD` (the level of
         loudness-normalised speech). A whole utterance normalised at once keeps its pauses
@@ -220,6 +229,7 @@ class AudioEncoder:
         noise up to full scale."""
         import torch
 
+        start = time.perf_counter()
         x = np.asarray(window, dtype=np.float32)
         if self.normalize:
             x = (x - x.mean()) / max(float(x.std()), REFERENCE_STD)
@@ -229,9 +239,14 @@ class AudioEncoder:
                 rows = out.last_hidden_state[0]
             elif self.layers == "mean":
                 rows = torch.stack(out.hidden_states[1:]).mean(0)[0]
+            elif self.layers == "all":
+                rows = torch.stack(out.hidden_states[1:], dim=2)[0]
             else:
                 rows = out.hidden_states[self.layers][0]
-            return rows.float().cpu().numpy()
+            result = rows.float().cpu().numpy()  # .cpu() waits for a GPU, so the time is the real one
+        self.windows_encoded += 1
+        self.encode_s += time.perf_counter() - start
+        return result
 
 
 def _check_folder(folder: Path) -> None:
@@ -309,7 +324,8 @@ def _to_video_frames(times_s: np.ndarray, rows: np.ndarray, fps: float, count: i
     right = np.clip(np.searchsorted(times_s, centres), 1, len(times_s) - 1) if len(times_s) > 1 else np.zeros(count, int)
     left = np.maximum(right - 1, 0)
     span = times_s[right] - times_s[left]
-    weight = np.clip((centres - times_s[left]) / np.where(span > 0, span, 1.0), 0.0, 1.0)[:, None]
+    weight = np.clip((centres - times_s[left]) / np.where(span > 0, span, 1.0), 0.0, 1.0)
+    weight = weight.reshape(-1, *([1] * (rows.ndim - 1)))
     return ((1.0 - weight) * rows[left] + weight * rows[right]).astype(np.float32)
 
 
@@ -428,7 +444,7 @@ def encode_for_video(speech: Any, fps: float, *, encoder: AudioEncoder, cache: E
     count = frame_count(x.size / SPEECH_SAMPLE_RATE, fps)  # the viseme track's frames, so the two line up
     video_rows = _to_video_frames(np.concatenate(times), np.concatenate(rows), fps, count)
     misses = len(cores) - hits
-    per_window = encoder_s / misses if misses else (verify_s / hits if verify and hits else None)
+    per_window = encoder_s / misses if misses else (verify_s / hits if verify and hits else encoder.seconds_per_window)
     avoided = hits * per_window if per_window is not None else None
     stats: dict[str, Any] = {
         "weights": encoder.weights_label,
@@ -454,6 +470,13 @@ def encode_for_video(speech: Any, fps: float, *, encoder: AudioEncoder, cache: E
 # -- the features sub-cache ----------------------------------------------------------------------
 
 FEATURES_SCHEMA = CacheSchema(kind="speech-audio-features", version=1, arrays={"features.npy": ArraySpec("float32", (None, None, None))})
+# layers="all": [frames, 2*context+1, layers, hidden].
+LAYERED_FEATURES_SCHEMA = CacheSchema(kind="speech-audio-features-layered", version=1,
+                                      arrays={"features.npy": ArraySpec("float32", (None, None, None, None))})
+
+
+def _features_schema(encoder: AudioEncoder) -> CacheSchema:
+    return LAYERED_FEATURES_SCHEMA if encoder.layers == "all" else FEATURES_SCHEMA
 
 
 def features_dir(cache_root: CacheRoot, speech_id: str, fps: float) -> Path:
@@ -479,7 +502,7 @@ def load_features(cache_root: CacheRoot, speech_id: str, *, fps: float, encoder:
     the encoder; :class:`~newsmotion_engine.errors.CacheError` when missing, corrupt or stale."""
     from newsmotion_engine.speech.cache import load_speech_cache
 
-    loaded = read_cache(features_dir(cache_root, speech_id, fps), FEATURES_SCHEMA,
+    loaded = read_cache(features_dir(cache_root, speech_id, fps), _features_schema(encoder),
                         expected_source=_speech_source(load_speech_cache(cache_root, speech_id)),
                         expected_params=_features_params(encoder, context, window))  # fmt: skip
     return AudioFeatures(features=loaded.arrays["features.npy"], stats=dict(loaded.metadata.get("stats") or {}))
@@ -487,23 +510,31 @@ def load_features(cache_root: CacheRoot, speech_id: str, *, fps: float, encoder:
 
 def ensure_features(cache_root: CacheRoot, speech_id: str, *, fps: float, encoder: AudioEncoder,
                     encoder_cache: EncoderCache | None = None, context: int = 2, window: EncoderWindow = DEFAULT_WINDOW,
-                    force: bool = False) -> AudioFeatures:  # fmt: skip
+                    verify: bool = False, force: bool = False) -> AudioFeatures:  # fmt: skip
     """The speech's encoder features at ``fps``: read from its sub-cache when current, else
-    computed (through ``encoder_cache`` when given) and written atomically. The speech cache must
-    exist (``SpeechCacheError`` otherwise); the stats stored are those of the run that built it."""
+    computed (through ``encoder_cache`` when given; ``verify`` as in :func:`encode_for_video`)
+    and written atomically. The speech cache must exist (``SpeechCacheError`` otherwise); the
+    stats stored are those of the run that built it (hit rate, seconds saved, reuse error).
+
+    Example::
+
+        encoder = AudioEncoder.load()
+        shared = open_encoder_cache(storage.root / "encoder-cache", encoder)
+        features = ensure_features(storage, "intro", fps=30, encoder=encoder, encoder_cache=shared)
+    """
     from newsmotion_engine.speech.cache import load_speech_cache
 
     speech = load_speech_cache(cache_root, speech_id)
     target = features_dir(cache_root, speech_id, fps)
 
     def compute() -> AudioFeatures:
-        return encode_for_video(speech, fps, encoder=encoder, cache=encoder_cache, context=context, window=window)
+        return encode_for_video(speech, fps, encoder=encoder, cache=encoder_cache, context=context, window=window, verify=verify)
 
     def build(result: AudioFeatures) -> None:
         def write(tmp: Path) -> None:
             np.save(tmp / "features.npy", result.features, allow_pickle=False)
 
-        write_cache(target, write, schema=FEATURES_SCHEMA, source=_speech_source(speech),
+        write_cache(target, write, schema=_features_schema(encoder), source=_speech_source(speech),
                     params=_features_params(encoder, context, window),
                     extra={"weights": encoder.weights_label, "fps": fps, "stats": result.stats})  # fmt: skip
 
