@@ -52,7 +52,7 @@ class EchoMimicV3Backend(DiffusersBackend):
     name: ClassVar[str] = NAME
     moves_lips: ClassVar[bool] = True  # the mouth follows the speech's audio (not a viseme track)
     needs: ClassVar[BackendNeeds] = BackendNeeds(guidance=frozenset({"keypoints"}),
-                                                 persona=frozenset({"portrait", "person_mask", "first_condition", "image_tokens"}))  # fmt: skip
+                                                 persona=frozenset({"portrait", "person_mask", "first_condition", "image_tokens", "prompt_embeds"}))  # fmt: skip
     options_class: ClassVar[type] = EchoMimicV3Options
     caches: ClassVar[Any] = C
     oom_error: ClassVar[type[DiffusersOOMError]] = EchoMimicV3OOMError

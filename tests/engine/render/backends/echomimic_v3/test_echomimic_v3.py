@@ -157,3 +157,29 @@ def test_audio_features_shaped_for_the_model():
         audio_windows(one_layer, window=5, layers=12, channels=768)
     seg = segment_windows(np.ones((7, 5, 1, 2), np.float32), 4, 5)
     assert seg.shape == (5, 5, 1, 2) and seg[:3].min() == 1 and seg[3:].max() == 0  # past the end: silence
+
+
+def test_speech_features_come_from_the_speech_tier(monkeypatch):
+    """load_speech_audio reads the speech cache's duration and the feature cache at the model's fps,
+    asking the encoder for every hidden layer when the model reads more than one."""
+    features = pytest.importorskip("newsmotion_engine.speech.features")
+    from newsmotion_engine.render.backends.echomimic_v3.audio import load_speech_audio
+    from newsmotion_engine.speech import cache as speech_cache
+
+    asked = []
+    monkeypatch.setattr(speech_cache, "load_speech_cache", lambda root, sid: type("S", (), {"duration_s": 0.52})())
+
+    def encoder(path=None, *, layers="mean", **_):
+        asked.append(layers)
+        if layers == "all":
+            raise ValueError("layers must be 'mean', 'last' or a layer number")
+        return object()
+
+    monkeypatch.setattr(features.AudioEncoder, "load", staticmethod(encoder))
+    monkeypatch.setattr(features, "ensure_features", lambda root, sid, *, fps, encoder: features.AudioFeatures(
+        features=np.ones((14, 5, 768), np.float32), stats={}))  # fmt: skip
+    one = load_speech_audio("/s", "hello", fps=25, window=5, layers=1, channels=768, audio_model_path=None)
+    assert one.features.shape == (14, 5, 1, 768) and one.duration_s == 0.52 and len(one.digest) == 16
+    with pytest.raises(EchoMimicAudioError, match="12 wav2vec2 hidden layers"):
+        load_speech_audio("/s", "hello", fps=25, window=5, layers=12, channels=768, audio_model_path=None)
+    assert asked == ["mean", "all"]
