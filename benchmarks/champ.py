@@ -1,0 +1,175 @@
+"""GPU benchmark of the champ backend: seconds for the reference design's clip (120 frames for a
+720x1280 canvas, rendered at 512x912 — Champ's 512 width at the canvas' aspect — and scaled onto
+it), stock vs ours, peak VRAM.
+
+One random-weight model (``champ``: the released architecture) renders through the shipped path
+(``render_clip`` -> the backend's frames -> the chroma composite), the SMPL body from the user's
+file (``--smpl``; it is licensed and not shipped):
+
+- ``stock``: the official recipe on diffusers components in bf16: 20 DDIM steps, CFG 3.5, 24-frame
+  context windows overlapping by 4, and the official order of work for the reference attention
+  (``reference_pass="official"``: the reference UNet for both CFG halves, the unconditional rows
+  attended twice);
+- ``conditional``: the reference UNet once, the unconditional rows once (the same frames: tested);
+- ``conditional+compile`` (CUDA only): plus regional ``torch.compile`` of the denoising UNet's
+  transformer blocks through the acceleration registry. The FP8 linears and the 8-bit attention
+  kernel of ``newsmotion_engine/accel`` target the Wan transformer and are not applied here.
+
+Each variant renders once to warm up (caches, compile) and once timed. Frames are not encoded
+(:class:`benchmarks.clip.FrameSink`). With random weights only speed and memory mean anything.
+
+Example (from the repository root)::
+
+    python -m benchmarks.champ --smpl ~/models/SMPL_NEUTRAL.pkl --json benchmarks/results/champ_h100.json
+    python -m benchmarks.champ --smpl SMPL.npz --preset tiny --sizes 64x128 --frames 9 --steps 2   # CPU check
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.lab_record import top_level_figures, write_lab_result
+
+__all__ = ["VARIANTS", "bench_champ"]
+
+VARIANTS = ("stock", "conditional", "conditional+compile")
+
+
+def _variant_options(name: str) -> dict[str, Any]:
+    from newsmotion_engine.accel.compile import Compile
+
+    return {"stock": {"reference_pass": "official"}, "conditional": {},
+            "conditional+compile": {"accelerations": (Compile(),)}}[name]  # fmt: skip
+
+
+def _timed_render(backend: Any, loop: Any, persona: Any, spec: Any, out: Path) -> dict[str, Any]:
+    """One warm-up render, then one timed; the row of figures."""
+    from benchmarks.clip import FrameSink
+    from newsmotion_engine.bench.timing import peak_gib, peak_reset
+    from newsmotion_engine.render.clip import render_clip
+
+    render_clip(loop, persona, backend, spec, out, sink=FrameSink)
+    peak_reset(backend.components.device)
+    t0 = time.perf_counter()
+    tele = render_clip(loop, persona, backend, spec, out, sink=FrameSink)
+    stats = tele.backend_info.get("last_render", {})
+    return {"end_to_end_s": round(time.perf_counter() - t0, 2), "peak_vram_gib": peak_gib(backend.components.device),
+            "frames_out": tele.frames, "windows": stats.get("windows"), "maps_s": stats.get("maps_s"),
+            "denoise_s": stats.get("denoise_s")}  # fmt: skip
+
+
+def bench_champ(smpl_model: str | Path, preset: str = "champ", *, sizes: Sequence[tuple[int, int]] = ((720, 1280),),
+                frames: int = 120, steps: int = 20, variants: Sequence[str] | None = None, device: str = "auto",
+                dtype: str = "bfloat16", model_width: int = 512, budget_s: float | None = None,
+                json_path: str | Path | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
+    """Run the benchmark (module docstring); the JSON is rewritten after every measurement.
+
+    Keys: ``rows`` (size -> variant -> seconds, peak VRAM, windows, map / denoise seconds), and per
+    size ``clip_{W}x{H}_s_stock``, ``clip_{W}x{H}_s`` (the fastest "ours") and ``speedup_{W}x{H}``.
+    """
+    import torch
+
+    from benchmarks.gpu import bench_inputs
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.render.backends.champ.backend import ChampBackend
+    from newsmotion_engine.render.backends.champ.config import ChampOptions
+    from newsmotion_engine.render.backends.wan.diffusers_config import RANDOM_WEIGHTS_LABEL
+    from newsmotion_engine.render.base import RenderSpec
+
+    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    unknown = set(variants or ()) - set(VARIANTS)
+    if unknown:
+        raise ValueError(f"variants {sorted(unknown)}: use {', '.join(VARIANTS)}")
+    names = [n for n in (variants or VARIANTS) if cuda or "compile" not in n]
+    t_start = time.perf_counter()
+    deadline = t_start + budget_s if budget_s else math.inf
+    result: dict[str, Any] = {"bench": "champ", "weights": RANDOM_WEIGHTS_LABEL, "preset": preset, "dtype": dtype,
+                              "note": "random weights: speed and memory only; frames not encoded",
+                              "shape": {"frames": frames, "steps": steps, "model_width": model_width, "sizes": [list(s) for s in sizes]},
+                              "device": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
+                              "rows": {}}  # fmt: skip
+
+    def write() -> None:
+        result["wall_s"] = round(time.perf_counter() - t_start, 1)
+        if json_path is not None:
+            write_lab_result(json_path, result, title=f"champ {preset}: a {frames}-frame clip, stock vs ours",
+                             headline=top_level_figures(result))  # fmt: skip
+
+    with tempfile.TemporaryDirectory(prefix="newsmotion-champ-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        base = ChampOptions(preset=preset, device=device, dtype=dtype, steps=steps, smpl_model=str(smpl_model),
+                            model_width=model_width, cache_root=str(tmp / "caches"))  # fmt: skip
+        backend = ChampBackend(base)
+        backend.load()
+        for width, height in sizes:
+            key = f"{width}x{height}"
+            rows = result["rows"].setdefault(key, {})
+            loop, persona = bench_inputs(width, height, frames, tmp / key)
+            spec = RenderSpec(width=width, height=height)
+            backend.prepare_guidance(loop, spec)
+            backend.prepare_persona(persona, spec)
+            for name in names:
+                if time.perf_counter() > deadline:
+                    rows[name] = {"skipped": "device-time budget of this run spent"}
+                    continue
+                backend.options = dataclasses.replace(base, **_variant_options(name))
+                row: dict[str, Any] = {"model_size": list(backend.options.model_size(width, height))}
+                applied = None
+                try:
+                    applied = registry.apply_accelerations(backend.components, backend.options.accelerations)
+                    row.update(_timed_render(backend, loop, persona, spec, tmp / "clip.mp4"))
+                except Exception as exc:  # one failing variant is a result; the others still run
+                    row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+                finally:
+                    if applied is not None:
+                        registry.remove_accelerations(backend.components, applied)
+                rows[name] = row
+                log(f"{key} {name}: {row}")
+                write()
+            done = {n: r for n, r in rows.items() if "end_to_end_s" in r}
+            ours = {n: r for n, r in done.items() if n != "stock"}
+            if "stock" in done:
+                result[f"clip_{key}_s_stock"] = done["stock"]["end_to_end_s"]
+            if ours:
+                best = min(ours, key=lambda n: ours[n]["end_to_end_s"])
+                result[f"clip_{key}_s"], result[f"fastest_{key}"] = ours[best]["end_to_end_s"], best
+                if "stock" in done:
+                    result[f"speedup_{key}"] = round(done["stock"]["end_to_end_s"] / ours[best]["end_to_end_s"], 3)
+            write()
+        backend.close()
+    write()
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+    import os
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smpl", default=os.environ.get("NEWSMOTION_SMPL_MODEL"), help="the SMPL model file (.pkl / .npz)")
+    parser.add_argument("--preset", default="champ")
+    parser.add_argument("--sizes", default="720x1280", help="comma-separated WxH render sizes")
+    parser.add_argument("--frames", type=int, default=120)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--model-width", type=int, default=512)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--variants", default=None, help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--budget-s", type=float, default=None)
+    parser.add_argument("--json", default=None)
+    a = parser.parse_args(argv)
+    if not a.smpl:
+        parser.error("give the SMPL model file: --smpl PATH (or $NEWSMOTION_SMPL_MODEL); get it from https://smpl.is.tue.mpg.de")
+    sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
+    bench_champ(a.smpl, a.preset, sizes=sizes, frames=a.frames, steps=a.steps, dtype=a.dtype, model_width=a.model_width,  # type: ignore[arg-type]
+                variants=a.variants.split(",") if a.variants else None, budget_s=a.budget_s, json_path=a.json)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

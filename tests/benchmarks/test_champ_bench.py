@@ -1,0 +1,38 @@
+"""The champ benchmark renders stock and ours through render_clip on the tiny preset (CPU, random
+weights, the synthetic SMPL body of the backend's tests) and records a result file; the figures
+there are only speed and memory."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("diffusers")
+
+from benchmarks import champ as bench  # noqa: E402
+from benchmarks.lab_record import read_lab_data  # noqa: E402
+
+_SYNTH = Path(__file__).parents[1] / "engine" / "render" / "backends" / "champ" / "conftest.py"
+
+
+def test_bench_runs_stock_and_ours_on_the_tiny_preset(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("champ_synthetic_smpl", _SYNTH)
+    synth = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(synth)
+    from newsmotion_engine.render.backends.champ.backend import ChampBackend
+    from newsmotion_engine.render.backends.champ.fit import FitConfig
+
+    monkeypatch.setattr(ChampBackend, "fit_config", FitConfig(iterations=10))
+    out = tmp_path / "champ.json"
+    result = bench.bench_champ(synth.write_npz(tmp_path / "smpl.npz"), "tiny", sizes=[(64, 128)], frames=9, steps=1,
+                               device="cpu", dtype="float32", model_width=64, json_path=out, log=lambda m: None)  # fmt: skip
+    rows = result["rows"]["64x128"]
+    assert set(rows) == {"stock", "conditional"}  # the compile variant is for CUDA machines
+    for row in rows.values():
+        assert "error" not in row, row
+        assert row["frames_out"] == 9 and row["windows"] == 1 and row["model_size"] == [64, 128]
+    assert result["speedup_64x128"] == round(rows["stock"]["end_to_end_s"] / rows["conditional"]["end_to_end_s"], 3)
+    assert result["weights"] == "random weights"
+    assert read_lab_data(out)["rows"]["64x128"]["stock"]["frames_out"] == 9
