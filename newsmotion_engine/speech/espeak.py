@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -170,7 +171,10 @@ def speak(text: str, voice: str, words_per_minute: int) -> Utterance:
 def speak_isolated(text: str, voice: str, words_per_minute: int) -> Utterance:
     """:func:`speak` in a fresh process (same arguments, same result, same errors)."""
     request = json.dumps({"text": text, "voice": voice, "words_per_minute": words_per_minute}).encode()
-    proc = subprocess.run([sys.executable, "-m", __name__], input=request, capture_output=True)
+    # The child imports this module by name: make sure it finds the same package this process runs.
+    package_parent = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", __name__], input=request, capture_output=True, env=env)
     problem = proc.stderr.decode("utf-8", "replace").strip()
     if proc.returncode == EXIT_NOT_INSTALLED:
         raise EspeakMissingError(problem)
