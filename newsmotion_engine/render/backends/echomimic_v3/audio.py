@@ -76,15 +76,8 @@ def load_speech_audio(speech_root: str | Path, speech_id: str, *, fps: int, wind
     from newsmotion_engine.speech.features import AudioEncoder, ensure_features
 
     speech = load_speech_cache(speech_root, speech_id)
-    # The release reads every hidden layer; a one-layer model (the tiny preset) the encoder's mean.
-    layer_mode = "all" if layers > 1 else "mean"
-    try:
-        encoder = AudioEncoder.load(audio_model_path, layers=layer_mode)
-    except ValueError as exc:
-        raise EchoMimicAudioError(
-            f"speech {speech_id!r}: this model reads {layers} wav2vec2 hidden layers per frame, and the speech tier's "
-            f"AudioEncoder does not give them ({exc}); use a one-layer preset or an encoder with layers='all'"
-        ) from None
+    # The release reads every hidden layer on its own axis; a one-layer model (the tiny preset) their mean.
+    encoder = AudioEncoder.load(audio_model_path, layers="all" if layers > 1 else "mean")
     feats = ensure_features(speech_root, speech_id, fps=fps, encoder=encoder)
     a = audio_windows(feats.features, window=window, layers=layers, channels=channels, what=f"speech {speech_id!r} features")
     return SpeechAudio(speech_id, a, float(speech.duration_s), hashlib.sha256(a.tobytes()).hexdigest()[:16])

@@ -161,25 +161,23 @@ def test_audio_features_shaped_for_the_model():
 
 def test_speech_features_come_from_the_speech_tier(monkeypatch):
     """load_speech_audio reads the speech cache's duration and the feature cache at the model's fps,
-    asking the encoder for every hidden layer when the model reads more than one."""
+    asking the encoder for every hidden layer when the model reads more than one (the release: 12),
+    the layer average for a one-layer model; features of another shape are refused."""
     features = pytest.importorskip("newsmotion_engine.speech.features")
     from newsmotion_engine.render.backends.echomimic_v3.audio import load_speech_audio
     from newsmotion_engine.speech import cache as speech_cache
 
     asked = []
     monkeypatch.setattr(speech_cache, "load_speech_cache", lambda root, sid: type("S", (), {"duration_s": 0.52})())
-
-    def encoder(path=None, *, layers="mean", **_):
-        asked.append(layers)
-        if layers == "all":
-            raise ValueError("layers must be 'mean', 'last' or a layer number")
-        return object()
-
-    monkeypatch.setattr(features.AudioEncoder, "load", staticmethod(encoder))
+    monkeypatch.setattr(features.AudioEncoder, "load", staticmethod(lambda path=None, *, layers="mean", **_: asked.append(layers) or layers))
+    shapes = {"mean": (14, 5, 768), "all": (14, 5, 12, 768)}
     monkeypatch.setattr(features, "ensure_features", lambda root, sid, *, fps, encoder: features.AudioFeatures(
-        features=np.ones((14, 5, 768), np.float32), stats={}))  # fmt: skip
+        features=np.ones(shapes[encoder], np.float32), stats={}))  # fmt: skip
     one = load_speech_audio("/s", "hello", fps=25, window=5, layers=1, channels=768, audio_model_path=None)
     assert one.features.shape == (14, 5, 1, 768) and one.duration_s == 0.52 and len(one.digest) == 16
-    with pytest.raises(EchoMimicAudioError, match="12 wav2vec2 hidden layers"):
-        load_speech_audio("/s", "hello", fps=25, window=5, layers=12, channels=768, audio_model_path=None)
+    full = load_speech_audio("/s", "hello", fps=25, window=5, layers=12, channels=768, audio_model_path=None)
+    assert full.features.shape == (14, 5, 12, 768)
     assert asked == ["mean", "all"]
+    shapes["all"] = (14, 5, 768)
+    with pytest.raises(EchoMimicAudioError, match="12 hidden layers"):
+        load_speech_audio("/s", "hello", fps=25, window=5, layers=12, channels=768, audio_model_path=None)
