@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from newsmotion_engine.speech.audio import DEFAULT_SILENCE_DBFS
+
 __all__ = [
     "CHANNELS",
     "VisemeTrack",
@@ -259,10 +261,12 @@ def visemes_from_phonemes(phonemes: Iterable, duration_s: float, fps: float) -> 
 _WINDOW_S = 0.025
 # Loudness below the speech's loud frames by more than this is silence (0 energy).
 _ENERGY_RANGE_DB = 45.0
+_QUIETEST_LOUD_DBFS = -40.0
 
 
-def _frames_stft(samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, np.ndarray]:
-    """Power spectra of 25 ms Hann windows every grid step: ([N, bins], bin frequencies)."""
+def _frames_stft(samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """25 ms Hann windows every grid step: (power spectra [N, bins], bin frequencies, each
+    window's level in dBFS [N])."""
     hop = sample_rate / _GRID_HZ
     window = int(round(_WINDOW_S * sample_rate))
     count = int(math.ceil(samples.size / hop))
@@ -270,18 +274,23 @@ def _frames_stft(samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, np.
                              np.zeros(window, np.float32)])
     starts = np.round(np.arange(count) * hop).astype(int)
     index = starts[:, None] + np.arange(window)[None, :]
-    frames = padded[index] * np.hanning(window).astype(np.float32)
+    taper = np.hanning(window).astype(np.float32)
+    frames = padded[index] * taper
     n_fft = 1 << (window - 1).bit_length()
     power = np.abs(np.fft.rfft(frames, n=n_fft, axis=1)) ** 2
-    return power, np.fft.rfftfreq(n_fft, 1.0 / sample_rate)
+    # Mean square of the window, undoing the taper's average gain: the signal's RMS there.
+    mean_square = np.mean(frames.astype(np.float64) ** 2, axis=1) / float(np.mean(taper.astype(np.float64) ** 2))
+    return power, np.fft.rfftfreq(n_fft, 1.0 / sample_rate), 10.0 * np.log10(mean_square + 1e-12)
 
 
-def _loudness(power: np.ndarray) -> np.ndarray:
+def _loudness(level_dbfs: np.ndarray) -> np.ndarray:
     """Per-window level mapped to [0, 1]: 1 at the loud end of this speech (95th percentile), 0 at
-    45 dB below it. Relative, so a quiet recording moves the mouth as much as a loud one."""
-    level = 10.0 * np.log10(power.sum(axis=1) + 1e-12)
-    ref = float(np.percentile(level, 95))
-    return np.clip((level - (ref - _ENERGY_RANGE_DB)) / _ENERGY_RANGE_DB, 0.0, 1.0)
+    45 dB below it. Relative, so a quiet recording moves the mouth as much as a loud one; but the
+    loud end is never taken below -40 dBFS and windows below -60 dBFS are silent, so near-silence
+    stays a closed mouth."""
+    ref = max(float(np.percentile(level_dbfs, 95)), _QUIETEST_LOUD_DBFS)
+    relative = np.clip((level_dbfs - (ref - _ENERGY_RANGE_DB)) / _ENERGY_RANGE_DB, 0.0, 1.0)
+    return np.where(level_dbfs < DEFAULT_SILENCE_DBFS, 0.0, relative)  # the loader's silence level
 
 
 def _smooth(values: np.ndarray, seconds: float) -> np.ndarray:
@@ -305,9 +314,9 @@ def audio_energy(speech, fps: float) -> np.ndarray:
     """The loudness envelope of ``speech`` (anything with ``samples`` and ``sample_rate``) per video
     frame at ``fps``: float32 [frame_count(duration, fps)] in [0, 1]."""
     samples = np.asarray(speech.samples, np.float32)
-    power, _ = _frames_stft(samples, speech.sample_rate)
+    _, _, level = _frames_stft(samples, speech.sample_rate)
     frames = frame_count(samples.size / speech.sample_rate, fps)
-    envelope = _smooth(_loudness(power), 0.03)
+    envelope = _smooth(_loudness(level), 0.03)
     return np.clip(_to_frames(envelope[:, None], _GRID_HZ, frames, fps)[:, 0], 0.0, 1.0)
 
 
@@ -332,8 +341,8 @@ def visemes_from_audio(speech, fps: float) -> VisemeTrack:
     rate = int(speech.sample_rate)
     if samples.size == 0:
         raise ValueError("speech has no samples")
-    power, freqs = _frames_stft(samples, rate)
-    loud = _loudness(power)
+    power, freqs, level = _frames_stft(samples, rate)
+    loud = _loudness(level)
     total = power.sum(axis=1) + 1e-12
     voiced = power[:, (freqs >= 80) & (freqs < 1000)].sum(axis=1) / total
     hiss = power[:, freqs >= 3500].sum(axis=1) / total

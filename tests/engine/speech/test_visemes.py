@@ -88,6 +88,9 @@ def test_audio_energy_is_zero_in_silence_and_high_in_a_tone():
     energy = audio_energy(SimpleNamespace(samples=samples, sample_rate=rate), 25)
     assert len(energy) == 50
     assert energy[:10].max() < 0.05 and energy[15:23].min() > 0.9 and energy[30:].max() < 0.05
+    # Digital silence (or near it) is a closed mouth, not "as loud as this audio gets".
+    quiet = visemes_from_audio(SimpleNamespace(samples=np.full(rate, 1e-4, np.float32), sample_rate=rate), 25)
+    assert quiet.open.max() == 0.0 and quiet.energy.max() == 0.0
 
 
 def test_track_slice_stack_and_validation():
