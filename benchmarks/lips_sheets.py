@@ -81,14 +81,16 @@ def persona_row(persona, spec: RenderSpec, cell: int = 260) -> tuple[np.ndarray,
             frames[t] = frame
     box = face_box(np.asarray(persona.landmarks), spec, np.asarray(persona.portrait).shape[:2])
     x0, y0, x1, y1 = box
+    report = warp.describe().get("last_render", {}).get("face", {})
     cells = []
     for label, k in picks:
+        if label == "blink" and "blink_reason" in report:
+            label = "no blink (side view)" if "side" in report["blink_reason"] else "no blink"
         crop = cv2.resize(frames[k][y0:y1, x0:x1], (cell, cell), interpolation=cv2.INTER_CUBIC)
         crop = np.ascontiguousarray(crop)
         cv2.rectangle(crop, (0, cell - 30), (cell, cell), (0, 0, 0), -1)
         cv2.putText(crop, label, (10, cell - 9), cv2.FONT_HERSHEY_SIMPLEX, 0.7, (255, 255, 255), 2, cv2.LINE_AA)
         cells.append(crop)
-    report = warp.describe().get("last_render", {}).get("face", {})
     notes = [f"{persona.persona_id}: mouth {report.get('mouth_width_px', '-')} px wide" if report.get("moved")
              else f"{persona.persona_id}: {report.get('reason', 'no lips')}"]  # fmt: skip
     gap = np.full((cell, 6, 3), 255, np.uint8)

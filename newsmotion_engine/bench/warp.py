@@ -14,6 +14,12 @@ the median is reported too). Per-stage milliseconds say where the time goes:
 - ``pipe_ms``: writer thread: RGB -> yuv420p conversion and pipe writes (overlaps rendering);
 - ``encode_ms``: CPU time ffmpeg (x264) spent per frame (a separate process, overlapping);
 - ``encode_wait_ms``: time the renderer blocked because the encoder was behind.
+
+``speaking``: the same clip rendered with a speech's viseme track (the lips, blinks and head
+motion of :mod:`newsmotion_engine.render.backends.warp.face_motion`), one speaking run after each
+silent run so both see the same load: its ``fps`` (best), ``fps_median``, ``render_only_fps`` and
+``face_ms`` (mouth and eyelids per frame). The track is the first frames of the sample speech
+``weather`` (eSpeak NG phonemes -> visemes), repeated when the clip is longer.
 """
 
 from __future__ import annotations
@@ -76,6 +82,7 @@ def bench_warp(
     encoder_threads: int | None = None,
     encoder_preset: str | None = None,
     backend_config: dict[str, Any] | None = None,
+    speaking: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Benchmark the warp backend on one (loop, persona) pair.
@@ -90,6 +97,7 @@ def bench_warp(
         encoder, encoder_threads, encoder_preset: passed to the encoder (``"auto"``: NVENC if it
             works, else libx264; preset ``None`` = the default, superfast).
         backend_config: extra ``WarpBackend`` settings (e.g. ``{"grid_step": 8}``).
+        speaking: also time the clip rendered with a speech (``result["speaking"]``).
         log: progress lines (e.g. ``print``).
 
     Returns:
@@ -119,6 +127,8 @@ def bench_warp(
     portrait_hw = np.asarray(persona.portrait).shape[:2]
 
     runs: list[dict[str, Any]] = []
+    speaking_runs: list[dict[str, float]] = []
+    visemes = speech_visemes(frames, spec.fps) if speaking else None
     load_before = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
     with tempfile.TemporaryDirectory(prefix="newsmotion-bench-warp-") as tmp:
         out = Path(tmp) / "bench.mp4"
@@ -147,6 +157,12 @@ def bench_warp(
             }
             runs.append(run)
             say(f"run {i + 1}/{repeats}: {run['fps']:.1f} fps end to end ({tele.encoder})")
+            if visemes is not None:
+                backend.reset_stats()
+                tele = render_clip(loop, persona, backend, spec, out, encoder=encoder, encoder_threads=encoder_threads,
+                                   encoder_preset=encoder_preset, visemes=visemes)  # fmt: skip
+                speaking_runs.append({"fps": frames / tele.wall_s, "face_ms": backend.stats["face_ms"] / max(1, backend.stats["frames"])})
+                say(f"run {i + 1}/{repeats} speaking: {speaking_runs[-1]['fps']:.1f} fps end to end")
 
     # Render alone (no encoder), to show what encoding costs on top.
     kp_r = retarget(loop.keypoints, persona.landmarks, loop_size=(loop_w, loop_h),
@@ -155,6 +171,20 @@ def bench_warp(
     for _ in backend.frames(loop, persona, kp_r, spec):
         pass
     render_only_fps = frames / (time.perf_counter() - t0)
+    speaking_result = None
+    if visemes is not None:
+        t0 = time.perf_counter()
+        for _ in backend.frames(loop, persona, kp_r, spec, visemes=visemes):
+            pass
+        best_speaking = max(speaking_runs, key=lambda r: r["fps"])
+        speaking_result = {
+            "fps": round(best_speaking["fps"], 2),
+            "fps_median": round(statistics.median(r["fps"] for r in speaking_runs), 2),
+            "fps_runs": [round(r["fps"], 2) for r in speaking_runs],
+            "render_only_fps": round(frames / (time.perf_counter() - t0), 2),
+            "face_ms": round(best_speaking["face_ms"], 3),
+            "face": backend.describe().get("last_render", {}).get("face"),
+        }
 
     best = max(runs, key=lambda r: r["fps"])
     stages = {
@@ -193,6 +223,7 @@ def bench_warp(
         "encode_ms": round(best["encode_ms"], 3),
         "encode_wait_ms": round(best["encode_wait_ms"], 3),
         "mux_ms": round(best["mux_ms"], 1),
+        "speaking": speaking_result,
         "backend_info": backend.describe(),
         "machine": {
             "cpus": os.cpu_count(),
@@ -209,7 +240,22 @@ def bench_warp(
     return result
 
 
+def speech_visemes(frames: int, fps: int) -> Any:
+    """``frames`` frames of the sample speech ``weather``'s viseme track (repeated if longer)."""
+    from newsmotion_engine.speech.samples import SAMPLE_SPEECHES
+    from newsmotion_engine.speech.visemes import visemes_from_phonemes
+
+    synthesis = SAMPLE_SPEECHES["weather"].synthesize()
+    track = visemes_from_phonemes(synthesis.phonemes, synthesis.duration_s, fps)
+    reps = -(-frames // len(track))
+    return type(track)(fps, *(np.tile(getattr(track, c), reps)[:frames] for c in ("open", "wide", "round", "energy")))
+
+
 def headline(result: dict[str, Any]) -> dict[str, float]:
     """The figures people read from :func:`bench_warp`'s result."""
-    return {"fps, render + encode (best run)": result["fps"], "fps, median run": result["fps_median"],
-            "fps, render alone": result["render_only_fps"]}
+    out = {"fps, render + encode (best run)": result["fps"], "fps, median run": result["fps_median"],
+           "fps, render alone": result["render_only_fps"]}  # fmt: skip
+    if result.get("speaking"):
+        out["fps speaking, render + encode (best run)"] = result["speaking"]["fps"]
+        out["fps speaking, render alone"] = result["speaking"]["render_only_fps"]
+    return out

@@ -34,3 +34,6 @@ def test_bench_warp_reports_fps_and_stages():
     assert res["backend_info"]["last_render"]["parts"]["not_animated"] == {}
     assert res["encoder"] in ("libx264", "h264_nvenc")
     assert res["meets_floor"] == (res["fps"] >= 30)
+    speaking = res["speaking"]  # the same clip with the sample speech's lips
+    assert len(speaking["fps_runs"]) == 2 and speaking["fps"] > 0 and speaking["render_only_fps"] > 0
+    assert speaking["face_ms"] >= 0 and speaking["face"]["frames"] == 10

@@ -46,6 +46,9 @@ DOUBLE_BLINK = 0.125
 _CLOSE_S, _SHUT_S, _OPEN_S = 0.08, 0.034, 0.15
 NOD = 0.16  # largest nod dip, in eye distances
 SWAY_DEG = 1.6
+# A mouth narrower than this share of its jaw scale is a face in profile (frontal sample faces:
+# 0.91-0.96; the cameraman in profile: 0.53).
+PROFILE_MOUTH = 0.7
 _EYES = ((36, 37, 38, 39, 40, 41), (42, 43, 44, 45, 46, 47))  # outer/inner corner, upper x2, corner, lower x2
 
 
@@ -256,6 +259,11 @@ class FacePerformance:
         fps = float(visemes.fps)
         self.mouth: MouthGeometry | None = mouth_geometry(rest_px, rest_ok, source)
         self.eyes = [g for g in (eye_geometry(rest_px, rest_ok, pts, source) for pts in _EYES) if g is not None]
+        # A face seen from the side (its mouth much narrower than the face is tall): the mesh's eye
+        # points land on the brow's shadow (the sample cameraman), so a lid drawn there is a blot.
+        self.profile = self.mouth is not None and self.mouth.width < PROFILE_MOUTH * self.mouth.jaw_scale
+        if self.profile:
+            self.eyes = []
         self.open = np.clip(np.asarray(visemes.open, np.float32), 0.0, 1.0)
         self.wide = np.clip(np.asarray(visemes.wide, np.float32), 0.0, 1.0)
         self.round = np.clip(np.asarray(visemes.round, np.float32), 0.0, 1.0)
@@ -303,7 +311,9 @@ class FacePerformance:
             out["mouth_width_px"] = round(self.mouth.width, 1)
             out["open_mean"] = round(float(self.open.mean()), 3) if self.frames else 0.0
         out["blinks"] = blinks if self.eyes else 0
-        if not self.eyes:
+        if self.profile:
+            out["blink_reason"] = "the face is seen from the side (its eye landmarks are not reliable): no blinks"
+        elif not self.eyes:
             out["blink_reason"] = "no eye landmarks: no blinks"
         out["nod_px_max"] = round(float(NOD * self.eye_distance * (self.nod.max() if self.frames else 0.0)), 2)
         out["sway_deg_max"] = round(float(SWAY_DEG * (np.abs(self.sway).max() if self.frames else 0.0)), 2)

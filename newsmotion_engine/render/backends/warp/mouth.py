@@ -38,7 +38,7 @@ __all__ = ["MouthGeometry", "MouthShape", "mouth_geometry", "shape_mouth"]
 _LEFT_CORNER, _RIGHT_CORNER = 48, 54  # outer lip corners (image left / image right)
 _INNER_LEFT, _INNER_RIGHT = 60, 64
 _SEAM_PAIRS = ((61, 67), (62, 66), (63, 65))  # upper inner lip point, the lower one below it
-_CHIN, _SUBNASALE = 8, 33
+_CHIN, _SUBNASALE, _NOSE_TOP = 8, 33, 27
 _MOUTH_POINTS = tuple(range(48, 68))
 
 # Shape gains, in mouth widths at a full viseme value. A wide-open "aa" parts the inner lips by
@@ -50,6 +50,7 @@ ROUNDING = 0.22
 _LOWER_LIP = 0.55  # below the seam, over this depth the lens-shaped drop widens to the whole chin
 _TEETH = 0.085  # visible upper teeth height
 _TEETH_HALF_WIDTH = 0.3
+_COARSE_STEP = 0.04  # field nodes every 4% of the mouth's width (4 px on a 100 px mouth)
 
 
 @dataclass(frozen=True)
@@ -74,13 +75,17 @@ class MouthGeometry:
     axis_u: np.ndarray  # [2] unit vector, image-left corner -> image-right corner
     axis_v: np.ndarray  # [2] unit vector, perpendicular, towards the chin
     width: float  # corner to corner, px
+    jaw_scale: float  # what the jaw drop is measured in, px (the mouth's width, or more in profile)
     seam_u: np.ndarray  # seam points' u (ascending), mouth widths
     seam_v: np.ndarray  # their v
     chin_v: float  # the chin's v
     nose_v: float  # the subnasale's v (negative: above)
     box: tuple[int, int, int, int]  # x0, y0, x1, y1 of the patch, px
     grid_u: np.ndarray  # float32 [h, w] u of each patch pixel
-    grid_v: np.ndarray  # float32 [h, w] v of each patch pixel
+    coarse_u: np.ndarray  # float32 [gh, gw] u of the coarse nodes the field is solved on
+    coarse_v: np.ndarray  # float32 [gh, gw]
+    basis: np.ndarray  # float32 [gh, gw, 3] the field per unit gain at the nodes (:func:`_basis`)
+    uv_to_node: np.ndarray  # [2, 3] affine map (u, v, 1) -> node index coordinates (x, y)
     interior_rgb: np.ndarray  # float32 [3] the mouth's inside (a dark shade of the lips)
     teeth_rgb: np.ndarray  # float32 [3]
     shows_teeth: bool  # the portrait's lips are parted (a smile): its own teeth move with the lips
@@ -92,7 +97,7 @@ def mouth_geometry(rest_px: np.ndarray, rest_ok: np.ndarray, image: np.ndarray) 
     the chin missing, or a mouth under 8 px wide). ``image``: the body image (uint8 RGB) the
     lips' colour is read from."""
     face = np.arange(FACE_START, FACE_START + 68)
-    needed = list(_MOUTH_POINTS) + [_CHIN, _SUBNASALE]
+    needed = list(_MOUTH_POINTS) + [_CHIN, _SUBNASALE, _NOSE_TOP]
     if not bool(np.all(rest_ok[face[needed]])):
         return None
     p = rest_px[face].astype(np.float64)
@@ -123,10 +128,24 @@ def mouth_geometry(rest_px: np.ndarray, rest_ok: np.ndarray, image: np.ndarray) 
     x0, y0, x1, y1 = max(0, x0), max(0, y0), min(W, x1), min(H, y1)
     if x1 - x0 < 4 or y1 - y0 < 4:
         return None
-    ys, xs = np.mgrid[y0:y1, x0:x1].astype(np.float32)
-    dx, dy = xs - np.float32(centre[0]), ys - np.float32(centre[1])
-    grid_u = (dx * np.float32(axis_u[0]) + dy * np.float32(axis_u[1])) / np.float32(width)
-    grid_v = (dx * np.float32(axis_v[0]) + dy * np.float32(axis_v[1])) / np.float32(width)
+    to_u = lambda xs, ys: ((xs - centre[0]) * axis_u[0] + (ys - centre[1]) * axis_u[1]) / width  # noqa: E731
+    to_v = lambda xs, ys: ((xs - centre[0]) * axis_v[0] + (ys - centre[1]) * axis_v[1]) / width  # noqa: E731
+    ys, xs = np.mgrid[y0:y1, x0:x1].astype(np.float64)
+    # The field is smooth on each side of the seam: it is solved on coarse nodes (one per
+    # _COARSE_STEP mouth widths) placed at cv2.resize's pixel centres, so upsampling is exact
+    # bilinear interpolation between nodes.
+    pw, ph = x1 - x0, y1 - y0
+    gw, gh = max(2, int(np.ceil(pw / max(1.0, _COARSE_STEP * width)))), max(2, int(np.ceil(ph / max(1.0, _COARSE_STEP * width))))
+    gx = x0 + (np.arange(gw) + 0.5) * (pw / gw) - 0.5
+    gy = y0 + (np.arange(gh) + 0.5) * (ph / gh) - 0.5
+    cx, cy = np.meshgrid(gx, gy)
+    coarse_u, coarse_v = to_u(cx, cy), to_v(cx, cy)
+    # (u, v) -> pixel -> node index: x_px = centre + width (u axis_u + v axis_v), index = (px - g0) / spacing
+    sx, sy = pw / gw, ph / gh
+    uv_to_node = np.array([
+        [width * axis_u[0] / sx, width * axis_v[0] / sx, (centre[0] - gx[0]) / sx],
+        [width * axis_u[1] / sy, width * axis_v[1] / sy, (centre[1] - gy[0]) / sy],
+    ])  # fmt: skip
 
     # The lips' own colour, from the pixels around the outer lip points.
     lip_pts = np.round(p[48:60]).astype(int)
@@ -139,13 +158,20 @@ def mouth_geometry(rest_px: np.ndarray, rest_ok: np.ndarray, image: np.ndarray) 
         axis_u=axis_u,
         axis_v=axis_v,
         width=width,
+        # A face seen from the side shows a narrow mouth but opens its jaw as far: the drop is
+        # measured against the face's height too (between the eyes to the chin is about two mouth
+        # widths on the frontal sample faces).
+        jaw_scale=max(width, float(np.linalg.norm(p[_CHIN] - p[_NOSE_TOP])) / 2.0),
         seam_u=np.ascontiguousarray(seam_uv[order, 0]),
         seam_v=np.ascontiguousarray(seam_uv[order, 1]),
         chin_v=chin_v,
         nose_v=nose_v,
         box=(int(x0), int(y0), int(x1), int(y1)),
-        grid_u=grid_u,
-        grid_v=grid_v,
+        grid_u=to_u(xs, ys).astype(np.float32),
+        coarse_u=coarse_u.astype(np.float32),
+        coarse_v=coarse_v.astype(np.float32),
+        basis=_basis(coarse_u, coarse_v, seam_uv[order, 0], seam_uv[order, 1], chin_v, nose_v),
+        uv_to_node=uv_to_node,
         interior_rgb=lip_rgb * np.float32(0.32),
         teeth_rgb=np.array([226.0, 222.0, 210.0], np.float32),
         shows_teeth=rest_gap > 0.05,
@@ -164,48 +190,40 @@ def _lens(u: np.ndarray) -> np.ndarray:
     return (0.5 + 0.5 * np.cos(np.pi * a)) ** 0.6  # blunter than the cosine: a rounded opening
 
 
-class _Field:
-    """The forward displacement of one frame's shape, in mouth widths, for source points."""
+def _basis(u: np.ndarray, v: np.ndarray, seam_u: np.ndarray, seam_v: np.ndarray, chin_v: float, nose_v: float) -> np.ndarray:
+    """The forward displacement per unit of each shape gain at source points ``(u, v)``, float32
+    ``[..., 3]``: ``u`` shift per unit spread (SPREAD/ROUNDING scale), ``v`` shift per unit jaw
+    drop (the rule below the seam) and per unit lip lift (the rule above it). The field of a frame
+    is a linear mix of the three, so it is computed once per persona."""
+    seam = np.interp(u, seam_u, seam_v)
+    # Spread / rounding: fades out beyond the corners, towards the nose and below the lower lip.
+    reach_up = max(0.12, -nose_v)
+    vertical = np.where(v < seam, 1.0 - _smoothstep(0.1, reach_up, seam - v), 1.0 - _smoothstep(0.25, 0.7, v - seam))
+    spread = u * (1.0 - _smoothstep(0.5, 1.05, np.abs(u))) * vertical
+    # Jaw: the lens-shaped drop at the seam widens to the whole chin below, fading out under it.
+    t = _smoothstep(0.0, _LOWER_LIP, v - seam)
+    broad = 1.0 - _smoothstep(0.45, 1.05, np.abs(u))
+    drop = (_lens(u) * (1.0 - t) + broad * t) * (1.0 - _smoothstep(chin_v, chin_v + 0.55, v))
+    # Upper lip: lifts with the lens profile, fading out towards the nose.
+    lift = -_lens(u) * (1.0 - _smoothstep(0.0, max(1e-3, -nose_v), seam - v))
+    return np.stack([spread, drop, lift], axis=-1).astype(np.float32)
 
-    def __init__(self, g: MouthGeometry, shape: MouthShape):
-        self.g = g
-        self.drop = JAW_DROP * shape.open
-        self.lift = UPPER_LIFT * shape.open
-        self.scale = SPREAD * shape.wide - ROUNDING * shape.round
 
-    def seam(self, u: np.ndarray) -> np.ndarray:
-        return np.interp(u, self.g.seam_u, self.g.seam_v).astype(np.float32)
-
-    def horizontal(self, u: np.ndarray, v: np.ndarray, seam: np.ndarray) -> np.ndarray:
-        # Fades out beyond the corners, towards the nose and below the lower lip, inside the patch.
-        reach_up = max(0.12, float(-self.g.nose_v))
-        vertical = np.where(v < seam, 1.0 - _smoothstep(0.1, reach_up, seam - v), 1.0 - _smoothstep(0.25, 0.7, v - seam))
-        window = (1.0 - _smoothstep(0.5, 1.05, np.abs(u))) * vertical
-        return u * (self.scale * window)
-
-    def lower(self, u: np.ndarray, v: np.ndarray, seam: np.ndarray) -> np.ndarray:
-        t = _smoothstep(0.0, _LOWER_LIP, v - seam)
-        broad = 1.0 - _smoothstep(0.45, 1.05, np.abs(u))
-        profile = _lens(u) * (1.0 - t) + broad * t
-        fade = 1.0 - _smoothstep(self.g.chin_v, self.g.chin_v + 0.55, v)
-        return self.drop * profile * fade
-
-    def upper(self, u: np.ndarray, v: np.ndarray, seam: np.ndarray) -> np.ndarray:
-        reach = max(1e-3, float(-self.g.nose_v))
-        fade = 1.0 - _smoothstep(0.0, reach, seam - v)
-        return -self.lift * _lens(u) * fade
-
-    def solve(self, u_out: np.ndarray, v_out: np.ndarray, side: str) -> tuple[np.ndarray, np.ndarray]:
-        """Source ``(u, v)`` with ``source + d(source) = output`` for one side's rule (fixed point;
-        the displacement is small and smooth, three steps are below a hundredth of a pixel)."""
-        u, v = u_out, v_out
-        vertical = self.upper if side == "upper" else self.lower
-        for _ in range(3):
-            seam = self.seam(u)
-            u_next = u_out - self.horizontal(u, v, seam)
-            v = v_out - vertical(u, v, seam)
-            u = u_next
-        return u, v
+def _solve(g: MouthGeometry, shape: MouthShape, side: str) -> tuple[np.ndarray, np.ndarray]:
+    """Source ``(u, v)`` of each coarse node for one side's rule: ``source + d(source) = node``,
+    by fixed-point steps (the displacement is small and smooth; three steps are well under a
+    hundredth of a pixel), sampling the basis bilinearly at each step's source."""
+    scale = SPREAD * shape.wide - ROUNDING * shape.round
+    k = 1 if side == "lower" else 2
+    gain = (JAW_DROP if side == "lower" else UPPER_LIFT) * shape.open * g.jaw_scale / g.width
+    m = g.uv_to_node
+    u, v = g.coarse_u, g.coarse_v
+    for _ in range(3):
+        nx = (m[0, 0] * u + m[0, 1] * v + m[0, 2]).astype(np.float32)
+        ny = (m[1, 0] * u + m[1, 1] * v + m[1, 2]).astype(np.float32)
+        b = cv2.remap(g.basis, nx, ny, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        u, v = g.coarse_u - np.float32(scale) * b[..., 0], g.coarse_v - np.float32(gain) * b[..., k]
+    return u, v
 
 
 def shape_mouth(source: np.ndarray, target: np.ndarray, g: MouthGeometry, shape: MouthShape) -> None:
@@ -216,29 +234,40 @@ def shape_mouth(source: np.ndarray, target: np.ndarray, g: MouthGeometry, shape:
     if shape.neutral:
         target[y0:y1, x0:x1] = source[y0:y1, x0:x1]
         return
-    f = _Field(g, shape)
-    u_up, v_up = f.solve(g.grid_u, g.grid_v, "upper")
-    u_lo, v_lo = f.solve(g.grid_u, g.grid_v, "lower")
-    # How far (px) an output pixel lies inside the opening, seen from each lip: the upper rule's
-    # source falls below the seam there, the lower rule's above it.
-    inside_up = (v_up - f.seam(u_up)) * np.float32(g.width)
-    inside_lo = (f.seam(u_lo) - v_lo) * np.float32(g.width)
-    use_upper = inside_up <= inside_lo
-    su = np.where(use_upper, u_up, u_lo)
-    sv = np.where(use_upper, v_up, v_lo)
     w = np.float32(g.width)
-    map_x = np.float32(g.centre[0]) + w * (su * np.float32(g.axis_u[0]) + sv * np.float32(g.axis_v[0]))
-    map_y = np.float32(g.centre[1]) + w * (su * np.float32(g.axis_u[1]) + sv * np.float32(g.axis_v[1]))
+    ph, pw = y1 - y0, x1 - x0
+    # Per side: where each output pixel samples (px) and how far inside the opening it lies (px),
+    # solved on the coarse nodes and upsampled (each side's field is smooth).
+    sides = []
+    for side in ("upper", "lower"):
+        su, sv = _solve(g, shape, side)
+        seam = np.interp(su, g.seam_u, g.seam_v).astype(np.float32)
+        inside = (sv - seam) if side == "upper" else (seam - sv)
+        mx = np.float32(g.centre[0]) + w * (su * np.float32(g.axis_u[0]) + sv * np.float32(g.axis_v[0]))
+        my = np.float32(g.centre[1]) + w * (su * np.float32(g.axis_u[1]) + sv * np.float32(g.axis_v[1]))
+        coarse = cv2.merge([mx.astype(np.float32), my.astype(np.float32), (inside * w).astype(np.float32)])
+        sides.append(cv2.resize(coarse, (pw, ph), interpolation=cv2.INTER_LINEAR))
+    up, lo = sides
+    inside_up, inside_lo = cv2.extractChannel(up, 2), cv2.extractChannel(lo, 2)
+    # Each pixel takes the side it is nearer to (OpenCV's masked copy: several times numpy's where).
+    cv2.copyTo(up, cv2.compare(inside_up, inside_lo, cv2.CMP_LE), lo)
+    map_x, map_y = cv2.extractChannel(lo, 0), cv2.extractChannel(lo, 1)
     lips = cv2.remap(source, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
 
+    # The opening: where both sides see the pixel inside; the rest of the patch is the lips' warp.
+    nearer = cv2.min(inside_up, inside_lo)
+    rows = np.flatnonzero(nearer.max(axis=1) > -0.5)
+    if rows.size == 0:
+        target[y0:y1, x0:x1] = lips
+        return
+    cols = np.flatnonzero(nearer[rows[0] : rows[-1] + 1].max(axis=0) > -0.5)
+    r0, r1, c0, c1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+    inside_up, inside_lo = inside_up[r0:r1, c0:c1], inside_lo[r0:r1, c0:c1]
     depth = np.minimum(inside_up, inside_lo)
     gap = inside_up + inside_lo  # the opening's height in this column, px
     # Coverage: by the sub-pixel distance to the nearer lip, and no more than the opening's height
     # (where the lips just touch, beyond the corners, nothing of the inside shows).
     alpha = np.clip(depth + 0.5, 0.0, 1.0) * np.clip(gap, 0.0, 1.0)
-    if not (alpha > 0).any():
-        target[y0:y1, x0:x1] = lips
-        return
     # The inside: dark, darkest just under the upper teeth, the tongue's lighter red towards the
     # lower lip.
     gap = np.maximum(gap, 1e-3)
@@ -248,7 +277,7 @@ def shape_mouth(source: np.ndarray, target: np.ndarray, g: MouthGeometry, shape:
     # Teeth: the upper row under the upper lip (unless the portrait's own teeth already show and
     # move with the lip), the lower row over the lower lip for spread lips; narrower than the
     # mouth, shaded towards the sides.
-    across_u = np.abs(g.grid_u) / _TEETH_HALF_WIDTH
+    across_u = np.abs(g.grid_u[r0:r1, c0:c1]) / _TEETH_HALF_WIDTH
     teeth_span = np.sqrt(np.clip(1.0 - across_u**2, 0.0, 1.0))
     teeth = np.zeros_like(alpha)
     if not g.shows_teeth:
@@ -260,6 +289,7 @@ def shape_mouth(source: np.ndarray, target: np.ndarray, g: MouthGeometry, shape:
     teeth *= np.clip(teeth_span * 2.5, 0.0, 1.0)
     teeth_col = g.teeth_rgb[None, None, :] * (0.72 + 0.28 * teeth_span)[..., None]
     inside = inside + (teeth_col - inside) * teeth[..., None]
-    out = lips.astype(np.float32)
+    out = lips[r0:r1, c0:c1].astype(np.float32)
     out += (inside - out) * alpha[..., None]
-    target[y0:y1, x0:x1] = np.clip(out + 0.5, 0, 255).astype(np.uint8)
+    lips[r0:r1, c0:c1] = np.clip(out + 0.5, 0, 255).astype(np.uint8)
+    target[y0:y1, x0:x1] = lips
