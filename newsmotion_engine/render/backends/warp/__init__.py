@@ -1,5 +1,6 @@
 """The ``warp`` backend: CPU, no weights (:mod:`.warp`); the arm layers it cuts and poses
-(:mod:`.limbs`) are deformed as-rigid-as-possible (:mod:`.arap`)."""
+(:mod:`.limbs`) are deformed as-rigid-as-possible (:mod:`.arap`); with speech, the face talks
+(:mod:`.face_motion`: blinks and head motion; :mod:`.mouth`: the mouth's shapes)."""
 
 from __future__ import annotations
 

@@ -33,6 +33,12 @@ clip once per clip (region, grid), so the per-frame work is one small linear sol
 field, one remap of the region and, per arm, a few sparse back-substitutions and one small remap.
 Which arm parts were animated (and why the others were not) is in ``describe()["last_render"]``
 after a render, hence in the render's telemetry (``backend_info``).
+
+Speech (``frames(..., visemes=track)``, ``moves_lips = True``): before each frame's remap, the
+mouth and eyelids of the body image are reshaped in rest coordinates from the viseme frame and
+the seeded blink schedule (:class:`~newsmotion_engine.render.backends.warp.face_motion.FacePerformance`),
+and the speech's nods and sway are added to the head's similarity, so the warp carries the talking
+face with the gesture. ``describe()["last_render"]["face"]`` says what the face did.
 """
 
 from __future__ import annotations
