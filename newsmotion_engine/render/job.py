@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RenderInputs",
+    "announce_step",
     "backend_identity",
     "check_render_request",
     "current_render",
@@ -170,7 +171,7 @@ def ensure_render_inputs(
     persona cache anna", "building wan-animate artifacts") and returns a ``progress(done, total)``
     for it; current caches announce nothing.
     """
-    guidance, guidance_built = ensure_guidance(storage, loop_id, progress=_announce(on_step, f"building guidance cache {loop_id}"))
+    guidance, guidance_built = ensure_guidance(storage, loop_id, progress=announce_step(on_step, f"building guidance cache {loop_id}"))
     persona, persona_built = ensure_persona_input(storage, persona_id, on_step=on_step)
     if backend is not None and spec is not None:
         _prepare_backend(backend, guidance, persona, spec, on_step)
@@ -182,10 +183,10 @@ def ensure_persona_input(storage: Storage, persona_id: str, *, on_step: OnStep |
     built); without a kept portrait, the cache as it is (:func:`load_persona_input`)."""
     if storage.find_persona_source(persona_id) is None:
         return load_persona_input(storage, persona_id), False  # nothing to build from
-    return ensure_persona(storage, persona_id, progress=_announce(on_step, f"building persona cache {persona_id}"))
+    return ensure_persona(storage, persona_id, progress=announce_step(on_step, f"building persona cache {persona_id}"))
 
 
-def _announce(on_step: OnStep | None, label: str) -> Progress | None:
+def announce_step(on_step: OnStep | None, label: str) -> Progress | None:
     """A progress callback that starts the step ``label`` on its first call (builders report
     progress only while building, so a current cache shows no step)."""
     if on_step is None:

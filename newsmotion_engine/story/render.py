@@ -24,7 +24,6 @@ import json
 import tempfile
 import time
 import wave
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,7 +39,16 @@ from newsmotion_engine.ids import SLUG_RE, validate_id
 from newsmotion_engine.persona.cache import PersonaCache
 from newsmotion_engine.render.base import Backend, RenderSpec, moves_lips
 from newsmotion_engine.render.clip import retargeted_keypoints
-from newsmotion_engine.render.job import backend_identity, ensure_persona_input, load_guidance_input, load_persona_input, render_lock
+from newsmotion_engine.render.job import (
+    OnStep,
+    Progress,
+    announce_step,
+    backend_identity,
+    ensure_persona_input,
+    load_guidance_input,
+    load_persona_input,
+    render_lock,
+)
 from newsmotion_engine.storage import Storage
 from newsmotion_engine.story.format import IDLE_REST, STORY_SUFFIXES, Story, load_story
 from newsmotion_engine.story.speech import StorySpeech, story_speech
@@ -51,8 +59,6 @@ from newsmotion_engine.video.streams import av_sync
 
 __all__ = ["StoryInputs", "check_story", "plan_story", "prepare_story", "render_story", "stored_story", "story_ids", "story_slots"]
 
-Progress = Callable[[int, int], None]
-OnStep = Callable[[str], Progress]
 
 
 @dataclass(frozen=True)
@@ -141,7 +147,7 @@ def prepare_story(storage: Storage, story: Story, spec: RenderSpec, *, build: bo
     loop_ids = list(dict.fromkeys([cue.loop_id for cue in story.gestures] + ([story.idle] if story.idle != IDLE_REST else [])))
     if build:
         persona, _ = ensure_persona_input(storage, story.persona_id, on_step=on_step)
-        loops = {loop_id: ensure_guidance(storage, loop_id, progress=_step(on_step, f"building guidance cache {loop_id}"))[0]
+        loops = {loop_id: ensure_guidance(storage, loop_id, progress=announce_step(on_step, f"building guidance cache {loop_id}"))[0]
                  for loop_id in loop_ids}  # fmt: skip
     else:
         persona = load_persona_input(storage, story.persona_id)
@@ -152,21 +158,6 @@ def prepare_story(storage: Storage, story: Story, spec: RenderSpec, *, build: bo
     speech = story_speech(story, storage, spec.fps, build=build,
                           on_build=lambda sid: on_step(f"building speech cache {sid}")(0, 1) if on_step else None)  # fmt: skip
     return StoryInputs(story, persona, loops, speech)
-
-
-def _step(on_step: OnStep | None, label: str) -> Progress | None:
-    """A progress callback that announces ``label`` on its first call (builders report only while
-    building, so a current cache shows no step)."""
-    if on_step is None:
-        return None
-    started: list[Progress] = []
-
-    def progress(done: int, total: int) -> None:
-        if not started:
-            started.append(on_step(label))
-        started[0](done, total)
-
-    return progress
 
 
 def story_slots(story: Story, speech: StorySpeech, loop_frames: dict[str, int]) -> list[Slot]:
