@@ -48,6 +48,22 @@ def top_level_figures(data: Mapping[str, Any], limit: int = 8) -> dict[str, floa
     return dict(list(figures.items())[:limit])
 
 
+def stock_vs_ours(result: dict[str, Any], key: str, rows: Mapping[str, Mapping[str, Any]], *, seconds: str = "end_to_end_s") -> None:
+    """Add one size's figures to a stock-vs-ours bench ``result``: ``clip_{key}_s_stock``,
+    ``clip_{key}_s`` (the fastest variant that is not ``stock``), ``fastest_{key}`` and
+    ``speedup_{key}``, from the measured ``rows`` (variant -> row with ``seconds``)."""
+    done = {n: r for n, r in rows.items() if seconds in r}
+    if "stock" in done:
+        result[f"clip_{key}_s_stock"] = done["stock"][seconds]
+    ours = {n: r for n, r in done.items() if n != "stock"}
+    if ours:
+        best = min(ours, key=lambda n: ours[n][seconds])
+        result[f"clip_{key}_s"] = ours[best][seconds]
+        result[f"fastest_{key}"] = best
+        if "stock" in done:
+            result[f"speedup_{key}"] = round(done["stock"][seconds] / ours[best][seconds], 3)
+
+
 def read_lab_data(path: str | Path) -> dict[str, Any]:
     """The bench output inside the result record at ``path``."""
     from newsmotion_engine.bench.record import read_result

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.lab_record import top_level_figures, write_lab_result
+from benchmarks.lab_record import stock_vs_ours, top_level_figures, write_lab_result
 
 __all__ = ["VARIANTS", "bench_scail2"]
 
@@ -145,16 +145,7 @@ def bench_scail2(preset: str = "14b", *, sizes: Sequence[tuple[int, int]] = ((72
                     rows[name] = row
                     log(f"{key} {name}: {row}")
                     write()
-                done = {n: r for n, r in rows.items() if "end_to_end_s" in r}
-                if "stock" in done:
-                    result[f"clip_{key}_s_stock"] = done["stock"]["end_to_end_s"]
-                ours = {n: r for n, r in done.items() if n != "stock"}
-                if ours:
-                    best = min(ours, key=lambda n: ours[n]["end_to_end_s"])
-                    result[f"clip_{key}_s"] = ours[best]["end_to_end_s"]
-                    result[f"fastest_{key}"] = best
-                    if "stock" in done:
-                        result[f"speedup_{key}"] = round(done["stock"]["end_to_end_s"] / ours[best]["end_to_end_s"], 3)
+                stock_vs_ours(result, key, rows)
                 write()
             backend.close()
     finally:

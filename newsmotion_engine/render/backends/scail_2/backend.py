@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from newsmotion_engine.errors import CacheError
 from newsmotion_engine.guidance.driver import MODEL_FPS, loop_fps, model_frame_count
 from newsmotion_engine.render.base import BackendNeeds, RenderSpec
 from newsmotion_engine.render.backends.scail_2 import caches as C
@@ -79,6 +78,7 @@ class Scail2Backend(DiffusersBackend):
     options_class = Scail2Options
     caches = C
     oom_error = Scail2OOMError
+    driven_by_clip = True
 
     # ------------------------------------------------------------------ lifecycle
     def _load_components(self) -> Any:
@@ -113,29 +113,10 @@ class Scail2Backend(DiffusersBackend):
         return model_frame_count(len(np.asarray(guidance.keypoints)), loop_fps(guidance))
 
     def guidance_params(self, guidance: Any, spec: RenderSpec, plan: Any) -> tuple[dict, dict]:
-        """The shared params with this backend's prompt, plus the driving clip's origin and digest
-        (a new clip makes Tier 1 stale)."""
-        from newsmotion_engine.guidance.driver import load_driving_clip
-
+        """The shared params (the driving clip's origin and digest among them) with this backend's prompt."""
         source, params = super().guidance_params(guidance, spec, plan)
         params["prompt"] = loop_prompt(guidance, self.options.prompt, default=DEFAULT_PROMPT)
-        try:
-            clip = load_driving_clip(guidance, spec.width, spec.height)
-        except CacheError as exc:
-            # No current clip: no Tier 1 matches, so a render raises Tier 1's not-ready error,
-            # whose remedy (prepare_guidance) builds the clip first.
-            params["driving"] = {"not_ready": exc.problem}
-        else:
-            params["driving"] = {"origin": clip.origin, "fps": clip.fps, "digest": clip.digest}
         return source, params
-
-    def prepare_guidance(self, guidance: Any, spec: RenderSpec) -> bool:
-        """Builds (or reuses) the loop's driving clip at ``spec``'s size first, then Tier 1 from it."""
-        from newsmotion_engine.guidance.driver import ensure_driving_clip
-
-        self._check_spec(spec)
-        _, clip_built = ensure_driving_clip(guidance, spec.width, spec.height)
-        return super().prepare_guidance(guidance, spec) or clip_built
 
     def _build_guidance(self, path: Path, guidance: Any, spec: RenderSpec, plan: segments.SegmentPlan, source: dict, params: dict) -> None:
         import torch

@@ -72,17 +72,15 @@ class Preset:
     segment_frames: int = RELEASED_SEGMENT_FRAMES
 
 
-_WAN21_VAE = dict(base_dim=96, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, temperal_downsample=[False, True, True])
-_CLIP_H14 = dict(hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=16,
-                 image_size=224, patch_size=14, projection_dim=1024, hidden_act="gelu")  # fmt: skip
-_UMT5_XXL = dict(vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
-                 feed_forward_proj="gated-gelu", relative_attention_num_buckets=32)  # fmt: skip
+WAN21_COMPONENTS = "wan-animate"  # wan/released: the Wan 2.1 VAE, CLIP ViT-H/14 and UMT5-XXL configs SCAIL-2 uses too
 
 
-def _released_transformer() -> dict[str, Any]:
+def _released_14b() -> Preset:
     from newsmotion_engine.render.backends.scail_2.released import transformer_kwargs
+    from newsmotion_engine.render.backends.wan.released import component_kwargs
 
-    return transformer_kwargs()
+    return Preset("14b", transformer_kwargs(), component_kwargs(WAN21_COMPONENTS, "vae"),
+                  component_kwargs(WAN21_COMPONENTS, "image_encoder"), component_kwargs(WAN21_COMPONENTS, "text_encoder"))
 
 
 PRESETS: dict[str, Preset] = {
@@ -95,7 +93,7 @@ PRESETS: dict[str, Preset] = {
         text_encoder=dict(vocab_size=512, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, feed_forward_proj="gated-gelu"),
         segment_frames=9,
     ),
-    "14b": Preset(name="14b", transformer=_released_transformer(), vae=_WAN21_VAE, image_encoder=_CLIP_H14, text_encoder=_UMT5_XXL),
+    "14b": _released_14b(),
 }
 
 _REFUSED = {

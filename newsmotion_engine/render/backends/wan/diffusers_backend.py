@@ -77,6 +77,9 @@ class DiffusersBackend:
     options_class: ClassVar[type]
     caches: ClassVar[Any]  # the backend's caches module
     oom_error: ClassVar[type[DiffusersOOMError]] = DiffusersOOMError
+    # Driven by the loop's driving clip (guidance/driver.py): prepare_guidance builds the clip
+    # first, and the guidance sub-cache is keyed on the clip's origin and digest.
+    driven_by_clip: ClassVar[bool] = False
     # Pose-driven models: a viseme track is accepted and ignored (an audio-driven subclass says True).
     moves_lips: ClassVar[bool] = False
 
@@ -208,7 +211,22 @@ class DiffusersBackend:
             "negative_prompt": o.negative_prompt,
             **self._guidance_params_extra(spec),
         }
+        if self.driven_by_clip:
+            params["driving"] = self._driving_clip_key(guidance, spec)
         return source, params
+
+    @staticmethod
+    def _driving_clip_key(guidance: Any, spec: RenderSpec) -> dict[str, Any]:
+        """The loop's driving clip at ``spec``'s size, as the guidance sub-cache is keyed on it."""
+        from newsmotion_engine.guidance.driver import load_driving_clip
+
+        try:
+            clip = load_driving_clip(guidance, spec.width, spec.height)
+        except CacheError as exc:
+            # No current clip: no sub-cache can match these params, so a render raises the
+            # not-ready error, whose remedy (prepare_guidance) builds the clip first.
+            return {"not_ready": exc.problem}
+        return {"origin": clip.origin, "fps": clip.fps, "digest": clip.digest}
 
     def persona_params(self, persona: Any, spec: RenderSpec) -> tuple[dict, dict]:
         source = {"kind": "persona", "sha256": source_digest(persona)}
@@ -243,12 +261,20 @@ class DiffusersBackend:
         ``spec``'s size, then what derives from it (:meth:`_prepared_guidance`): ``True`` when
         something was built, ``False`` when a current one was there. The only place the encoders
         run for a loop (the VAE encoder, the text encoder, and CLIP for wan-animate-2; loaded for
-        the build, then freed)."""
+        the build, then freed). A backend ``driven_by_clip`` builds (or reuses) the loop's driving
+        clip at ``spec``'s size first (CPU, no model; in Dagster the ``driving_clip`` asset has
+        built it already)."""
+        clip_built = False
+        if self.driven_by_clip:
+            from newsmotion_engine.guidance.driver import ensure_driving_clip
+
+            self._check_spec(spec)
+            _, clip_built = ensure_driving_clip(guidance, spec.width, spec.height)
         C = self.caches
         plan, path, source, params = self._guidance_location(guidance, spec)
         read = lambda: C.read_guidance_artifacts(path, source, params, plan, spec.width, spec.height)  # noqa: E731
         _, built = cachedir.ensure(path, read, lambda: self._build_guidance(path, guidance, spec, plan, source, params))
-        return self._prepared_guidance(path, plan, spec) or built
+        return self._prepared_guidance(path, plan, spec) or built or clip_built
 
     def prepare_persona(self, persona: Any, spec: RenderSpec) -> bool:
         """Build (or validate) the persona sub-cache (reference latents, CLIP image tokens) of

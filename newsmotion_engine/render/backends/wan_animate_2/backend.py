@@ -78,6 +78,7 @@ class WanAnimate2Backend(DiffusersBackend):
     options_class = WanAnimate2Options
     caches = C
     oom_error = WanAnimate2OOMError
+    driven_by_clip = True
 
     def __init__(self, options: WanAnimate2Options) -> None:
         super().__init__(options)
@@ -145,20 +146,10 @@ class WanAnimate2Backend(DiffusersBackend):
         return {"prompt_ref": self.options.prompt_ref, "driving": "driving clip"}
 
     def guidance_params(self, guidance: Any, spec: RenderSpec, plan: Any) -> tuple[dict, dict]:
-        """The shared params less the prompt (Tier 2 holds it), plus the driving clip's origin and
-        digest (a new clip makes Tier 1 stale)."""
-        from newsmotion_engine.guidance.driver import load_driving_clip
-
+        """The shared params (the driving clip's origin and digest among them: a new clip makes
+        Tier 1 stale) less the prompt (Tier 2 holds it)."""
         source, params = super().guidance_params(guidance, spec, plan)
         params.pop("prompt", None)
-        try:
-            clip = load_driving_clip(guidance, spec.width, spec.height)
-        except CacheError as exc:
-            # No current clip: no Tier 1 can match these params, so a render raises Tier 1's
-            # not-ready error, whose remedy (prepare_guidance) builds the clip first.
-            params["driving"] = {"not_ready": exc.problem}
-        else:
-            params["driving"] = {"origin": clip.origin, "fps": clip.fps, "digest": clip.digest}
         return source, params
 
     def prompt_text(self, persona: Any, spec: RenderSpec) -> str:
@@ -168,15 +159,6 @@ class WanAnimate2Backend(DiffusersBackend):
     def persona_params(self, persona: Any, spec: RenderSpec) -> tuple[dict, dict]:
         source, params = super().persona_params(persona, spec)
         return source, {**params, "prompt": self.prompt_text(persona, spec)}
-
-    def prepare_guidance(self, guidance: Any, spec: RenderSpec) -> bool:
-        """Builds (or reuses) the loop's driving clip at ``spec``'s size first (CPU, no model; in
-        Dagster the ``driving_clip`` asset has built it already), then Tier 1 from it."""
-        from newsmotion_engine.guidance.driver import ensure_driving_clip
-
-        self._check_spec(spec)
-        _, clip_built = ensure_driving_clip(guidance, spec.width, spec.height)
-        return super().prepare_guidance(guidance, spec) or clip_built
 
     def kv_params(self, tier1_digest: str) -> tuple[dict, dict]:
         """The FP8 K/V file's key: the Tier-1 cache it was extracted from and what shapes the
