@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.lab_record import top_level_figures, write_lab_result
+from benchmarks.lab_record import stock_vs_ours, top_level_figures, write_lab_result
 
 __all__ = ["VARIANTS", "bench_champ"]
 
@@ -133,15 +133,7 @@ def bench_champ(smpl_model: str | Path, preset: str = "champ", *, sizes: Sequenc
                 rows[name] = row
                 log(f"{key} {name}: {row}")
                 write()
-            done = {n: r for n, r in rows.items() if "end_to_end_s" in r}
-            ours = {n: r for n, r in done.items() if n != "stock"}
-            if "stock" in done:
-                result[f"clip_{key}_s_stock"] = done["stock"]["end_to_end_s"]
-            if ours:
-                best = min(ours, key=lambda n: ours[n]["end_to_end_s"])
-                result[f"clip_{key}_s"], result[f"fastest_{key}"] = ours[best]["end_to_end_s"], best
-                if "stock" in done:
-                    result[f"speedup_{key}"] = round(done["stock"]["end_to_end_s"] / ours[best]["end_to_end_s"], 3)
+            stock_vs_ours(result, key, rows)
             write()
         backend.close()
     write()
