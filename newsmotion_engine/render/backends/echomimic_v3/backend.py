@@ -50,7 +50,9 @@ class EchoMimicV3Backend(DiffusersBackend):
     """See the module docstring. Construct through the registry: ``get_backend("echomimic-v3", speech="...")``."""
 
     name: ClassVar[str] = NAME
-    moves_lips: ClassVar[bool] = True  # the mouth follows the speech's audio (not a viseme track)
+    # It performs no viseme track (the ``visemes`` keyword is ignored): its mouth follows the
+    # ``speech`` option's audio features (describe()["lips"]).
+    moves_lips: ClassVar[bool] = False
     needs: ClassVar[BackendNeeds] = BackendNeeds(guidance=frozenset({"keypoints"}),
                                                  persona=frozenset({"portrait", "person_mask", "first_condition", "image_tokens", "prompt_embeds"}))  # fmt: skip
     options_class: ClassVar[type] = EchoMimicV3Options
@@ -171,12 +173,11 @@ class EchoMimicV3Backend(DiffusersBackend):
         pa = self.load_persona(persona, spec)  # raises BackendCacheError before any denoising
         speech = self.speech_audio() or silent_audio(n, **self._audio_shape())
         model = self._segment_frames(pa, speech, n, spec)
-        i, current, frame = 0, -1, None
+        current, frame = -1, None
         for k in index:
             while current < k:
                 frame, current = next(model), current + 1
             yield cv2.resize(frame, (spec.width, spec.height), interpolation=cv2.INTER_CUBIC)
-            i += 1
 
     def _segment_frames(self, pa: C.PersonaArtifacts, speech: SpeechAudio, n: int, spec: RenderSpec) -> Iterator[np.ndarray]:
         """The ``n`` model frames (uint8 RGB at the model size), segment by segment, overlaps cross-faded."""

@@ -70,7 +70,7 @@ def test_silent_render_through_the_registry_and_its_persona_cache(pair):
     stale by a backend with another prompt."""
     loop, persona = pair
     b = _backend()
-    assert b.moves_lips is True
+    assert b.moves_lips is False  # no viseme track: the mouth follows the speech option's audio
     assert b.prepare_guidance(loop, SPEC) is False  # no loop artifacts: the model follows no pose
     with pytest.raises(BackendCacheMissingError, match="echomimic-v3 persona artifacts"):
         next(iter(b.frames(loop, persona, loop.keypoints, SPEC)))
