@@ -190,7 +190,7 @@ def render_clip(
     if fidelity is None:
         pose_fidelity, pose_reason = None, "not requested (render_clip called without a fidelity configuration)"
     elif not follows_loop:
-        pose_fidelity, pose_reason = None, f"not measured: {backend.name} set the clip's length (it performs a speech, not the loop's pose)"
+        pose_fidelity, pose_reason = None, f"{backend.name} set the clip's length (it performs a speech, not the loop's pose)"
     else:
         portrait_hw = np.asarray(persona.portrait).shape[:2]
         rest = rest_frame(persona.portrait, persona.person_mask, spec.width, spec.height, spec.background)
