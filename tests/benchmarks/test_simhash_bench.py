@@ -2,8 +2,9 @@
 the replaying encoder that lets each threshold skip recomputing outputs."""
 
 import numpy as np
+import pytest
 
-from benchmarks.simhash import ReplayEncoder, choose_threshold, sweep_rows
+from benchmarks.simhash import ReplayEncoder, choose_threshold, error_limit, sweep_rows
 
 
 def _stats(windows, hits, exact, hash_s, lookup_s, distance=None):
@@ -23,12 +24,18 @@ def test_sweep_rows_net_the_overhead_of_every_window_against_the_hits():
     assert eight["reuse_cosine_distance_max"] == 0.6
 
 
-def test_the_chosen_threshold_is_the_largest_within_tolerance():
-    rows = [{"max_distance": 0, "reuse_cosine_distance": 0.05}, {"max_distance": 4, "reuse_cosine_distance": 0.15},
-            {"max_distance": 8, "reuse_cosine_distance": 0.3}, {"max_distance": 12, "reuse_cosine_distance": 0.19}]
-    assert choose_threshold(rows, unrelated=0.8, tolerance=0.25) == 12
-    assert choose_threshold(rows, unrelated=0.4, tolerance=0.25) == 0
-    assert choose_threshold([{"max_distance": 0, "reuse_cosine_distance": 0.5}], unrelated=0.8) == 0
+def test_the_chosen_threshold_keeps_nearly_all_of_exact_hashings_advantage():
+    rows = [{"max_distance": 0, "reuse_cosine_distance": 0.4}, {"max_distance": 2, "reuse_cosine_distance": 0.38},
+            {"max_distance": 4, "reuse_cosine_distance": 0.45}, {"max_distance": 8, "reuse_cosine_distance": 0.6},
+            {"max_distance": 12, "reuse_cosine_distance": None}]
+    # limit: 0.4 + 0.1 * (0.8 - 0.4) = 0.44
+    assert error_limit(rows, unrelated=0.8) == pytest.approx(0.44)
+    assert choose_threshold(rows, unrelated=0.8) == 12  # no hits at 12: nothing reused, nothing lost
+    assert choose_threshold(rows[:4], unrelated=0.8) == 2
+    assert choose_threshold(rows[:4], unrelated=0.9) == 4  # 0.4 + 0.05 = 0.45
+    no_exact_hits = [{"max_distance": 0, "reuse_cosine_distance": None}, {"max_distance": 2, "reuse_cosine_distance": 0.1}]
+    assert error_limit(no_exact_hits, unrelated=0.8) == pytest.approx(0.08)
+    assert choose_threshold(no_exact_hits, unrelated=0.8) == 0
 
 
 def test_the_replay_encoder_computes_each_window_once():
