@@ -121,31 +121,16 @@ def _load_strict(module: Any, tensors: dict[str, Any], path: Path, what: str) ->
 
 
 @dataclass
-class MimicMotionComponents:
+class MimicMotionComponents(wan.RenderComponents):
     """What a render uses: the UNet (as ``transformer``, where the acceleration registry looks),
-    the PoseNet, the VAE and the scheduler config."""
+    the VAE, the scheduler config and the PoseNet."""
 
-    transformer: Any  # UNetSpatioTemporalConditionModel
-    pose_net: Any
-    vae: Any
-    scheduler_config: dict[str, Any]
-    identity: dict[str, Any]
-    device: Any
-    dtype: Any
-    vae_dtype: Any
-    cfg_schedule: Any = None
+    pose_net: Any = None
+    default_scheduler = "EulerDiscreteScheduler"
 
     @property
     def unet(self) -> Any:
         return self.transformer
-
-    @property
-    def weights_label(self) -> str:
-        return RANDOM_WEIGHTS_LABEL if self.identity["weights"] == RANDOM_WEIGHTS_LABEL else f"folder {self.identity['path']}"
-
-    def new_scheduler(self):
-        """A fresh scheduler (its step index must never leak between renders)."""
-        return wan.scheduler_class(self.scheduler_config, "EulerDiscreteScheduler").from_config(self.scheduler_config)
 
 
 def model_identity(opts: MimicMotionOptions, device: Any) -> dict[str, Any]:
@@ -260,4 +245,4 @@ def load_render_components(opts: MimicMotionOptions) -> MimicMotionComponents:
     ident = model_identity(opts, device)
     unet, pose_net = build_unet_and_pose_net(opts, device, dtype)
     vae = build_vae(opts, device, vae_dtype)
-    return MimicMotionComponents(unet, pose_net, vae, scheduler, ident, device, dtype, vae_dtype)
+    return MimicMotionComponents(unet, vae, scheduler, ident, device, dtype, vae_dtype, pose_net=pose_net)
