@@ -67,17 +67,33 @@ def segment_windows(features: np.ndarray, start: int, frames: int) -> np.ndarray
 
 
 def load_speech_audio(speech_root: str | Path, speech_id: str, *, fps: int, window: int, layers: int, channels: int,
-                      audio_model_path: str | None) -> SpeechAudio:  # fmt: skip
-    """The features of speech ``speech_id`` under ``speech_root`` at ``fps`` (built once by the speech
-    tier's feature cache, then read), with the speech's duration and a digest of the features."""
+                      audio_model_path: str | None, build: bool = False) -> SpeechAudio:  # fmt: skip
+    """The features of speech ``speech_id`` under ``speech_root`` at ``fps``, with the speech's
+    duration and a digest of the features. ``build``: have the speech tier's feature cache build
+    them when missing or stale (what ``prepare_guidance`` does); otherwise only read them.
+
+    Raises:
+        CacheNotReadyError: (without ``build``) the features are missing, stale or damaged; the
+            message says how to build them.
+    """
     import hashlib
 
+    from newsmotion_engine.errors import CacheError, CacheNotReadyError
     from newsmotion_engine.speech.cache import load_speech_cache
-    from newsmotion_engine.speech.features import AudioEncoder, ensure_features
+    from newsmotion_engine.speech.features import AudioEncoder, ensure_features, load_features
 
     speech = load_speech_cache(speech_root, speech_id)
     # The release reads every hidden layer on its own axis; a one-layer model (the tiny preset) their mean.
     encoder = AudioEncoder.load(audio_model_path, layers="all" if layers > 1 else "mean")
-    feats = ensure_features(speech_root, speech_id, fps=fps, encoder=encoder)
+    if build:
+        feats = ensure_features(speech_root, speech_id, fps=fps, encoder=encoder)
+    else:
+        try:
+            feats = load_features(speech_root, speech_id, fps=fps, encoder=encoder)
+        except CacheError as exc:
+            state = type(exc).__name__.removeprefix("Cache").removesuffix("Error").lower() or "not ready"
+            raise CacheNotReadyError(f"speech features of {speech_id!r} at {fps} fps", state, exc.problem,
+                                     "run `newsmotion render ... -o speech=ID` or the backend's prepare_guidance "
+                                     "(Dagster: backend_guidance_cache), which build them") from None  # fmt: skip
     a = audio_windows(feats.features, window=window, layers=layers, channels=channels, what=f"speech {speech_id!r} features")
     return SpeechAudio(speech_id, a, float(speech.duration_s), hashlib.sha256(a.tobytes()).hexdigest()[:16])

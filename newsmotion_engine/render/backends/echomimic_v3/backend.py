@@ -88,8 +88,9 @@ class EchoMimicV3Backend(DiffusersBackend):
         cfg = self.components.transformer.config
         return {"window": cfg.audio_window, "layers": cfg.audio_layers, "channels": cfg.audio_channels}
 
-    def speech_audio(self) -> SpeechAudio | None:
-        """The configured speech's features (read once per loaded backend), or None without one."""
+    def speech_audio(self, *, build: bool = False) -> SpeechAudio | None:
+        """The configured speech's features (read once per loaded backend; ``build``: have the speech
+        tier build them when missing), or None without a speech."""
         o = self.options
         if self._given_speech is not None:
             return self._given_speech
@@ -101,7 +102,8 @@ class EchoMimicV3Backend(DiffusersBackend):
 
                 raise BadInputError(o.speech, "echomimic-v3 option speech needs speech_root, the speech cache root (the CLI sets it)")
             model_audio = o.audio_model_path or (str(Path(o.model_path) / "wav2vec2") if o.model_path and (Path(o.model_path) / "wav2vec2").is_dir() else None)
-            self._speech = load_speech_audio(o.speech_root, o.speech, fps=o.model_fps, audio_model_path=model_audio, **self._audio_shape())
+            self._speech = load_speech_audio(o.speech_root, o.speech, fps=o.model_fps, audio_model_path=model_audio, build=build,
+                                             **self._audio_shape())  # fmt: skip
         return self._speech
 
     def use_speech_audio(self, audio: SpeechAudio | None) -> None:
@@ -125,11 +127,11 @@ class EchoMimicV3Backend(DiffusersBackend):
         return max(1, round(speech.duration_s * spec.fps))
 
     def prepare_guidance(self, guidance: Any, spec: RenderSpec) -> bool:
-        """No loop artifacts (the model does not follow a pose); reads (or has the speech tier build)
-        the configured speech's features so a render finds them. ``False``: nothing of this
-        backend's was built."""
+        """No loop artifacts (the model does not follow a pose); has the speech tier build the
+        configured speech's features when missing, so a render (which only reads them) finds them.
+        ``False``: nothing of this backend's was built."""
         self.load()
-        self.speech_audio()
+        self.speech_audio(build=True)
         return False
 
     # ------------------------------------------------------------------ persona tier

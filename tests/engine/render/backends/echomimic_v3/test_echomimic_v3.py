@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
+from newsmotion_engine.errors import CacheMissingError, CacheNotReadyError  # noqa: E402
 from newsmotion_engine.render import RenderSpec, get_backend, render_clip  # noqa: E402
 from newsmotion_engine.render.fidelity import FidelityConfig  # noqa: E402
 from newsmotion_engine.render.base import BackendCacheMissingError, BackendCacheStaleError  # noqa: E402
@@ -51,7 +52,7 @@ def fake_speech(monkeypatch):
     """Speech ``hello``: 0.5 s of random features at 25 fps (13 frames of [5, 1, 768]); records the calls."""
     calls = []
 
-    def load(root, speech_id, *, fps, window, layers, channels, audio_model_path):
+    def load(root, speech_id, *, fps, window, layers, channels, audio_model_path, build):
         calls.append((root, speech_id, fps))
         feats = np.random.default_rng(3).normal(size=(13, window, layers, channels)).astype(np.float32)
         return SpeechAudio(speech_id, feats, 0.5, "d1g35t")
@@ -171,13 +172,20 @@ def test_speech_features_come_from_the_speech_tier(monkeypatch):
     monkeypatch.setattr(speech_cache, "load_speech_cache", lambda root, sid: type("S", (), {"duration_s": 0.52})())
     monkeypatch.setattr(features.AudioEncoder, "load", staticmethod(lambda path=None, *, layers="mean", **_: asked.append(layers) or layers))
     shapes = {"mean": (14, 5, 768), "all": (14, 5, 12, 768)}
-    monkeypatch.setattr(features, "ensure_features", lambda root, sid, *, fps, encoder: features.AudioFeatures(
-        features=np.ones(shapes[encoder], np.float32), stats={}))  # fmt: skip
-    one = load_speech_audio("/s", "hello", fps=25, window=5, layers=1, channels=768, audio_model_path=None)
+    def read(root, sid, *, fps, encoder):
+        if sid == "unbuilt":
+            raise CacheMissingError(f"{root}/{sid}/audio-features-25fps", "does not exist")
+        return features.AudioFeatures(features=np.ones(shapes[encoder], np.float32), stats={})
+
+    monkeypatch.setattr(features, "ensure_features", read)
+    monkeypatch.setattr(features, "load_features", read)
+    with pytest.raises(CacheNotReadyError, match="speech features of 'unbuilt' at 25 fps is missing.*newsmotion render"):
+        load_speech_audio("/s", "unbuilt", fps=25, window=5, layers=1, channels=768, audio_model_path=None)
+    one = load_speech_audio("/s", "hello", fps=25, window=5, layers=1, channels=768, audio_model_path=None, build=True)
     assert one.features.shape == (14, 5, 1, 768) and one.duration_s == 0.52 and len(one.digest) == 16
     full = load_speech_audio("/s", "hello", fps=25, window=5, layers=12, channels=768, audio_model_path=None)
     assert full.features.shape == (14, 5, 12, 768)
-    assert asked == ["mean", "all"]
+    assert asked == ["mean", "mean", "all"]
     shapes["all"] = (14, 5, 768)
     with pytest.raises(EchoMimicAudioError, match="12 hidden layers"):
         load_speech_audio("/s", "hello", fps=25, window=5, layers=12, channels=768, audio_model_path=None)
