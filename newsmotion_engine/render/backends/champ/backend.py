@@ -162,7 +162,9 @@ class ChampBackend(DiffusersBackend):
         from newsmotion_engine.render.backends.champ.denoise import encode_reference
 
         mw, mh = self.options.model_size(spec.width, spec.height)
-        latents, embeds = encode_reference(self.components, reference_frame(persona, mw, mh, spec.background))
+        # The reference as on the render's frame, then resized to the model's as the official code resizes its image.
+        frame = reference_frame(persona, spec.width, spec.height, spec.background)
+        latents, embeds = encode_reference(self.components, frame, mw, mh)
         caches.write_persona_artifacts(path, caches.PersonaArtifacts(latents, embeds), source=source, params=params,
                                        extra=self._cache_extra())  # fmt: skip
 

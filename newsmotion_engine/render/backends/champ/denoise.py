@@ -35,18 +35,22 @@ def context_windows(frames: int, context: int, overlap: int) -> list[list[int]]:
     return [[j % frames for j in range(start, start + context)] for start in range(0, frames, context - overlap)]
 
 
-def encode_reference(components: Any, frame: np.ndarray) -> tuple[Any, Any]:
-    """``(ref_latents [1, 4, h, w], clip_embeds [1, 1, D])`` float32 CPU tensors of the reference
-    frame (uint8 RGB at the model's size), as the official pipeline prepares them."""
-    import cv2
+def encode_reference(components: Any, frame: np.ndarray, width: int, height: int) -> tuple[Any, Any]:
+    """``(ref_latents [1, 4, height/8, width/8], clip_embeds [1, 1, D])`` float32 CPU tensors of the
+    reference ``frame`` (uint8 RGB, any size), as the official pipeline prepares them: PIL's Lanczos
+    to the model's size for the VAE (``VaeImageProcessor``), PIL's default (bicubic) to 224 x 224
+    for CLIP, then CLIP's mean / std."""
     import torch
+    from PIL import Image
 
     dev = components.device
+    image = Image.fromarray(frame)
     with torch.no_grad():
-        x = torch.from_numpy(frame).permute(2, 0, 1)[None].float().div(127.5).sub(1.0)
+        vae_in = np.array(image.resize((width, height), Image.Resampling.LANCZOS))
+        x = torch.from_numpy(vae_in).permute(2, 0, 1)[None].float().div(127.5).sub(1.0)
         lat = components.vae.encode(x.to(dev, components.vae.dtype)).latent_dist.mean * components.vae.config.scaling_factor
         size = components.image_encoder.config.image_size
-        clip_img = cv2.resize(frame, (size, size), interpolation=cv2.INTER_CUBIC).astype(np.float32) / 255.0
+        clip_img = np.asarray(image.resize((size, size), Image.Resampling.BICUBIC)).astype(np.float32) / 255.0
         clip_img = (clip_img - np.array(CLIP_MEAN, np.float32)) / np.array(CLIP_STD, np.float32)
         pix = torch.from_numpy(clip_img).permute(2, 0, 1)[None]
         emb = components.image_encoder(pix.to(dev, components.image_encoder.dtype)).image_embeds

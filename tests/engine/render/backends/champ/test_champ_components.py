@@ -166,3 +166,27 @@ def test_reference_attention_conditions_only_the_conditional_rows(smpl_npz):
     state.bank["x"] = torch.randn(1, 5, attn.to_q.in_features)
     out2 = reader(attn, hs)
     assert torch.equal(out1[:2], out2[:2]) and not torch.allclose(out1[2:], out2[2:])
+
+
+def test_reference_preprocessing_is_the_official_pipelines(smpl_npz):
+    """pipeline_aggregation.py: CLIPImageProcessor on the image resized to 224 x 224 (PIL default),
+    VaeImageProcessor(vae_scale_factor=8).preprocess(image, height, width) for the VAE."""
+    import numpy as np
+    from diffusers.image_processor import VaeImageProcessor
+    from PIL import Image
+    from transformers import CLIPImageProcessor
+
+    from newsmotion_engine.render.backends.champ.denoise import encode_reference
+
+    comps = load_components(ChampOptions(smpl_model=str(smpl_npz), device="cpu", dtype="float32"))
+    seen = {}
+    vae_encode, clip_forward = comps.vae.encode, comps.image_encoder.forward
+    comps.vae.encode = lambda x, *a, **k: (seen.setdefault("vae", x), vae_encode(x, *a, **k))[1]
+    comps.image_encoder.forward = lambda x, *a, **k: (seen.setdefault("clip", x), clip_forward(x, *a, **k))[1]
+    frame = np.random.default_rng(0).integers(0, 256, (256, 144, 3), dtype=np.uint8)
+    encode_reference(comps, frame, 64, 112)
+    image = Image.fromarray(frame)
+    clip_official = CLIPImageProcessor().preprocess(image.resize((224, 224)), return_tensors="pt").pixel_values
+    vae_official = VaeImageProcessor(vae_scale_factor=8, do_convert_rgb=True).preprocess(image, height=112, width=64)
+    torch.testing.assert_close(seen["clip"], clip_official, rtol=0, atol=1e-5)
+    torch.testing.assert_close(seen["vae"], vae_official, rtol=0, atol=1e-5)
