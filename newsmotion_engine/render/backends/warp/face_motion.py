@@ -28,7 +28,14 @@ from typing import Any
 import cv2
 import numpy as np
 
-from newsmotion_engine.render.backends.warp.mouth import MouthGeometry, MouthShape, mouth_geometry, shape_mouth
+from newsmotion_engine.render.backends.warp.mouth import (
+    MouthGeometry,
+    MouthShape,
+    mouth_geometry,
+    patch_box,
+    shape_mouth,
+    to_local,
+)
 from newsmotion_engine.skeleton import FACE_START
 
 __all__ = [
@@ -174,18 +181,13 @@ def eye_geometry(rest_px: np.ndarray, rest_ok: np.ndarray, points: tuple[int, ..
     low_v = np.interp(lid_u, lower[:, 0], lower[:, 1]) + 0.03 * bulge
     top = float(lid_v.min()) - 0.35
     bottom = float(low_v.max()) + 0.15
-    corners_uv = np.array([[-0.7, top], [0.7, top], [-0.7, bottom], [0.7, bottom]])
-    corners = centre + width * (corners_uv[:, :1] * axis_u + corners_uv[:, 1:] * axis_v)
-    H, W = image.shape[:2]
-    x0, y0 = np.floor(corners.min(axis=0)).astype(int)
-    x1, y1 = np.ceil(corners.max(axis=0)).astype(int) + 1
-    x0, y0, x1, y1 = max(0, x0), max(0, y0), min(W, x1), min(H, y1)
-    if x1 - x0 < 3 or y1 - y0 < 3:
+    box = patch_box(centre, axis_u, axis_v, width, 0.7, (top, bottom), (image.shape[1], image.shape[0]), min_side=3)
+    if box is None:
         return None
-    ys, xs = np.mgrid[y0:y1, x0:x1].astype(np.float32)
-    dx, dy = xs - np.float32(centre[0]), ys - np.float32(centre[1])
-    grid_u = (dx * np.float32(axis_u[0]) + dy * np.float32(axis_u[1])) / np.float32(width)
-    grid_v = (dx * np.float32(axis_v[0]) + dy * np.float32(axis_v[1])) / np.float32(width)
+    x0, y0, x1, y1 = box
+    ys, xs = np.mgrid[y0:y1, x0:x1].astype(np.float64)
+    grid_u = to_local(xs, ys, centre, axis_u, width).astype(np.float32)
+    grid_v = to_local(xs, ys, centre, axis_v, width).astype(np.float32)
     # The lashes' colour: the darkest quarter of the pixels on the lid's edge.
     patch = image[y0:y1, x0:x1].astype(np.float32)
     up_here = np.interp(grid_u, lid_u, lid_v)
@@ -197,7 +199,7 @@ def eye_geometry(rest_px: np.ndarray, rest_ok: np.ndarray, points: tuple[int, ..
     return EyeGeometry(
         centre=centre, axis_u=axis_u, axis_v=axis_v, width=width, lid_u=lid_u, lid_v=lid_v, low_v=low_v,
         lash_rgb=lash_rgb.astype(np.float32),
-        box=(int(x0), int(y0), int(x1), int(y1)), grid_u=grid_u, grid_v=grid_v,
+        box=box, grid_u=grid_u, grid_v=grid_v,
     )  # fmt: skip
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from newsmotion_engine.skeleton import FACE_START
 
-__all__ = ["MouthGeometry", "MouthShape", "mouth_geometry", "shape_mouth"]
+__all__ = ["MouthGeometry", "MouthShape", "mouth_geometry", "patch_box", "shape_mouth", "to_local"]
 
 # iBUG-68 indices (offsets into the face block of the 133 keypoints).
 _LEFT_CORNER, _RIGHT_CORNER = 48, 54  # outer lip corners (image left / image right)
@@ -91,6 +91,26 @@ class MouthGeometry:
     shows_teeth: bool  # the portrait's lips are parted (a smile): its own teeth move with the lips
 
 
+def patch_box(centre: np.ndarray, axis_u: np.ndarray, axis_v: np.ndarray, width: float, half_u: float,
+              v_range: tuple[float, float], size: tuple[int, int], *, min_side: int) -> tuple[int, int, int, int] | None:  # fmt: skip
+    """The pixel box ``(x0, y0, x1, y1)`` holding the local rectangle ``|u| <= half_u``, ``v`` in
+    ``v_range`` (in ``width`` units along ``axis_u`` / ``axis_v`` from ``centre``), clipped to the
+    frame ``size`` (w, h); ``None`` when less than ``min_side`` pixels of it are in the frame."""
+    corners_uv = np.array([[-half_u, v_range[0]], [half_u, v_range[0]], [-half_u, v_range[1]], [half_u, v_range[1]]])
+    corners = centre + width * (corners_uv[:, :1] * axis_u + corners_uv[:, 1:] * axis_v)
+    x0, y0 = np.floor(corners.min(axis=0)).astype(int)
+    x1, y1 = np.ceil(corners.max(axis=0)).astype(int) + 1
+    x0, y0, x1, y1 = max(0, x0), max(0, y0), min(size[0], x1), min(size[1], y1)
+    if x1 - x0 < min_side or y1 - y0 < min_side:
+        return None
+    return int(x0), int(y0), int(x1), int(y1)
+
+
+def to_local(xs: np.ndarray, ys: np.ndarray, centre: np.ndarray, axis: np.ndarray, width: float) -> np.ndarray:
+    """The coordinate of pixels ``(xs, ys)`` along ``axis`` from ``centre``, in ``width`` units."""
+    return ((xs - centre[0]) * axis[0] + (ys - centre[1]) * axis[1]) / width
+
+
 def mouth_geometry(rest_px: np.ndarray, rest_ok: np.ndarray, image: np.ndarray) -> MouthGeometry | None:
     """The mouth of a persona from its landmarks in output pixels (``rest_px`` ``[133, 2]``,
     ``rest_ok`` ``[133]``), ``None`` when the portrait shows no usable mouth (a lip landmark or
@@ -119,17 +139,14 @@ def mouth_geometry(rest_px: np.ndarray, rest_ok: np.ndarray, image: np.ndarray) 
     chin_v = max(chin_v, 0.45)  # a chin the mesh put on the lip would stop the jaw at the lip
     nose_v = min(nose_v, -0.15)
 
-    # The patch: past the corners to the jaw, from the nose down to below the chin (rotated box).
-    corners_uv = np.array([[-1.15, nose_v - 0.05], [1.15, nose_v - 0.05], [-1.15, chin_v + 0.6], [1.15, chin_v + 0.6]])
-    corners_px = centre + width * (corners_uv[:, :1] * axis_u + corners_uv[:, 1:] * axis_v)
+    # The patch: past the corners to the jaw, from the nose down to below the chin.
     H, W = image.shape[:2]
-    x0, y0 = np.floor(corners_px.min(axis=0)).astype(int)
-    x1, y1 = np.ceil(corners_px.max(axis=0)).astype(int) + 1
-    x0, y0, x1, y1 = max(0, x0), max(0, y0), min(W, x1), min(H, y1)
-    if x1 - x0 < 4 or y1 - y0 < 4:
+    box = patch_box(centre, axis_u, axis_v, width, 1.15, (nose_v - 0.05, chin_v + 0.6), (W, H), min_side=4)
+    if box is None:
         return None
-    to_u = lambda xs, ys: ((xs - centre[0]) * axis_u[0] + (ys - centre[1]) * axis_u[1]) / width  # noqa: E731
-    to_v = lambda xs, ys: ((xs - centre[0]) * axis_v[0] + (ys - centre[1]) * axis_v[1]) / width  # noqa: E731
+    x0, y0, x1, y1 = box
+    to_u = lambda xs, ys: to_local(xs, ys, centre, axis_u, width)  # noqa: E731
+    to_v = lambda xs, ys: to_local(xs, ys, centre, axis_v, width)  # noqa: E731
     ys, xs = np.mgrid[y0:y1, x0:x1].astype(np.float64)
     # The field is smooth on each side of the seam: it is solved on coarse nodes (one per
     # _COARSE_STEP mouth widths) placed at cv2.resize's pixel centres, so upsampling is exact
@@ -166,7 +183,7 @@ def mouth_geometry(rest_px: np.ndarray, rest_ok: np.ndarray, image: np.ndarray) 
         seam_v=np.ascontiguousarray(seam_uv[order, 1]),
         chin_v=chin_v,
         nose_v=nose_v,
-        box=(int(x0), int(y0), int(x1), int(y1)),
+        box=box,
         grid_u=to_u(xs, ys).astype(np.float32),
         coarse_u=coarse_u.astype(np.float32),
         coarse_v=coarse_v.astype(np.float32),
