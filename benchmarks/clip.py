@@ -47,7 +47,7 @@ from newsmotion_engine.bench.timing import peak_gib, peak_reset, sync
 
 from benchmarks.lab_record import top_level_figures, write_lab_result
 
-__all__ = ["CLIP_VARIANTS", "FrameSink", "bench_clip"]
+__all__ = ["CLIP_VARIANTS", "FrameSink", "bench_clip", "timed_variant"]
 
 Log = Callable[[str], None]
 
@@ -71,6 +71,33 @@ class FrameSink:
 
     def __exit__(self, *exc: Any) -> bool:
         return False
+
+
+def timed_variant(backend: Any, loop: Any, persona: Any, spec: Any, out_path: Path, *, warm_up: bool) -> dict[str, Any]:
+    """One variant of a stock-vs-ours bench: the backend's configured accelerations applied through
+    the registry, a warm-up clip when ``warm_up`` (compiles), then the timed clip through
+    ``render_clip`` into a :class:`FrameSink`; the accelerations removed again. Returns
+    ``end_to_end_s``, ``peak_vram_gib``, ``frames_out`` and the backend's ``last_render`` stats, or
+    ``error`` (one failing variant is a result; the bench goes on with the others)."""
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.render.clip import render_clip
+
+    comps = backend.components
+    applied = None
+    try:
+        applied = registry.apply_accelerations(comps, backend.options.accelerations)
+        if warm_up:
+            render_clip(loop, persona, backend, spec, out_path, sink=FrameSink)
+        peak_reset(comps.device)
+        t0 = time.perf_counter()
+        tele = render_clip(loop, persona, backend, spec, out_path, sink=FrameSink)
+        return {"end_to_end_s": round(time.perf_counter() - t0, 2), "peak_vram_gib": peak_gib(comps.device),
+                "frames_out": tele.frames, **tele.backend_info.get("last_render", {})}  # fmt: skip
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    finally:
+        if applied is not None:
+            registry.remove_accelerations(comps, applied)
 
 
 def _variants() -> dict[str, dict[str, Any]]:

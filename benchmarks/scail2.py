@@ -70,15 +70,12 @@ def bench_scail2(preset: str = "14b", *, sizes: Sequence[tuple[int, int]] = ((72
     import diffusers
     import torch
 
-    from benchmarks.clip import FrameSink
+    from benchmarks.clip import timed_variant
     from benchmarks.gpu import bench_inputs
-    from newsmotion_engine.accel import registry
-    from newsmotion_engine.bench.timing import peak_gib, peak_reset
     from newsmotion_engine.render.backends.scail_2 import masks
     from newsmotion_engine.render.backends.scail_2.backend import Scail2Backend
     from newsmotion_engine.render.backends.scail_2.config import RANDOM_WEIGHTS_LABEL, Scail2Options, model_size
     from newsmotion_engine.render.base import RenderSpec
-    from newsmotion_engine.render.clip import render_clip
 
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     table = _variants(cuda)
@@ -109,7 +106,6 @@ def bench_scail2(preset: str = "14b", *, sizes: Sequence[tuple[int, int]] = ((72
             base = Scail2Options(preset=preset, device=device, steps=steps, cache_root=str(tmp / "caches"))
             backend = Scail2Backend(base)
             backend.load()
-            comps = backend.components
             for width, height in sizes:
                 key = f"{width}x{height}"
                 rows = result["rows"].setdefault(key, {})
@@ -124,24 +120,8 @@ def bench_scail2(preset: str = "14b", *, sizes: Sequence[tuple[int, int]] = ((72
                     backend.options = Scail2Options(**{**base.as_mapping(), **table[name]})
                     row: dict[str, Any] = {"model_size": list(model_size(width, height)),
                                            "settings": [c.describe() for c in backend.options.accelerations]}  # fmt: skip
-                    applied = None
-                    try:
-                        applied = registry.apply_accelerations(comps, backend.options.accelerations)
-                        if name != "stock":  # warm-up (compiles); stock runs once, as the official script does
-                            render_clip(loop, persona, backend, spec, tmp / "clip.mp4", sink=FrameSink)
-                        peak_reset(comps.device)
-                        t0 = time.perf_counter()
-                        tele = render_clip(loop, persona, backend, spec, tmp / "clip.mp4", sink=FrameSink)
-                        stats = tele.backend_info.get("last_render", {})
-                        row.update(end_to_end_s=round(time.perf_counter() - t0, 2), peak_vram_gib=peak_gib(comps.device),
-                                   frames_out=tele.frames, segments=stats.get("segments"), denoise_s=stats.get("denoise_s"),
-                                   decode_s=stats.get("decode_s"), cond_passes=stats.get("cond_passes"),
-                                   uncond_passes=stats.get("uncond_passes"))  # fmt: skip
-                    except Exception as exc:  # one failing variant is a result; the others still run
-                        row["error"] = f"{type(exc).__name__}: {exc}"[:500]
-                    finally:
-                        if applied is not None:
-                            registry.remove_accelerations(comps, applied)
+                    # a warm-up for ours (compiles); stock runs once, as the official script does
+                    row.update(timed_variant(backend, loop, persona, spec, tmp / "clip.mp4", warm_up=name != "stock"))
                     rows[name] = row
                     log(f"{key} {name}: {row}")
                     write()

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from newsmotion_engine.errors import BadInputError
-from newsmotion_engine.render.backends.scail_2.config import NAME, Scail2Options
+from newsmotion_engine.render.backends.scail_2.config import MODEL_DIR_ENV, NAME, Scail2Options
 from newsmotion_engine.render.backends.wan import components as _wan
 from newsmotion_engine.render.backends.wan.components import load_text_encoder
-from newsmotion_engine.render.backends.wan.diffusers_config import pipeline_index, read_json
+from newsmotion_engine.render.backends.wan.diffusers_config import read_json
 
 __all__ = [
     "PIPELINE_CLASSES",
@@ -40,25 +40,12 @@ __all__ = [
 
 PIPELINE_CLASSES = ("SCAIL2Pipeline",)
 TRANSFORMER_CLASS = "WanSCAILModel"  # the official converted checkpoint's config class
-_REQUIRED = {
-    "transformer": ("config.json",),
-    "vae": ("config.json",),
-    "scheduler": ("scheduler_config.json",),
-    "image_encoder": ("config.json",),
-    "text_encoder": ("config.json",),
-    "tokenizer": ("tokenizer_config.json",),
-}
 
 
 def check_model_folder(path: Path) -> None:
     """Raise :class:`BadInputError` naming the first missing file, or a wrong architecture."""
-    if not path.is_dir():
-        raise BadInputError(path, "model folder does not exist (set model_path or NEWSMOTION_MODEL_DIR_SCAIL2, or use a preset)")
-    index = pipeline_index(path)
-    if index is None:
-        raise BadInputError(path / "model_index.json", 'missing from the SCAIL-2 model folder (write {"_class_name": "SCAIL2Pipeline"})')
-    _wan.check_folder_contents(path, index, required=_REQUIRED, pipelines=PIPELINE_CLASSES, transformer=TRANSFORMER_CLASS,
-                               model="SCAIL-2", backend=NAME)  # fmt: skip
+    _wan.check_wan_folder(path, pipelines=PIPELINE_CLASSES, transformer=TRANSFORMER_CLASS, model="SCAIL-2", backend=NAME,
+                          env=MODEL_DIR_ENV)  # fmt: skip
 
 
 def model_identity(opts: Scail2Options, device: Any) -> dict[str, Any]:

@@ -90,6 +90,33 @@ def check_folder_contents(path: Path, index: Path, *, required: Mapping[str, tup
         raise BadInputError(tconfig, f"describes {tcls!r}, not {transformer} (wrong architecture for {backend})")
 
 
+# The config files a diffusers-format Wan folder must hold (sub-folder -> names).
+WAN_FOLDER_LAYOUT = {
+    "transformer": ("config.json",),
+    "vae": ("config.json",),
+    "scheduler": ("scheduler_config.json",),
+    "image_encoder": ("config.json",),
+    "text_encoder": ("config.json",),
+    "tokenizer": ("tokenizer_config.json",),
+}
+
+
+def check_wan_folder(path: Path, *, pipelines: tuple[str, ...], transformer: str, model: str, backend: str, env: str) -> None:
+    """A Wan backend's model folder check: the folder exists (else: set ``model_path`` or ``env``),
+    has a pipeline index naming one of ``pipelines``, then :func:`check_folder_contents` over
+    :data:`WAN_FOLDER_LAYOUT`. Raises :class:`BadInputError` naming the first problem."""
+    from newsmotion_engine.render.backends.wan.diffusers_config import pipeline_index
+
+    if not path.is_dir():
+        raise BadInputError(path, f"model folder does not exist (set model_path or {env}, or use a preset)")
+    index = pipeline_index(path)
+    if index is None:
+        raise BadInputError(path / "model_index.json", f"missing from the {model} model folder (no model_index.json or "
+                                                       f"modular_model_index.json naming {' / '.join(pipelines)})")  # fmt: skip
+    check_folder_contents(path, index, required=WAN_FOLDER_LAYOUT, pipelines=pipelines, transformer=transformer, model=model,
+                          backend=backend)  # fmt: skip
+
+
 _read_json = read_json  # the folder's JSON configs, read and checked (BadInputError naming the file)
 
 

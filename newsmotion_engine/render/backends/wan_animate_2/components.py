@@ -23,7 +23,6 @@ from typing import Any
 from newsmotion_engine.errors import BadInputError
 from newsmotion_engine.render.backends.wan import components as _wan
 from newsmotion_engine.render.backends.wan.components import load_text_encoder
-from newsmotion_engine.render.backends.wan.diffusers_config import pipeline_index
 from newsmotion_engine.render.backends.wan_animate_2.config import NAME, WanAnimate2Options
 
 __all__ = [
@@ -38,25 +37,12 @@ __all__ = [
 RANDOM_SEED = _wan.RANDOM_SEED
 PIPELINE_CLASSES = ("WanAnimate2ModularPipeline", "WanAnimate2DistilledModularPipeline")
 TRANSFORMER_CLASS = "WanAnimate2Transformer3DModel"
-_REQUIRED = {
-    "transformer": ("config.json",),
-    "vae": ("config.json",),
-    "scheduler": ("scheduler_config.json",),
-    "image_encoder": ("config.json",),
-    "text_encoder": ("config.json",),
-    "tokenizer": ("tokenizer_config.json",),
-}
 
 
 def check_model_folder(path: Path) -> None:
     """Raise :class:`BadInputError` naming the first missing file, or a wrong architecture."""
-    if not path.is_dir():
-        raise BadInputError(path, "model folder does not exist (set model_path or NEWSMOTION_MODEL_DIR_ANIMATE2, or use a preset)")
-    index = pipeline_index(path)
-    if index is None:
-        raise BadInputError(path / "model_index.json", "missing from the Wan-Animate-2 model folder (no model_index.json or modular_model_index.json)")
-    _wan.check_folder_contents(path, index, required=_REQUIRED, pipelines=PIPELINE_CLASSES, transformer=TRANSFORMER_CLASS,
-                               model="Wan-Animate-2", backend=NAME)  # fmt: skip
+    _wan.check_wan_folder(path, pipelines=PIPELINE_CLASSES, transformer=TRANSFORMER_CLASS, model="Wan-Animate-2", backend=NAME,
+                          env="NEWSMOTION_MODEL_DIR_ANIMATE2")  # fmt: skip
 
 
 def model_identity(opts: WanAnimate2Options, device: Any) -> dict[str, Any]:
