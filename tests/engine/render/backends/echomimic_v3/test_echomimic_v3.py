@@ -14,6 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 from newsmotion_engine.errors import CacheMissingError, CacheNotReadyError  # noqa: E402
 from newsmotion_engine.render import RenderSpec, get_backend, render_clip  # noqa: E402
 from newsmotion_engine.render.fidelity import FidelityConfig  # noqa: E402

@@ -12,6 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 from newsmotion_engine.errors import BadInputError  # noqa: E402
 from newsmotion_engine.render.backends.echomimic_v3 import components, keymap  # noqa: E402
 from newsmotion_engine.render.backends.echomimic_v3.config import PRESETS, EchoMimicV3Options, released  # noqa: E402
