@@ -1,30 +1,10 @@
-"""Viseme tracks for the render tests: the speech package's ``VisemeTrack`` when it is there, else
-a local stand-in with the same fields (fps, open, wide, round, energy; ``len``, ``slice``)."""
+"""Viseme tracks for the render tests: curves given frame by frame, and a speech-like track."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-try:
-    from newsmotion_engine.speech.visemes import VisemeTrack
-except ImportError:  # the speech tier's viseme module has not landed in this checkout
-
-    @dataclass(frozen=True)
-    class VisemeTrack:  # type: ignore[no-redef]
-        fps: float
-        open: np.ndarray
-        wide: np.ndarray
-        round: np.ndarray
-        energy: np.ndarray
-
-        def __len__(self) -> int:
-            return int(len(self.open))
-
-        def slice(self, start: int, stop: int) -> "VisemeTrack":
-            return VisemeTrack(self.fps, self.open[start:stop], self.wide[start:stop], self.round[start:stop],
-                               self.energy[start:stop])  # fmt: skip
+from newsmotion_engine.speech.visemes import VisemeTrack
 
 
 def track(open_, wide=None, round_=None, energy=None, fps: float = 30.0) -> VisemeTrack:
