@@ -130,7 +130,8 @@ def check_request(text: str, voice: str, words_per_minute: int) -> str:
                                             "(split it into several speeches)")
     if voice not in VOICES:
         raise SpeechInputError(f"voice {voice!r}", f"is not a known voice; use one of {', '.join(VOICES)}")
-    if not isinstance(words_per_minute, int) or not MIN_WORDS_PER_MINUTE <= words_per_minute <= MAX_WORDS_PER_MINUTE:
+    whole = isinstance(words_per_minute, int) and not isinstance(words_per_minute, bool)
+    if not whole or not MIN_WORDS_PER_MINUTE <= words_per_minute <= MAX_WORDS_PER_MINUTE:
         raise SpeechInputError(f"rate {words_per_minute!r} words per minute",
                                f"is outside eSpeak's {MIN_WORDS_PER_MINUTE}..{MAX_WORDS_PER_MINUTE}")
     return text
@@ -142,7 +143,7 @@ def synthesize(text: str, *, voice: str = DEFAULT_VOICE, words_per_minute: int =
     Returns a :class:`Synthesis` (float32 samples at 22050 Hz, phoneme and word timings). Raises
     :class:`SpeechInputError` for empty or too long text, an unknown voice, a rate outside
     80..450, or text that produces no sound (punctuation only). Deterministic: the same request
-    gives the same samples. Thread-safe (one call at a time).
+    gives the same samples. Thread-safe: each call speaks in a process of its own.
     """
     text = check_request(text, voice, words_per_minute)
     said = _speak(text, voice, words_per_minute)
