@@ -180,7 +180,7 @@ class ChampBackend(DiffusersBackend):
         # With sparse keyframes the clip is every N-th loop frame (the loop seamless): pose the same ones.
         pose = np.asarray(fit.pose)[(np.arange(T) * spec.keyframes) % fit.pose.shape[0]]
         videos = {t: np.empty((T, mh, mw, 3), np.uint8) for t in GUIDANCE_TYPES}
-        for i, maps in enumerate(guidance_frames(self.smpl, pose, keypoints, box, mw, mh)):
+        for i, maps in enumerate(guidance_frames(self.smpl, pose, keypoints, box, mw, mh, self.components.device)):
             for t in GUIDANCE_TYPES:
                 videos[t][i] = maps[t]
         return videos

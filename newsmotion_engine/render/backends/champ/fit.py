@@ -10,12 +10,13 @@ included) and a per-frame weak-perspective camera (scale and 2D offset; the came
 What the fit does: 12 body joints (shoulders, elbows, wrists, hips, knees, ankles) against their
 COCO points, the hands' ends against the middle-finger knuckles, the head joint against the
 ears' midpoint and the model's nose (its head vertex furthest forward at rest) against the nose,
-each weighted by the keypoint's confidence; a small prior pulls rotations toward the rest pose
-and a smoothness term toward the neighbouring frames.
+each weighted by the keypoint's confidence; a small prior pulls rotations toward the rest pose,
+a smoothness term toward the neighbouring frames, and a hinge pushes elbows, wrists and hands
+that go behind the chest forward (a presenter gestures in front of the body).
 
 What it does not do: no body shape (betas stay 0, the mean shape), no fingers, no face, no
 feet orientation; depth is not observed, so a limb bending toward or away from the camera is
-resolved only by the prior (the smaller rotation wins). The retargeting onto the persona happens
+resolved only by the priors (the smaller rotation, and arms in front of the chest). The retargeting onto the persona happens
 at render time, by a camera refit per frame (:mod:`.maps`), not by re-fitting the pose.
 """
 
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from newsmotion_engine import skeleton as sk
+from newsmotion_engine.render.backends.champ.raster import one_cpu_thread
 from newsmotion_engine.render.backends.champ.smpl import SmplModel, kinematics, rodrigues
 
 __all__ = ["FIT_VERSION", "FitConfig", "FitResult", "JOINT_PAIRS", "fit_pose", "head_vertex", "target_points"]
@@ -41,6 +43,8 @@ JOINT_PAIRS = (
     (22, sk.LEFT_HAND_START + 9), (23, sk.RIGHT_HAND_START + 9),  # hand ends <-> middle-finger knuckles
 )  # fmt: skip
 HEAD_JOINT = 15
+CHEST_JOINT = 9  # spine3
+ARM_JOINTS = [18, 19, 20, 21, 22, 23]  # elbows, wrists, hand ends
 EARS = (sk.BODY["left_ear"], sk.BODY["right_ear"])
 NOSE = sk.BODY["nose"]
 
@@ -55,11 +59,14 @@ class FitConfig:
     # of its joints on the synthetic body, 1e-3 fits within 2% and still settles depth ambiguities.
     prior: float = 1e-3  # pull of every rotation toward the rest pose
     smooth: float = 1e-2  # pull of each frame's rotations toward its neighbours'
+    # Push on elbows, wrists and hands that go behind the chest (squared metres): a presenter's
+    # arms work in front of the body, and 2D cannot tell front from back.
+    front: float = 1.0
     conf_threshold: float = 0.3
 
     def as_dict(self) -> dict:
         return {"version": FIT_VERSION, "iterations": self.iterations, "lr": self.lr, "prior": self.prior,
-                "smooth": self.smooth, "conf_threshold": self.conf_threshold}  # fmt: skip
+                "smooth": self.smooth, "front": self.front, "conf_threshold": self.conf_threshold}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -111,13 +118,14 @@ def _torso(points: np.ndarray, weights: np.ndarray) -> float:
 
 
 def model_points(model: SmplModel, pose, nose_offset):
-    """The model's points matching :func:`target_points`, 3D ``[T, P, 3]`` (torch)."""
+    """The model's points matching :func:`target_points`, 3D ``[T, P, 3]``, and all joints
+    ``[T, 24, 3]`` (torch)."""
     import torch
 
     R, J = kinematics(rodrigues(pose), torch.from_numpy(model.rest_joints()), model.parents)
     nose = (R[:, HEAD_JOINT] @ nose_offset[:, None])[..., 0] + J[:, HEAD_JOINT]
     idx = [j for j, _ in JOINT_PAIRS] + [HEAD_JOINT]
-    return torch.cat([J[:, idx], nose[:, None]], 1)
+    return torch.cat([J[:, idx], nose[:, None]], 1), J
 
 
 def weak_perspective(points3d, weights, targets):
@@ -152,15 +160,10 @@ def fit_pose(model: SmplModel, keypoints: np.ndarray, frame_size: tuple[int, int
     T = kp.shape[0]
     pts, wts = torch.from_numpy(pts_np / torso), torch.from_numpy(wts_np)
     nose_offset = torch.from_numpy(model.v_template[head_vertex(model)] - model.rest_joints()[HEAD_JOINT])
-    threads = torch.get_num_threads()
-    # Tiny tensors: one thread is ~20x faster than two fighting over a busy CPU (measured on 2 cores).
-    torch.set_num_threads(1)
-    try:
+    with one_cpu_thread():  # tiny tensors: one thread was ~20x faster than two on a busy 2-core machine
         pose = _optimise(model, pts, wts, nose_offset, T, config)
-    finally:
-        torch.set_num_threads(threads)
     with torch.no_grad():
-        P = model_points(model, pose, nose_offset)
+        P, _ = model_points(model, pose, nose_offset)
         s, t = weak_perspective(P, wts, pts)
         proj = torch.stack([P[..., 0], -P[..., 1]], -1) * s[:, None, None] + t[:, None]
         err = (wts * (proj - pts).norm(dim=-1)).sum(1) / wts.sum(1).clamp_min(1e-8)
@@ -174,11 +177,13 @@ def _optimise(model: SmplModel, pts, wts, nose_offset, T: int, config: FitConfig
     opt = torch.optim.Adam([pose], lr=config.lr)
     for _ in range(config.iterations):
         opt.zero_grad()
-        P = model_points(model, pose, nose_offset)
+        P, J = model_points(model, pose, nose_offset)
         s, t = weak_perspective(P, wts, pts)
         proj = torch.stack([P[..., 0], -P[..., 1]], -1) * s[:, None, None] + t[:, None]
         data = (wts * ((proj - pts) ** 2).sum(-1)).sum() / wts.sum().clamp_min(1e-8)
         loss = data + config.prior * (pose[:, 1:] ** 2).sum((-1, -2)).mean()  # the root turns freely
+        behind = torch.relu(J[:, CHEST_JOINT, None, 2] - J[:, ARM_JOINTS, 2])
+        loss = loss + config.front * (behind**2).sum(-1).mean()
         if T > 1:
             loss = loss + config.smooth * ((pose[1:] - pose[:-1]) ** 2).sum((-1, -2)).mean()
         loss.backward()

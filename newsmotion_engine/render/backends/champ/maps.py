@@ -27,14 +27,16 @@ here, not verified against that file:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
 
-from newsmotion_engine.render.backends.champ.fit import HEAD_JOINT, JOINT_PAIRS, head_vertex, target_points
-from newsmotion_engine.render.backends.champ.raster import interpolate, rasterize, vertex_normals
+from newsmotion_engine.render.backends.champ.fit import HEAD_JOINT, JOINT_PAIRS, head_vertex, target_points, weak_perspective
+from newsmotion_engine.render.backends.champ.raster import interpolate, one_cpu_thread, rasterize, vertex_normals
 from newsmotion_engine.render.backends.champ.smpl import SmplModel, pose_body
 
 __all__ = ["GUIDANCE_TYPES", "ClipBody", "guidance_frames", "place_body", "semantic_colours"]
@@ -73,8 +75,6 @@ def place_body(model: SmplModel, pose: np.ndarray, keypoints: np.ndarray, box: t
     targets, weights = target_points(kp, conf_threshold)
     idx = [j for j, _ in JOINT_PAIRS] + [HEAD_JOINT]
     points = np.concatenate([joints[:, idx], verts[:, [head_vertex(model)]]], 1)
-    from newsmotion_engine.render.backends.champ.fit import weak_perspective
-
     # A frame with too few points keeps the previous frame's camera (the first: the clip's mean).
     s, t = weak_perspective(torch.from_numpy(points), torch.from_numpy(weights), torch.from_numpy(targets))
     s, t = s.numpy(), t.numpy()
@@ -101,8 +101,18 @@ def _map_keypoints(keypoints: np.ndarray, box: tuple[float, float, float, float]
 
 
 def guidance_frames(model: SmplModel, pose: np.ndarray, keypoints: np.ndarray, box: tuple[float, float, float, float],
-                    width: int, height: int) -> Iterator[dict[str, np.ndarray]]:  # fmt: skip
-    """Per frame, ``{guidance type: uint8 [height, width, 3] RGB}`` for :data:`GUIDANCE_TYPES`."""
+                    width: int, height: int, device: Any = None) -> Iterator[dict[str, np.ndarray]]:  # fmt: skip
+    """Per frame, ``{guidance type: uint8 [height, width, 3] RGB}`` for :data:`GUIDANCE_TYPES`;
+    ``device``: where the rasterizer runs (a torch device; default the CPU, on one thread)."""
+    import torch
+
+    on_cpu = torch.device(device or "cpu").type == "cpu"
+    with one_cpu_thread() if on_cpu else contextlib.nullcontext():
+        yield from _frames(model, pose, keypoints, box, width, height, device)
+
+
+def _frames(model: SmplModel, pose: np.ndarray, keypoints: np.ndarray, box: tuple[float, float, float, float],
+            width: int, height: int, device: Any) -> Iterator[dict[str, np.ndarray]]:  # fmt: skip
     from newsmotion_engine.guidance.draw import draw_pose
 
     body = place_body(model, pose, keypoints, box)
@@ -112,7 +122,7 @@ def guidance_frames(model: SmplModel, pose: np.ndarray, keypoints: np.ndarray, b
     skeleton = _map_keypoints(keypoints, box, width, height)
     for t in range(body.verts.shape[0]):
         v = body.verts[t]
-        frags = rasterize(v, model.faces, width, height)
+        frags = rasterize(v, model.faces, width, height, device)
         m = frags.mask[..., None]
         depth = np.where(m, _DEPTH_FLOOR + (1 - _DEPTH_FLOOR) * (frags.depth[..., None] - z0) / zspan, 0.0)
         # Camera-space normals: image y points down, so flip it back to "up" before encoding.

@@ -5,20 +5,24 @@ y down, z growing toward the camera) and returns, per pixel, the nearest triangl
 barycentric weights of its three corners at the pixel centre. The maps are then interpolations
 of per-vertex values (:func:`interpolate`), as a GPU rasterizer with smooth shading would give.
 
-How: every triangle's bounding box is visited as a square grid of pixel centres; triangles are
-grouped by box size (powers of two), so a mesh of small triangles costs a few pixels each and a
-large one is visited in a single bigger group. Inside-tests use the three edge functions with
-a small tolerance (shared edges leave no cracks); the depth test keeps the largest z per pixel
-(a stable sort, so equal depths resolve to the lower triangle index).
+How (torch, on the CPU or a GPU): every triangle's bounding box is visited as a grid of pixel
+centres; triangles are grouped by box width and height rounded up to powers of two, so a mesh of
+small triangles costs a few pixels each and a large one is visited in a bigger group. Inside-tests
+use the three edge functions (linear in the pixel centre) with a small tolerance, so shared edges
+leave no cracks; the depth test keeps the largest z per pixel, equal depths resolving to the lower
+triangle index.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Fragments", "interpolate", "rasterize", "vertex_normals"]
+__all__ = ["Fragments", "interpolate", "one_cpu_thread", "rasterize", "vertex_normals"]
 
 _EPS = -1e-6  # edge-function tolerance (relative to the doubled triangle area)
 
@@ -37,59 +41,85 @@ class Fragments:
         return self.face >= 0
 
 
-def rasterize(verts: np.ndarray, faces: np.ndarray, width: int, height: int) -> Fragments:
+@contextlib.contextmanager
+def one_cpu_thread() -> Iterator[None]:
+    """Run torch on one CPU thread inside (restored after). Small tensors in many ops: a 13,800-
+    triangle body at 512x912 took 0.37 s a frame on one thread and 8-10 s on two threads fighting
+    over a busy 2-core machine (the SMPL fit's iterations likewise)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _pow2(n):
+    """The smallest power of two >= ``n`` (a tensor of positive ints)."""
+    import torch
+
+    return torch.pow(2, torch.ceil(torch.log2(n.double())).long()).clamp_min(1)
+
+
+def rasterize(verts: np.ndarray, faces: np.ndarray, width: int, height: int, device: Any = None) -> Fragments:
     """Rasterize triangles ``faces [F, 3]`` of ``verts [V, 3]`` (pixels, z toward the camera) into
-    a ``width`` x ``height`` image; see the module docstring."""
-    verts = np.asarray(verts, np.float64)
-    tri = verts[np.asarray(faces)]  # [F, 3, 3]
+    a ``width`` x ``height`` image; see the module docstring. ``device``: a torch device to work on
+    (default the CPU; a GPU takes a 13,800-triangle body in milliseconds)."""
+    import torch
+
+    dev = torch.device(device or "cpu")
+    fdt = torch.float64 if dev.type == "cpu" else torch.float32
+    v = torch.as_tensor(np.asarray(verts), device=dev).to(fdt)
+    tri = v[torch.as_tensor(np.asarray(faces), device=dev, dtype=torch.long)]  # [F, 3, 3]
     x, y, z = tri[..., 0], tri[..., 1], tri[..., 2]
     # Pixel centres (i + 0.5) inside the box: columns ceil(min - 0.5) .. floor(max - 0.5).
-    x0 = np.clip(np.ceil(x.min(1) - 0.5), 0, width).astype(np.int64)
-    x1 = np.clip(np.floor(x.max(1) - 0.5), -1, width - 1).astype(np.int64)
-    y0 = np.clip(np.ceil(y.min(1) - 0.5), 0, height).astype(np.int64)
-    y1 = np.clip(np.floor(y.max(1) - 0.5), -1, height - 1).astype(np.int64)
+    x0 = torch.ceil(x.min(1).values - 0.5).clamp(0, width).long()
+    x1 = torch.floor(x.max(1).values - 0.5).clamp(-1, width - 1).long()
+    y0 = torch.ceil(y.min(1).values - 0.5).clamp(0, height).long()
+    y1 = torch.floor(y.max(1).values - 0.5).clamp(-1, height - 1).long()
     area = (x[:, 1] - x[:, 0]) * (y[:, 2] - y[:, 0]) - (x[:, 2] - x[:, 0]) * (y[:, 1] - y[:, 0])
-    ok = (x1 >= x0) & (y1 >= y0) & (np.abs(area) > 1e-12)
-    span = np.maximum(x1 - x0, y1 - y0) + 1
+    ok = (x1 >= x0) & (y1 >= y0) & (area.abs() > 1e-12)
+    # Barycentric i as a linear function of the pixel centre: a_i px + b_i py + c_i (edge j -> k).
+    safe = torch.where(ok, area, torch.ones_like(area))
+    coef = []
+    for j, k in ((1, 2), (2, 0), (0, 1)):
+        coef.append(((y[:, j] - y[:, k]) / safe, (x[:, k] - x[:, j]) / safe, (x[:, j] * y[:, k] - x[:, k] * y[:, j]) / safe))
+    bw, bh = _pow2((x1 - x0 + 1).clamp_min(1)), _pow2((y1 - y0 + 1).clamp_min(1))
+    keys = bw * (2 * (height + width)) + bh
     pix_all, z_all, f_all, b_all = [], [], [], []
-    size = 1
-    remaining = ok.copy()
-    while remaining.any():
-        group = np.flatnonzero(remaining & (span <= size))
-        remaining[group] = False
-        if group.size:
-            d = np.arange(size)
-            gx = x0[group, None, None] + d[None, None, :]  # [G, 1, S]
-            gy = y0[group, None, None] + d[None, :, None]  # [G, S, 1]
-            px, py = gx + 0.5, gy + 0.5
-            xg, yg, a = x[group], y[group], area[group]
-            # Barycentrics from the edge functions, normalised by the signed doubled area.
-            l0 = ((xg[:, 1, None, None] - px) * (yg[:, 2, None, None] - py) - (xg[:, 2, None, None] - px) * (yg[:, 1, None, None] - py)) / a[:, None, None]
-            l1 = ((xg[:, 2, None, None] - px) * (yg[:, 0, None, None] - py) - (xg[:, 0, None, None] - px) * (yg[:, 2, None, None] - py)) / a[:, None, None]
-            l2 = 1.0 - l0 - l1
-            inside = (l0 >= _EPS) & (l1 >= _EPS) & (l2 >= _EPS)
-            inside &= (gx <= x1[group, None, None]) & (gy <= y1[group, None, None])
-            g, iy, ix = np.nonzero(inside)
-            if g.size:
-                bx, by = gx[g, 0, ix], gy[g, iy, 0]
-                lam = np.stack([l0[g, iy, ix], l1[g, iy, ix], l2[g, iy, ix]], -1)
-                pix_all.append(by * width + bx)
-                z_all.append((lam * z[group[g]]).sum(-1))
-                f_all.append(group[g])
-                b_all.append(lam)
-        size *= 2
-    face = np.full(height * width, -1, np.int64)
-    bary = np.zeros((height * width, 3), np.float32)
-    depth = np.zeros(height * width, np.float32)
+    for key in torch.unique(keys[ok]).tolist():
+        g = torch.nonzero(ok & (keys == key))[:, 0]
+        kw, kh = int(bw[g[0]]), int(bh[g[0]])
+        dx = torch.arange(kw, device=dev)[None, None, :]
+        dy = torch.arange(kh, device=dev)[None, :, None]
+        px = (x0[g, None, None] + dx).to(fdt) + 0.5
+        py = (y0[g, None, None] + dy).to(fdt) + 0.5
+        lam = [a[g, None, None] * px + b[g, None, None] * py + c[g, None, None] for a, b, c in coef[:2]]
+        lam.append(1.0 - lam[0] - lam[1])
+        inside = (lam[0] >= _EPS) & (lam[1] >= _EPS) & (lam[2] >= _EPS)
+        inside &= (dx <= (x1 - x0)[g, None, None]) & (dy <= (y1 - y0)[g, None, None])
+        i, iy, ix = torch.nonzero(inside, as_tuple=True)
+        if i.numel():
+            l3 = torch.stack([lam[0][i, iy, ix], lam[1][i, iy, ix], lam[2][i, iy, ix]], -1)
+            pix_all.append((y0[g[i]] + iy) * width + (x0[g[i]] + ix))
+            z_all.append((l3 * z[g[i]]).sum(-1))
+            f_all.append(g[i])
+            b_all.append(l3)
+    face = torch.full((height * width,), -1, dtype=torch.long, device=dev)
+    bary = torch.zeros((height * width, 3), dtype=fdt, device=dev)
+    depth = torch.zeros(height * width, dtype=fdt, device=dev)
     if pix_all:
-        pix, zz, ff, bb = (np.concatenate(a) for a in (pix_all, z_all, f_all, b_all))
-        order = np.lexsort((ff, -zz, pix))  # per pixel: nearest first, then the lower face index
-        pix, zz, ff, bb = pix[order], zz[order], ff[order], bb[order]
-        first = np.flatnonzero(np.r_[True, pix[1:] != pix[:-1]])
-        face[pix[first]] = ff[first]
-        bary[pix[first]] = np.clip(bb[first], 0.0, 1.0)
-        depth[pix[first]] = zz[first]
-    return Fragments(face.reshape(height, width), bary.reshape(height, width, 3), depth.reshape(height, width))
+        pix, zz, ff, bb = (torch.cat(a) for a in (pix_all, z_all, f_all, b_all))
+        # Per pixel the nearest candidate; among equally near ones the lowest triangle index.
+        zbuf = torch.full((height * width,), -torch.inf, dtype=fdt, device=dev).scatter_reduce(0, pix, zz, reduce="amax")
+        near = zz >= zbuf[pix]
+        fbuf = torch.full((height * width,), torch.iinfo(torch.long).max, device=dev).scatter_reduce(0, pix[near], ff[near], reduce="amin")
+        win = near & (ff == fbuf[pix])
+        face[pix[win]], bary[pix[win]], depth[pix[win]] = ff[win], bb[win].clamp(0.0, 1.0), zz[win]
+    return Fragments(face.reshape(height, width).cpu().numpy(), bary.reshape(height, width, 3).float().cpu().numpy(),
+                     depth.reshape(height, width).float().cpu().numpy())  # fmt: skip
 
 
 def interpolate(frags: Fragments, faces: np.ndarray, values: np.ndarray, background: float = 0.0) -> np.ndarray:
