@@ -43,9 +43,9 @@ class Fragments:
 
 @contextlib.contextmanager
 def one_cpu_thread() -> Iterator[None]:
-    """Run torch on one CPU thread inside (restored after). Small tensors in many ops: a 13,800-
-    triangle body at 512x912 took 0.37 s a frame on one thread and 8-10 s on two threads fighting
-    over a busy 2-core machine (the SMPL fit's iterations likewise)."""
+    """Run torch on one CPU thread inside (restored after): the rasterizer and the SMPL fit run many
+    ops on small tensors, where extra threads cost more in hand-offs than they save (many times
+    slower on a busy 2-core machine)."""
     import torch
 
     threads = torch.get_num_threads()
