@@ -220,3 +220,17 @@ def test_render_matches_the_official_loop_written_out(pair, tiny, monkeypatch):
     theirs = np.stack(list(D.decode_frames(backend.components.vae, latents, 8)))[1:].astype(int)  # the reference frame dropped
     assert ours.shape == theirs.shape == (9, 128, 80, 3)
     assert np.abs(ours - theirs).max() <= 1  # float rounding (batched CFG, float32 accumulation)
+
+
+def test_persona_key_follows_native_size_and_noise_augmentation(pair, tiny):
+    _, persona = pair
+    source, params = tiny.persona_params(persona, SPEC)
+    assert params["native"] == [80, 128] and params["noise_aug_strength"] == 0.0 and "seed" not in params
+    noisy = _backend(noise_aug_strength=0.02)
+    noisy.components = tiny.components  # same weights: only the key differs
+    _, p0 = noisy.persona_params(persona, SPEC)
+    _, p1 = noisy.persona_params(persona, RenderSpec(width=80, height=128, seed=1))
+    assert p0["seed"] == 0 and p1["seed"] == 1 and p0 != params  # the augmentation noise comes from the render's seed
+    hi = _backend(resolution=160)
+    hi.components = tiny.components
+    assert hi.persona_params(persona, SPEC)[1]["native"] == [160, 256]
