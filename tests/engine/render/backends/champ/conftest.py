@@ -126,6 +126,16 @@ def write_pickle(path: Path) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """The tiny models' ops are small: one thread is faster than two sharing a busy machine."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def smpl_npz(tmp_path) -> Path:
     return write_npz(tmp_path / "SMPL_SYNTH.npz")
