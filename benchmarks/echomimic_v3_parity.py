@@ -9,7 +9,8 @@ blocks and a small FFN; every official tensor is perturbed (so no init symmetry 
 mapped onto ours through :mod:`newsmotion_engine.render.backends.echomimic_v3.keymap` and loaded
 strictly. Inputs as the flash-pro pipeline hands them over: noise + the 20-channel condition, a
 zero-padded prompt embedding, 257 CLIP tokens, audio windows ``[1, F, 5, 12, 768]`` for
-``F = 4 (T - 1) + 1`` frames. Cases: with audio, with zero audio (the unconditional pass).
+``F = 4 (T - 1) + 1`` frames. Cases: with audio, with zero audio (the unconditional pass); and
+the sampler: the official flow UniPC against ours over the 8 flash-pro steps.
 
 Example::
 
@@ -73,7 +74,40 @@ def compare_with_official(official_dir: str | Path, *, layers: int = 2, frames: 
             out[case] = {"max_abs_diff": float(err.max()), "mean_abs_diff": float(err.mean()),
                          "official_max_abs": float(ref.abs().max()), "rel_max_diff": float(err.max() / ref.abs().max())}  # fmt: skip
     out["audio_effect_max_abs"] = float((refs["audio"] - refs["zero_audio"]).abs().max())
+    out["sampler"] = _compare_sampler(steps=8, seed=seed)
     return out
+
+
+def _compare_sampler(*, steps: int, seed: int) -> dict[str, Any]:
+    """The official flow UniPC (``src/fm_solvers_unipc.py``, ``shift=1`` at construction and
+    ``set_timesteps(steps, shift=5)``, as ``infer_flash.py`` uses it) against ours (diffusers' UniPC
+    with the release's config and sigmas, :meth:`~...config.EchoMimicV3Options.sampling_sigmas`):
+    timesteps, sigmas, and the latents after every step on the same random velocities."""
+    import dataclasses
+
+    import numpy as np
+    import torch
+    from src.fm_solvers_unipc import FlowUniPCMultistepScheduler  # the caller's checkout
+
+    from newsmotion_engine.render.backends.echomimic_v3.config import EchoMimicV3Options
+    from newsmotion_engine.render.backends.wan.components import scheduler_class
+
+    opts = dataclasses.replace(EchoMimicV3Options(), steps=steps)
+    config = opts.scheduler_config()
+    ours = scheduler_class(config, opts.default_scheduler).from_config(config)
+    ours.set_timesteps(sigmas=np.asarray(opts.sampling_sigmas()))
+    off = FlowUniPCMultistepScheduler(num_train_timesteps=1000, shift=1, use_dynamic_shifting=False)
+    off.set_timesteps(steps, shift=5.0)
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(1, 16, 3, 4, 4, generator=g)
+    b = a.clone()
+    for t_ours, t_off in zip(ours.timesteps, off.timesteps):
+        v = torch.randn(1, 16, 3, 4, 4, generator=g)
+        a = ours.step(v, t_ours, a, return_dict=False)[0]
+        b = off.step(v, t_off, b, return_dict=False)[0]
+    return {"steps": steps, "timesteps_equal": ours.timesteps.tolist() == off.timesteps.tolist(),
+            "timesteps": off.timesteps.tolist(), "max_sigma_diff": float((ours.sigmas - off.sigmas).abs().max()),
+            "final_latents_max_abs_diff": float((a - b).abs().max())}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -96,8 +130,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(result)
     if a.json:
         headline = {"max_abs_diff_audio": result["audio"]["max_abs_diff"], "max_abs_diff_zero_audio": result["zero_audio"]["max_abs_diff"],
-                    "audio_effect_max_abs": result["audio_effect_max_abs"]}  # fmt: skip
-        write_lab_result(a.json, result, title="EchoMimicV3 transformer: ours vs the official module, same weights (float32, CPU)",
+                    "audio_effect_max_abs": result["audio_effect_max_abs"],
+                    "sampler_latents_max_abs_diff": result["sampler"]["final_latents_max_abs_diff"]}  # fmt: skip
+        write_lab_result(a.json, result, title="EchoMimicV3 transformer and sampler: ours vs the official modules, same weights (float32, CPU)",
                          headline=headline, command=COMMAND)  # fmt: skip
 
 

@@ -208,7 +208,7 @@ class EchoMimicV3Backend(DiffusersBackend):
             t0 = time.perf_counter()
             cond = first if k == 0 else frames_continuation(comps.vae, tail, plan.segment_frames).to(dev)
             audio = torch.from_numpy(segment_windows(speech.features, plan.start(k), plan.segment_frames)).unsqueeze(0).to(dev)
-            latents = denoise_segment(comps.transformer, comps.new_scheduler(), cond, tokens, prompt, audio, steps=o.num_steps,
+            latents = denoise_segment(comps.transformer, comps.new_scheduler(), cond, tokens, prompt, audio, sigmas=o.sampling_sigmas(),
                                       guidance=o.guidance, batch_cfg=o.batch_cfg, seed=spec.seed + k, dtype=dtype)  # fmt: skip
             t1 = time.perf_counter()
             video = decode(comps.vae, latents)  # [1, 3, F, H, W] in [-1, 1]

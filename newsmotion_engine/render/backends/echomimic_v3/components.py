@@ -66,7 +66,7 @@ class RenderComponents(_wan.RenderComponents):
 
 
 def scheduler_config(opts: EchoMimicV3Options) -> dict[str, Any]:
-    config = {"_class_name": opts.default_scheduler, **opts.preset_scheduler_config()}
+    config = opts.scheduler_config()
     _wan.scheduler_class(config, opts.default_scheduler, "the release's scheduler")
     return config
 

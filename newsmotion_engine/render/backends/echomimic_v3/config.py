@@ -204,12 +204,18 @@ class EchoMimicV3Options(DiffusersOptions):
         return int(released()["sampling"]["audio_context"])
 
     def preset_scheduler_config(self) -> dict[str, Any]:
-        return {k: v for k, v in released()["scheduler"].items() if not k.startswith("_")}
+        return {k: v for k, v in released()["scheduler"].items() if not k.startswith("_") and k != "sigma_range"}
+
+    def sampling_sigmas(self) -> list[float]:
+        """The unshifted sigmas of ``num_steps`` steps, as the official flow UniPC spaces them (linearly
+        over its training range, 0.999 .. 0, the last end left out); the scheduler shifts them."""
+        hi, lo = released()["scheduler"]["sigma_range"]
+        n = self.num_steps
+        return [hi + (lo - hi) * i / n for i in range(n)]
 
     def scheduler_config(self) -> dict[str, Any]:
-        """The folder's ``scheduler/scheduler_config.json`` when it has one, else the release's."""
-        if self.model_path and (Path(self.model_path) / "scheduler" / "scheduler_config.json").is_file():
-            return self.folder_json("scheduler/scheduler_config.json")
+        """The release's sampler, with or without a model folder (a Wan 2.1 folder's own scheduler
+        config is another model's: 480P i2v samples with shift 3)."""
         return {"_class_name": self.default_scheduler, **self.preset_scheduler_config()}
 
     def model_size(self, width: int, height: int) -> tuple[int, int]:

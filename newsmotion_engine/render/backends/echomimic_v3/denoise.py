@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from newsmotion_engine.accel.teacache import reset_teacache, teacache_context
@@ -23,20 +24,21 @@ __all__ = ["decode", "denoise_segment"]
 
 
 def denoise_segment(transformer: Any, scheduler: Any, condition: torch.Tensor, image_tokens: torch.Tensor,
-                    prompt_embeds: torch.Tensor, audio: torch.Tensor, *, steps: int, guidance: float, batch_cfg: bool,
-                    seed: int, dtype: Any) -> torch.Tensor:  # fmt: skip
+                    prompt_embeds: torch.Tensor, audio: torch.Tensor, *, sigmas: list[float], guidance: float,
+                    batch_cfg: bool, seed: int, dtype: Any) -> torch.Tensor:  # fmt: skip
     """Denoised latents ``[1, 16, T_lat, h, w]`` (float32) of one segment.
 
     ``condition`` ``[1, 20, T_lat, h, w]``, ``image_tokens`` ``[1, N, 1280]``, ``prompt_embeds``
     ``[1, 512, D]``, ``audio`` ``[1, F, window, layers, channels]`` (``F = 4 (T_lat - 1) + 1``), all
     on the transformer's device; the initial noise is drawn on the CPU from ``seed`` (the same on
-    every device).
+    every device). ``sigmas``: the steps' unshifted sigmas (the scheduler shifts them and ends at 0;
+    the timesteps it derives are the official integer ones).
     """
     device = condition.device
     _, _, t_lat, h, w = condition.shape
     noise = torch.randn((1, 16, t_lat, h, w), generator=torch.Generator("cpu").manual_seed(seed))
     latents = noise.to(device)
-    scheduler.set_timesteps(steps, device=device)
+    scheduler.set_timesteps(sigmas=np.asarray(sigmas, dtype=np.float64), device=device)
     guided = guidance > 1.0
     cond_in = condition.to(dtype)
     text, image, audio = prompt_embeds.to(dtype), image_tokens.to(dtype), audio.to(dtype)
