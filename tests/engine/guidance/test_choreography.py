@@ -240,3 +240,14 @@ def test_authoring_params():
     assert authoring_params("welcome", 60, 120) != params
     assert authoring_params("welcome", 30, 90) != params
     assert authoring_params("nod", 30, 120)["keys"] != params["keys"]
+
+
+def test_the_idle_loop_starts_at_rest_breathes_and_blinks():
+    idle = choreography.author_idle()
+    assert idle.shape == author_loop("nod").shape and idle.dtype == np.float32
+    np.testing.assert_array_equal(idle[0], author_loop("nod")[0])  # every loop starts at REST: joins at rest are seamless
+    step = np.abs(np.diff(np.concatenate([idle, idle[:1]]), axis=0)[..., :2]).max()
+    assert 0 < step < 0.005  # it moves (breath, drift, blinks), a little, and wraps without a jump
+    right_eye = idle[:, sk.FACE_START + 36 : sk.FACE_START + 42, 1]
+    opening = right_eye.max(axis=1) - right_eye.min(axis=1)
+    assert opening.min() < 0.5 * opening[0]  # a blink: the eye more than half closed at some frame
