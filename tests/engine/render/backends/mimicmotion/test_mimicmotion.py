@@ -234,3 +234,18 @@ def test_persona_key_follows_native_size_and_noise_augmentation(pair, tiny):
     hi = _backend(resolution=160)
     hi.components = tiny.components
     assert hi.persona_params(persona, SPEC)[1]["native"] == [160, 256]
+
+
+def test_compile_applies_to_the_unets_repeated_blocks_and_is_removed(tiny):
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.accel.compile import Compile
+
+    applied = registry.apply_accelerations(tiny.components, (Compile(),))
+    try:
+        # Every spatio-temporal transformer and resnet block (the tiny UNet has 4 and 8).
+        assert applied.report["compile"]["blocks"] == sum(
+            type(m).__name__ in ("TransformerSpatioTemporalModel", "SpatioTemporalResBlock") for m in tiny.components.unet.modules())
+        assert applied.report["compile"]["blocks"] == 12
+    finally:
+        registry.remove_accelerations(tiny.components, applied)
+    assert not any(getattr(m, "_compiled_call_impl", None) for m in tiny.components.unet.modules())
