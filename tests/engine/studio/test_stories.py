@@ -4,9 +4,13 @@ import importlib.util
 import re
 from pathlib import Path
 
+import pytest
+
 from newsmotion_engine.render import RenderSpec, get_backend
 from newsmotion_engine.story.render import render_story
 from newsmotion_engine.studio.site import build_studio
+
+from . import browser as B
 
 
 def _story_tests():
@@ -39,3 +43,21 @@ def test_a_story_without_its_record_says_so(storage, tmp_path):
     out.with_suffix(".json").write_text("{}")
     html = build_studio(storage, pose=False, bench_results=tmp_path / "no-results").index.read_text()
     assert "not a story record" in html
+
+
+@pytest.mark.skipif(B.missing() is not None, reason=f"studio browser test: {B.missing()}")
+def test_a_browser_plays_the_story_with_its_sound(storage, tmp_path):
+    inputs = _story_tests().drawn_story_inputs(tmp_path)
+    out = storage.story_render_path("synth", "evening", "warp")
+    out.parent.mkdir(parents=True)
+    render_story(storage, inputs.story, get_backend("warp"), RenderSpec(width=216, height=384), inputs=inputs, out_path=out)
+    build_studio(storage, pose=False, bench_results=tmp_path / "no-results")
+    with B.served(storage.studio_dir) as url, B.browser() as chromium:
+        page = chromium.new_page()
+        page.goto(f"{url}/index.html")
+        page.evaluate("() => document.querySelector('figure.story video').play()")
+        page.wait_for_function("() => document.querySelector('figure.story video').currentTime > 1.0", timeout=20000)
+        state = page.evaluate("""() => { const v = document.querySelector('figure.story video');
+            return {muted: v.muted, audio: v.webkitAudioDecodedByteCount, frames: v.webkitDecodedFrameCount, error: v.error}; }""")
+    assert state["error"] is None and not state["muted"] and state["frames"] > 0
+    assert state["audio"] > 0  # the audio stream is decoded: the story plays with its sound
