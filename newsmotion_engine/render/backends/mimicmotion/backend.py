@@ -70,8 +70,7 @@ class MimicMotionBackend(DiffusersBackend):
     )
     options_class = MimicMotionOptions
     caches = C
-    oom_error = MimicMotionOOMError
-    moves_lips = False
+    oom_error = MimicMotionOOMError  # moves_lips stays the base's False: speech does not move the mouth
 
     def _load_components(self) -> Any:
         from newsmotion_engine.render.backends.mimicmotion.components import load_render_components
