@@ -237,23 +237,34 @@ def folder_preset(root: Path) -> Preset:
                   {k: v for k, v in vae.items() if k in vae_keys}, {k: v for k, v in clip.items() if k in keep_clip})  # fmt: skip
 
 
+def _component_file(folder: Path, stems: tuple[str, ...]) -> Path | None:
+    """A diffusers / transformers component's weights file (safetensors first), or None."""
+    return next((folder / f"{s}{x}" for s in stems for x in (".safetensors", ".bin") if (folder / f"{s}{x}").is_file()), None)
+
+
 def load_folder_weights(models: Mapping[str, Any], root: Path) -> None:
-    """Load the official folder's weights into ``models`` (from :func:`build_models`)."""
+    """Load the official folder's weights into ``models`` (from :func:`build_models`), in the
+    official order and precedence (``inference.py``): each UNet starts from SD1.5's weights when
+    the folder has them (``stable-diffusion-v1-5/unet/``), the denoiser's temporal modules from
+    ``motion_module``, then ``denoising_unet`` / ``reference_unet`` on top (the official loads
+    them last, ``strict=False``). The result must cover every parameter: a key no file provides
+    is an error naming the Champ file."""
     lay = released()["layout"]
     champ = root / lay["champ"]
+    base_file = _component_file((root / lay["unet_config"]).parent, ("diffusion_pytorch_model",))
+    base = load_state_dict_file(base_file) if base_file else {}
     den_path, mm_path = _weights_file(champ, "denoising_unet"), _weights_file(champ, "motion_module")
-    state = official_to_diffusers({**load_state_dict_file(den_path), **load_state_dict_file(mm_path)})
+    state = official_to_diffusers({**base, **load_state_dict_file(mm_path), **load_state_dict_file(den_path)})
     _load_into(models["denoising_unet"], state, den_path, optional=(r"\.pos_embed\.pe$",))
     ref_path = _weights_file(champ, "reference_unet")
-    _load_into(models["reference_unet"], load_state_dict_file(ref_path), ref_path)
+    _load_into(models["reference_unet"], {**base, **load_state_dict_file(ref_path)}, ref_path)
     for t, enc in models["guidance_encoders"].items():
         p = _weights_file(champ, f"guidance_encoder_{t}")
         _load_into(enc, load_state_dict_file(p), p)
     for name, sub, stems in (("vae", lay["vae"], ("diffusion_pytorch_model",)), ("image_encoder", lay["image_encoder"], ("model", "pytorch_model"))):
-        folder = root / sub
-        path = next((folder / f"{s}{x}" for s in stems for x in (".safetensors", ".bin") if (folder / f"{s}{x}").is_file()), None)
+        path = _component_file(root / sub, stems)
         if path is None:
-            raise BadInputError(folder / f"{stems[0]}.safetensors", "missing from the Champ model folder")
+            raise BadInputError(root / sub / f"{stems[0]}.safetensors", "missing from the Champ model folder")
         _load_into(models[name], load_state_dict_file(path), path, optional=(r"position_ids$",))
 
 

@@ -93,8 +93,17 @@ def _write_official_folder(root, models):
     champ.mkdir()
     official = {o: v for k, v in models["denoising_unet"].state_dict().items() for o in _to_official(k)}
     motion = {k: v for k, v in official.items() if ".motion_modules." in k}
-    torch.save({k: v for k, v in official.items() if k not in motion}, champ / "denoising_unet.pth")
-    torch.save(motion, champ / "motion_module.pth")
+    # SD1.5's UNet weights: what the official code starts both UNets from. Here they hold the
+    # denoiser's conv_out.bias, which denoising_unet.pth then lacks (strict=False fills it from there).
+    base = {k: torch.zeros_like(v) for k, v in models["reference_unet"].state_dict().items()}
+    base["conv_out.bias"] = official["conv_out.bias"]
+    torch.save(base, root / "stable-diffusion-v1-5" / "unet" / "diffusion_pytorch_model.bin")
+    den = {k: v for k, v in official.items() if k not in motion and k != "conv_out.bias"}
+    # A temporal key in both files: denoising_unet.pth, loaded last, wins.
+    key = next(k for k in motion if k.endswith("proj_out.weight"))
+    den[key] = motion[key]
+    torch.save(den, champ / "denoising_unet.pth")
+    torch.save({**motion, key: torch.zeros_like(motion[key])}, champ / "motion_module.pth")
     torch.save(models["reference_unet"].state_dict(), champ / "reference_unet.pth")
     for t, enc in models["guidance_encoders"].items():
         save_file({k: v.contiguous() for k, v in enc.state_dict().items()}, str(champ / f"guidance_encoder_{t}.safetensors"))
@@ -119,12 +128,15 @@ def test_official_checkpoint_folder_loads_through_the_key_map(tmp_path, smpl_npz
             assert torch.equal(v, want[k]), (name, k)
     for t, enc in comps.guidance_encoders.items():
         assert torch.equal(enc.conv_out.weight, src["guidance_encoders"][t].conv_out.weight)
-    # A file that does not match is named.
-    state = torch.load(tmp_path / "pretrained_models" / "champ" / "reference_unet.pth")
-    state.pop("conv_in.weight")
-    torch.save(state, tmp_path / "pretrained_models" / "champ" / "reference_unet.pth")
-    with pytest.raises(BadInputError, match=r"reference_unet\.pth.*missing conv_in\.weight"):
-        load_components(ChampOptions(model_path=str(tmp_path / "pretrained_models"), smpl_model=str(smpl_npz), device="cpu", dtype="float32"))
+    # A file that does not match is named: an unknown key, or (without SD1.5's weights to fall back on) a missing one.
+    root = tmp_path / "pretrained_models"
+    state = torch.load(root / "champ" / "reference_unet.pth")
+    torch.save({**state, "bogus.weight": torch.zeros(1)}, root / "champ" / "reference_unet.pth")
+    with pytest.raises(BadInputError, match=r"reference_unet\.pth.*unexpected bogus\.weight"):
+        load_components(ChampOptions(model_path=str(root), smpl_model=str(smpl_npz), device="cpu", dtype="float32"))
+    (root / "stable-diffusion-v1-5" / "unet" / "diffusion_pytorch_model.bin").unlink()
+    with pytest.raises(BadInputError, match=r"denoising_unet\.pth.*missing conv_out\.bias"):
+        load_components(ChampOptions(model_path=str(root), smpl_model=str(smpl_npz), device="cpu", dtype="float32"))
     (tmp_path / "pretrained_models" / "champ" / "motion_module.pth").unlink()
     with pytest.raises(BadInputError, match=r"motion_module\.pth: missing from the Champ model folder"):
         load_components(ChampOptions(model_path=str(tmp_path / "pretrained_models"), smpl_model=str(smpl_npz), device="cpu", dtype="float32"))
