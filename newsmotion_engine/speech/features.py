@@ -80,7 +80,7 @@ HASH_SEED = 0
 HASH_BITS = 64
 # Hamming threshold of the bypass, read off the threshold sweep of benchmarks/simhash.py
 # (benchmarks/results/simhash_cpu.json, "chosen_max_distance"; docs/speech.md explains the rule).
-DEFAULT_MAX_DISTANCE = 6
+DEFAULT_MAX_DISTANCE = 2
 # The speech onsets the windows restart at: a pause is at least this long and this quiet.
 ONSET_PAUSE_S = 0.15
 ONSET_LEVEL_DBFS = -45.0

@@ -54,3 +54,15 @@ def test_the_replay_encoder_computes_each_window_once():
     np.testing.assert_array_equal(replay.encode(a.copy()), first)
     replay.encode(b)
     assert len(calls) == 2 and replay.computed == 2 and replay.weights_label == "random weights"
+
+
+def test_the_default_threshold_is_the_one_the_committed_sweep_chose():
+    from newsmotion_engine.bench.record import RESULTS_DIR, read_result
+    from newsmotion_engine.speech.features import DEFAULT_MAX_DISTANCE
+
+    data = read_result(RESULTS_DIR / "simhash_cpu.json").data
+    assert choose_threshold(data["sweep"], data["unrelated_window_cosine_distance"], data["tolerance"]) == data["chosen_max_distance"]
+    assert DEFAULT_MAX_DISTANCE == data["chosen_max_distance"]
+    from newsmotion_engine.speech.samples import SAMPLE_SPEECHES
+
+    assert data["weights"] == "random weights" and data["speeches"] == list(SAMPLE_SPEECHES)  # measured on the samples
