@@ -141,4 +141,4 @@ def decode_frames(components: Any, latents: Any) -> Iterator[np.ndarray]:
         with torch.no_grad():
             img = vae.decode(latents[:, :, f].to(vae.dtype) / vae.config.scaling_factor).sample
         img = (img / 2 + 0.5).clamp(0, 1)[0].permute(1, 2, 0).float().cpu().numpy()
-        yield np.round(img * 255).astype(np.uint8)
+        yield (img * 255).astype(np.uint8)  # truncated, as the official save_videos_grid does
