@@ -42,7 +42,8 @@ def story(context: dg.AssetExecutionContext, renderer: RendererResource, storage
     try:
         script = stored_story(store, story_id, persona_id)
         spec = dataclasses.replace(renderer.spec(), keyframes=1)  # a story renders every frame
-        tele = render_story(store, script, renderer.loaded, spec, build=False)
+        # Lip sync is measured with pose fidelity: one switch, "measure the written clip".
+        tele = render_story(store, script, renderer.loaded, spec, build=False, lip_sync=renderer.fidelity)
     except Exception as exc:
         if is_bad_input(exc):
             raise bad_input(context, exc, persona=persona_id, story=story_id) from None
@@ -63,6 +64,7 @@ def story(context: dg.AssetExecutionContext, renderer: RendererResource, storage
         "max_jump_at_joins_px": tele.joins["max_jump_at_joins_px"],
         "max_jump_inside_px": tele.joins["max_jump_inside_px"],
         "parts": dg.MetadataValue.json(tele.parts),
+        "lip_sync": dg.MetadataValue.json(tele.lip_sync) if tele.lip_sync else f"not measured: {tele.lip_sync_reason}",
         "weights": str(tele.weights or "unknown"),
         "contact_sheet": png_markdown(png_bytes(contact_sheet_from_video(tele.output, count=6)), "frames"),
     }

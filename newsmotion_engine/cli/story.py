@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from newsmotion_engine.cli.console import console, parse_options, progress_bar, step_tasks
+from newsmotion_engine.cli.console import cell, console, parse_options, progress_bar, step_tasks
 from newsmotion_engine.errors import BadInputError
 from newsmotion_engine.storage import Storage
 
@@ -24,6 +24,7 @@ def render_cmd(
     width: Annotated[int, typer.Option(help="Output width (even).")] = 720,
     height: Annotated[int, typer.Option(help="Output height (even).")] = 1280,
     force: Annotated[bool, typer.Option("--force", help="Render even when the clip is current (same inputs).")] = False,
+    lip_sync: Annotated[bool, typer.Option("--lip-sync/--no-lip-sync", help="Score the clip's lip sync (needs mediapipe).")] = True,
 ) -> None:
     """Render a story: the speech (built from the story's text or audio when needed), the gesture
     loops chained with blended joins, lips from the speech, the audio muxed as AAC.
@@ -47,7 +48,7 @@ def render_cmd(
         with progress_bar() as bar:
             inputs = prepare_story(store, story, spec, on_step=step_tasks(bar))
             task = bar.add_task(f"story {story.story_id} ({story.persona_id}, {backend})", total=inputs.speech.frames)
-            tele = render_story(store, story, engine, spec, inputs=inputs, out_path=out, force=force,
+            tele = render_story(store, story, engine, spec, inputs=inputs, out_path=out, force=force, lip_sync=lip_sync,
                                 progress=lambda d, t: bar.update(task, completed=d, total=t))  # fmt: skip
             if tele.outcome == "skipped":
                 bar.update(task, visible=False)
@@ -67,3 +68,9 @@ def render_cmd(
         f"offset {sync['offset_frames']} frames ({'in sync' if sync['in_sync'] else 'OUT OF SYNC'}); "
         f"joins: largest joint move {tele.joins['max_jump_at_joins_px']} px at joins, {tele.joins['max_jump_inside_px']} px inside loops"
     )
+    lips = tele.lip_sync
+    if lips is None:
+        console.print(f"lip sync: not measured ({tele.lip_sync_reason})")
+    else:
+        console.print(f"lip sync: correlation {cell(lips['correlation'])} at offset {lips['offset_frames']} frames "
+                      f"over {lips['frames_measured']} frames" + ("" if lips["meets_targets"] else f" (targets: {lips['targets']})"))  # fmt: skip

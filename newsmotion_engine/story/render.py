@@ -39,6 +39,7 @@ from newsmotion_engine.ids import SLUG_RE, validate_id
 from newsmotion_engine.persona.cache import PersonaCache
 from newsmotion_engine.render.base import Backend, RenderSpec, moves_lips
 from newsmotion_engine.render.clip import retargeted_keypoints
+from newsmotion_engine.render.lipsync import measure_lip_sync
 from newsmotion_engine.render.job import (
     OnStep,
     Progress,
@@ -256,6 +257,7 @@ def render_story(
     build: bool = True,
     on_step: OnStep | None = None,
     encoder: str = "auto",
+    lip_sync: bool = True,
 ) -> StoryTelemetry:
     """Render ``story`` to ``out_path`` (default ``motion/stories/{persona}/{story}/{backend}.mp4``)
     with its telemetry beside it, and return the record.
@@ -265,6 +267,8 @@ def render_story(
         force: render even when the mp4 on disk records the same input digest.
         progress: ``progress(done, total)`` per frame.
         encoder: the video encoder (:class:`~newsmotion_engine.video.encode.VideoEncoder`).
+        lip_sync: score the written mp4's lip sync (:mod:`~newsmotion_engine.render.lipsync`, a
+            face-mesh pass after the render, outside ``wall_s``); off: the record says so.
 
     Raises:
         StoryError: the story file names something that cannot be used.
@@ -284,11 +288,11 @@ def render_story(
     with render_lock(out):
         if not force and (recorded := _current(out, digest)) is not None:
             return dataclasses.replace(recorded, outcome="skipped")
-        return _render(inputs, backend, spec, out, digest, progress, encoder)
+        return _render(inputs, backend, spec, out, digest, progress, encoder, lip_sync)
 
 
 def _render(inputs: StoryInputs, backend: Backend, spec: RenderSpec, out: Path, digest: str,
-            progress: Progress | None, encoder: str) -> StoryTelemetry:  # fmt: skip
+            progress: Progress | None, encoder: str, lip_sync: bool) -> StoryTelemetry:  # fmt: skip
     story, speech = inputs.story, inputs.speech
     t_start = t0 = time.perf_counter()
     timeline = plan_story(inputs, spec)
@@ -322,6 +326,10 @@ def _render(inputs: StoryInputs, backend: Backend, spec: RenderSpec, out: Path, 
                 raise RuntimeError(f"backend {backend.name!r} yielded {done} frames for a {total}-frame story")
     wall_s = time.perf_counter() - t_start
     sync = av_sync(out, spec.fps)
+    if lip_sync:
+        lips, lips_reason = measure_lip_sync(out, speech.visemes)
+    else:
+        lips, lips_reason = None, "turned off"
 
     canvas = persona_canvas(inputs.persona)
     joins = join_smoothness(timeline, canvas)
@@ -362,6 +370,8 @@ def _render(inputs: StoryInputs, backend: Backend, spec: RenderSpec, out: Path, 
         input_digest=digest,
         output=str(out),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        lip_sync=dataclasses.asdict(lips) if lips is not None else None,
+        lip_sync_reason=lips_reason,
     )
     try:
         telemetry.write(out.with_suffix(".json"))

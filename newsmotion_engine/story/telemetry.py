@@ -11,7 +11,7 @@ Example::
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,9 @@ class StoryTelemetry:
     :meth:`newsmotion_engine.video.streams.AvSync.as_dict` of the written mp4.
     ``wall_s``: from the loaded inputs to the finished mp4 (plan, frames, encode, mux, the sync
     check), without building caches; ``realtime_factor``: ``wall_s`` over the clip's duration
-    (1.0 = real time).
+    (1.0 = real time). ``lip_sync``: the lip-sync score of the written mp4 against the story's
+    viseme track (:class:`~newsmotion_engine.render.telemetry.LipSync` as a dict, measured after
+    ``wall_s``), or ``None`` with ``lip_sync_reason``.
     """
 
     story_id: str
@@ -67,6 +69,8 @@ class StoryTelemetry:
     input_digest: str
     output: str
     created_at: str
+    lip_sync: dict[str, Any] | None = None
+    lip_sync_reason: str | None = None
     outcome: str = "rendered"
     schema_version: int = SCHEMA_VERSION
     kind: str = field(default=KIND)
@@ -95,7 +99,8 @@ class StoryTelemetry:
         if raw.get("schema_version") != SCHEMA_VERSION:
             raise StoryTelemetryError(path, f"story record version {raw.get('schema_version')!r}; this reader reads {SCHEMA_VERSION}")
         names = {f.name for f in fields(cls)}
-        missing = sorted(n for n in names if n not in raw and n not in ("outcome",))
+        required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+        missing = sorted(n for n in required if n not in raw)
         if missing:
             raise StoryTelemetryError(path, f"story record without {', '.join(missing)}")
         return cls(**{k: v for k, v in raw.items() if k in names})

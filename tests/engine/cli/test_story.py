@@ -49,10 +49,11 @@ def test_story_render_writes_an_mp4_with_sound(capsys, storage, tmp_path, drawn_
     path = tmp_path / "evening.yaml"
     path.write_text(STORY)
     out = tmp_path / "evening.mp4"
-    args = ("story", "render", str(path), "--out", str(out), "--width", "216", "--height", "384")
+    args = ("story", "render", str(path), "--out", str(out), "--width", "216", "--height", "384", "--no-lip-sync")
     code, stdout, err = run(capsys, *args)
     assert code == 0, err
     assert "story evening (synth, warp)" in stdout and f"{out}: " in stdout and "in sync" in stdout
+    assert "lip sync: not measured (turned off)" in stdout
     assert av_sync(out, 30).in_sync and out.with_suffix(".json").is_file()
     code, stdout, _ = run(capsys, *args)
     assert code == 0 and "not rendered again" in stdout

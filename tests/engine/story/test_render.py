@@ -68,6 +68,10 @@ def test_story_renders_one_mp4_with_sound_in_sync(storage, inputs, tmp_path):
     out = tmp_path / "evening.mp4"
     tele = render_story(storage, inputs.story, backend, SPEC, inputs=inputs, out_path=out)
     speech = inputs.speech
+    # Scored on the written mp4, or a reason (the drawn figure's face may not be found).
+    assert (tele.lip_sync is None) != (tele.lip_sync_reason is None)
+    if tele.lip_sync is not None:
+        assert tele.lip_sync["frames"] == speech.frames
     assert tele.frames == speech.frames and tele.duration_s == pytest.approx(speech.frames / FPS, abs=1e-3)
     kinds = {s.media_type: s for s in stream_timings(out)}
     assert kinds["video"].packets == speech.frames and kinds["audio"].codec == "aac"
@@ -109,7 +113,8 @@ def test_a_failing_backend_leaves_nothing_behind(storage, inputs, tmp_path):
 
     backend.frames = broken
     with pytest.raises(RuntimeError, match="mid-story"):
-        render_story(storage, inputs.story, backend, SPEC, inputs=inputs, out_path=tmp_path / "evening.mp4", force=True)
+        render_story(storage, inputs.story, backend, SPEC, inputs=inputs, out_path=tmp_path / "evening.mp4", force=True,
+                     lip_sync=False)
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
 
 
