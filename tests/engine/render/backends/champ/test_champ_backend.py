@@ -132,3 +132,15 @@ def test_another_smpl_file_gets_its_own_fit(loaded, pair, tmp_path):
     loaded.load_guidance(loop, SPEC)  # the first file's fit is still there, current
     dirs = sorted(p.name for p in (loop.path / "champ").iterdir() if not p.name.startswith("."))
     assert len(dirs) == 2 and all(d.startswith("smpl-") for d in dirs)
+
+
+def test_cli_without_an_smpl_file_is_one_error_line(capsys, monkeypatch):
+    from newsmotion_engine.cli import main
+
+    monkeypatch.delenv("NEWSMOTION_SMPL_MODEL", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["render", "--persona", "anyone", "--loop", "nod", "--backend", "champ", "-o", "preset=tiny"])
+    out, err = capsys.readouterr()
+    lines = [line for line in (out + err).splitlines() if line.strip()]
+    assert exit_info.value.code == 1
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "-o smpl_model=PATH" in lines[0]
