@@ -34,7 +34,7 @@ def render_cmd(
     """
     from newsmotion_engine.render import RenderSpec, get_backend
     from newsmotion_engine.story.format import load_story
-    from newsmotion_engine.story.render import check_story, prepare_story, render_story
+    from newsmotion_engine.story.render import check_story, check_story_backend, prepare_story, render_story
 
     store = Storage.from_env()
     story = load_story(story_file)
@@ -43,6 +43,7 @@ def render_cmd(
     check_story(store, story)
     spec = RenderSpec(width=width, height=height)
     engine = get_backend(backend, **parse_options(option or []))
+    check_story_backend(engine)
     engine.load()
     try:
         with progress_bar() as bar:

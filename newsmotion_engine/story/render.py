@@ -58,7 +58,7 @@ from newsmotion_engine.story.timeline import Slot, Timeline, join_smoothness, jo
 from newsmotion_engine.video.encode import VideoEncoder
 from newsmotion_engine.video.streams import av_sync
 
-__all__ = ["StoryInputs", "check_story", "plan_story", "prepare_story", "render_story", "stored_story", "story_ids", "story_slots"]
+__all__ = ["StoryInputs", "check_story", "check_story_backend", "plan_story", "prepare_story", "render_story", "stored_story", "story_ids", "story_slots"]
 
 
 
@@ -117,6 +117,20 @@ def stored_story(storage: Storage, story_id: str, persona_id: str | None = None)
             story = load_story(path)
             return dataclasses.replace(story, persona_id=validate_id(persona_id, "persona id")) if persona_id else story
     raise BadInputError(storage.stories_dir / f"{story_id}.yaml", f"no story {story_id!r} (a story is a {' or '.join(STORY_SUFFIXES)} file here)")
+
+
+def check_story_backend(backend: Backend) -> None:
+    """Refuse a backend that renders loops from per-loop sub-caches (the Wan models' pose latents,
+    driving clips, ...): a story's timeline is no cached loop, so it follows keypoints alone.
+
+    Raises:
+        NewsmotionError: naming the backend and what it needs.
+    """
+    extra = sorted(set(getattr(getattr(backend, "needs", None), "guidance", frozenset())) - {"keypoints"})
+    if extra:
+        raise NewsmotionError(f"backend {backend.name!r} cannot render a story: it renders cached loops "
+                              f"({', '.join(extra)} per loop), a story is a new timeline of keypoints; use a "
+                              "backend that follows keypoints alone (warp)")  # fmt: skip
 
 
 def check_story(storage: Storage, story: Story) -> None:
@@ -275,6 +289,7 @@ def render_story(
         CacheNotReadyError: a cache that is only loaded (``build=False``) is not ready.
         NewsmotionError: the encoder failed. Nothing is left at the target on failure.
     """
+    check_story_backend(backend)
     inputs = inputs or prepare_story(storage, story, spec, build=build, on_step=on_step)
     backend.load()
     out = Path(out_path) if out_path is not None else storage.story_render_path(story.persona_id, story.story_id, backend.name)

@@ -140,3 +140,15 @@ def test_cues_that_overlap_or_start_after_the_end_are_story_errors(storage, tmp_
         check_story(storage, story)
     with pytest.raises(StoryError, match=r"persona: unknown persona 'nobody'"):
         check_story(storage, parse_story({"persona": "nobody", "speech": ["a"]}, tmp_path / "s.yaml"))
+
+
+def test_a_backend_that_renders_cached_loops_cannot_render_a_story(storage, inputs):
+    from newsmotion_engine.errors import NewsmotionError
+    from newsmotion_engine.render.base import BackendNeeds
+
+    class CachedLoopsOnly:
+        name = "cached-loops"
+        needs = BackendNeeds(guidance=frozenset({"keypoints", "pose_latents"}))
+
+    with pytest.raises(NewsmotionError, match=r"backend 'cached-loops' cannot render a story: .*\(pose_latents per loop\)"):
+        render_story(storage, inputs.story, CachedLoopsOnly(), SPEC, inputs=inputs)
