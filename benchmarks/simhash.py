@@ -271,8 +271,9 @@ def draw_chart(data: dict[str, Any], png: str | Path) -> Path:
     dist = [r["reuse_cosine_distance"] if r["reuse_cosine_distance"] is not None else np.nan for r in rows]
     ax2.plot(x, dist, "s-", color="#d62728", label="reuse cosine distance")
     unrelated = data["unrelated_window_cosine_distance"]
-    for level, label, color in ((unrelated, "unrelated windows", "gray"), (error_limit(rows, unrelated, data["tolerance"]), "error limit", "#d62728"),
-                                (data["one_sample_shift_cosine_distance"], "same audio, 1 sample later", "#7f7f7f")):
+    levels = ((unrelated, "unrelated windows", "gray"), (error_limit(rows, unrelated, data["tolerance"]), "error limit", "#d62728"),
+              (data["one_sample_shift_cosine_distance"], "same audio, 1 sample later", "#7f7f7f"))
+    for level, label, color in levels:
         ax2.axhline(level, color=color, ls=":", lw=1)
         ax2.text(x[-1], level, label, color=color, fontsize=7, ha="right", va="bottom")
     ax2.set_ylabel("cosine distance, reused vs fresh", color="#d62728")

@@ -9,10 +9,11 @@ mean and unit variance (``Wav2Vec2FeatureExtractor``), ``hidden_states[1:]`` (th
 frame ``i`` the rows ``i-2 .. i+2`` with indices clamped at the ends: ``[frames, 5, 12, 768]``.
 Here the 12 layers are averaged by default (``layers="mean"``; ``"last"`` or a layer number pick
 one), so a row is 768 wide: ``[frames, 2*context+1, 768]``; ``layers="all"`` keeps them as
-EchoMimicV3 reads them: ``[frames, 2*context+1, 12, 768]``. EchoMimicV3 resamples the conv front end's
-50 Hz features to the video rate *before* the transformer; here the transformer runs at its native
-50 Hz and its output is resampled (linearly, at each video frame's centre time), so a stored
-encoder output does not depend on the video frame rate and one encoder cache serves every fps.
+EchoMimicV3 reads them: ``[frames, 2*context+1, 12, 768]``. EchoMimicV3 resamples the conv
+front end's 50 Hz features to the video rate *before* the transformer; here the transformer runs at
+its native 50 Hz and its output is resampled (linearly, at each video frame's centre time), so a
+stored encoder output does not depend on the video frame rate and one encoder cache serves every
+fps.
 
 **Encoder windows (the bypass's unit).** The encoder runs on fixed windows of
 ``core_frames + 2 * margin_frames`` encoder frames (default 16 + 2 x 8 = 32 frames, 0.645 s) and
@@ -34,10 +35,11 @@ computed one. With random weights that distance measures how well the hash finds
 encoder maps to the same output, not lip quality.
 
 **The features sub-cache** (:func:`ensure_features`): ``<speech cache>/audio-features-<fps>fps/``
-holds ``features.npy`` (``[frames, 2*context+1, hidden]`` float32, or ``[..., layers, hidden]``) and ``metadata.json`` (the
-speech cache's digest as its source, the encoder's identity, window and context as params, the
-run's stats), written atomically through :mod:`newsmotion_engine.cachedir`; another speech cache
-or another encoder makes it stale and it is rebuilt.
+holds ``features.npy`` (``[frames, 2*context+1, hidden]`` float32, or ``[..., layers, hidden]``)
+and ``metadata.json`` (the speech cache's digest as its source, the encoder's identity, window
+and context as params, the run's stats), written atomically through
+:mod:`newsmotion_engine.cachedir`; another speech cache or another encoder makes it stale and it
+is rebuilt.
 """
 
 from __future__ import annotations
@@ -221,12 +223,12 @@ class AudioEncoder:
 
     def encode(self, window: np.ndarray) -> np.ndarray:
         """``[frames, hidden]`` float32 for one window of 16 kHz samples (``frames`` = the conv
-        front end's output length; ``[frames, layers, hidden]`` with ``layers="all"``). The window is normalised on its own, so the output depends
-        on its samples only: mean removed and divided by its standard deviation, as the feature
-        extractor treats an input, but by no less than :data:`REFERENCE_STD` (the level of
-        loudness-normalised speech). A whole utterance normalised at once keeps its pauses
-        quiet; dividing a near-silent window by its own tiny deviation would instead blow its
-        noise up to full scale."""
+        front end's output length; ``[frames, layers, hidden]`` with ``layers="all"``). The window
+        is normalised on its own, so the output depends on its samples only: mean removed and
+        divided by its standard deviation, as the feature extractor treats an input, but by no
+        less than :data:`REFERENCE_STD` (the level of loudness-normalised speech). A whole
+        utterance normalised at once keeps its pauses quiet; dividing a near-silent window by its
+        own tiny deviation would instead blow its noise up to full scale."""
         import torch
 
         start = time.perf_counter()
@@ -469,7 +471,8 @@ def encode_for_video(speech: Any, fps: float, *, encoder: AudioEncoder, cache: E
 
 # -- the features sub-cache ----------------------------------------------------------------------
 
-FEATURES_SCHEMA = CacheSchema(kind="speech-audio-features", version=1, arrays={"features.npy": ArraySpec("float32", (None, None, None))})
+FEATURES_SCHEMA = CacheSchema(kind="speech-audio-features", version=1,
+                              arrays={"features.npy": ArraySpec("float32", (None, None, None))})
 # layers="all": [frames, 2*context+1, layers, hidden].
 LAYERED_FEATURES_SCHEMA = CacheSchema(kind="speech-audio-features-layered", version=1,
                                       arrays={"features.npy": ArraySpec("float32", (None, None, None, None))})
