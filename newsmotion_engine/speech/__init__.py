@@ -1,4 +1,5 @@
 """The speech tier: decoding and checking a speech file (``audio``), offline text-to-speech with
 phoneme timings (``tts``, through ``espeak``), mouth-shape tracks per video frame (``visemes``),
-and the SimHash cache that lets near-duplicate audio windows reuse stored audio-encoder output
-(``simhash``)."""
+the SimHash cache that lets near-duplicate audio windows reuse stored audio-encoder output
+(``simhash``), and the wav2vec2 features audio-driven backends read, behind that cache
+(``features``)."""
