@@ -35,7 +35,7 @@ from newsmotion_engine import cachedir
 from newsmotion_engine.errors import BadInputError, NewsmotionError
 from newsmotion_engine.guidance.cache import GuidanceCache, check_loop_exists, ensure_guidance
 from newsmotion_engine.guidance.choreography import author_idle
-from newsmotion_engine.ids import SLUG_RE, validate_id
+from newsmotion_engine.ids import validate_id
 from newsmotion_engine.persona.cache import PersonaCache
 from newsmotion_engine.render.base import Backend, RenderSpec, moves_lips
 from newsmotion_engine.render.clip import retargeted_keypoints
@@ -58,7 +58,7 @@ from newsmotion_engine.story.timeline import Slot, Timeline, join_smoothness, jo
 from newsmotion_engine.video.encode import VideoEncoder
 from newsmotion_engine.video.streams import av_sync
 
-__all__ = ["StoryInputs", "check_story", "check_story_backend", "plan_story", "prepare_story", "render_story", "stored_story", "story_ids", "story_slots"]
+__all__ = ["StoryInputs", "check_story", "check_story_backend", "plan_story", "prepare_story", "render_story", "stored_story", "story_slots"]
 
 
 
@@ -93,14 +93,6 @@ class StoryInputs:
     persona: PersonaCache
     loops: dict[str, GuidanceCache]
     speech: StorySpeech
-
-
-def story_ids(storage: Storage) -> list[str]:
-    """The ids of the story files in ``storage.stories_dir`` (``{id}.yaml`` / ``.yml``), sorted."""
-    folder = storage.stories_dir
-    if not folder.is_dir():
-        return []
-    return sorted({p.stem for p in folder.iterdir() if p.is_file() and p.suffix.lower() in STORY_SUFFIXES and SLUG_RE.match(p.stem)})
 
 
 def stored_story(storage: Storage, story_id: str, persona_id: str | None = None) -> Story:
