@@ -176,9 +176,12 @@ class ChampBackend(DiffusersBackend):
 
         mw, mh = self.options.model_size(spec.width, spec.height)
         box = place_portrait(np.asarray(persona.portrait).shape[:2], mw, mh)
-        T = keypoints.shape[0]
-        # With sparse keyframes the clip is every N-th loop frame (the loop seamless): pose the same ones.
-        pose = np.asarray(fit.pose)[(np.arange(T) * spec.keyframes) % fit.pose.shape[0]]
+        from newsmotion_engine.render.keyframes import clip_schedule
+
+        T, n = keypoints.shape[0], fit.pose.shape[0]
+        # With sparse keyframes render_clip hands over the keyframes' poses only: pose the same frames.
+        keyframes = list(clip_schedule(n, spec).keyframes) if spec.keyframes > 1 else []
+        pose = np.asarray(fit.pose)[keyframes if len(keyframes) == T else np.arange(T) % n]
         videos = {t: np.empty((T, mh, mw, 3), np.uint8) for t in GUIDANCE_TYPES}
         for i, maps in enumerate(guidance_frames(self.smpl, pose, keypoints, box, mw, mh, self.components.device)):
             for t in GUIDANCE_TYPES:

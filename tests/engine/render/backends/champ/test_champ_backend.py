@@ -144,3 +144,21 @@ def test_cli_without_an_smpl_file_is_one_error_line(capsys, monkeypatch):
     lines = [line for line in (out + err).splitlines() if line.strip()]
     assert exit_info.value.code == 1
     assert len(lines) == 1 and lines[0].startswith("error: ") and "-o smpl_model=PATH" in lines[0]
+
+
+def test_sparse_keyframes_pose_the_keyframes(loaded, pair, tmp_path, monkeypatch):
+    from newsmotion_engine.render.keyframes import clip_schedule
+
+    loop, persona = pair
+    spec = RenderSpec(width=64, height=128, keyframes=2)
+    loaded.prepare_guidance(loop, spec)
+    loaded.prepare_persona(persona, spec)
+    posed = []
+    import newsmotion_engine.render.backends.champ.maps as maps_mod
+
+    orig = maps_mod.guidance_frames
+    monkeypatch.setattr(maps_mod, "guidance_frames", lambda model, pose, *a, **k: (posed.append(np.array(pose)), orig(model, pose, *a, **k))[1])
+    tele = render_clip(loop, persona, loaded, spec, tmp_path / "k2.mp4")
+    keys = list(clip_schedule(loop.frames, spec).keyframes)
+    assert tele.frames == loop.frames and len(posed) == 1 and len(posed[0]) == len(keys)
+    np.testing.assert_array_equal(posed[0], np.asarray(loaded.load_guidance(loop, spec).pose)[keys])
