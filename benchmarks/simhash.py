@@ -3,6 +3,7 @@ error of reused encoder outputs, swept over Hamming thresholds.
 
     python -m benchmarks.simhash [--device cpu|cuda] [--thresholds 0,2,4,...] [--json PATH] [--chart PNG]
     python -m benchmarks.simhash --chart docs/speech_simhash.png --from benchmarks/results/simhash_cpu.json
+    python -m benchmarks.simhash --device cuda --speech-root storage/speech --json simhash_h100.json
 
 The speeches are the sample speeches (``speech/samples.py``: six TTS voices and rates, the
 ``headlines`` and ``sport`` speeches ending with the same sign-off), built into a temporary
@@ -147,14 +148,21 @@ def choose_threshold(rows: list[dict[str, Any]], unrelated: float, tolerance: fl
 
 
 def _speeches(args: argparse.Namespace, root: Path) -> list[tuple[str, Any]]:
+    """The speeches in order: ``--wav`` files, else the sample speeches' caches in
+    ``--speech-root`` (read as they are when all are there: a GPU machine without the TTS can
+    run on caches built elsewhere), built into ``root`` or that folder otherwise."""
     if args.wav:
         from newsmotion_engine.speech.audio import load_speech
 
         return [(Path(w).stem, load_speech(w)) for w in args.wav]
-    from newsmotion_engine.speech.cache import load_speech_cache
-    from newsmotion_engine.speech.samples import ensure_sample_speeches
+    from newsmotion_engine.speech.cache import SpeechCacheError, load_speech_cache
+    from newsmotion_engine.speech.samples import SAMPLE_SPEECHES, ensure_sample_speeches
 
-    return [(sid, load_speech_cache(root, sid)) for sid in ensure_sample_speeches(root)]
+    root = Path(args.speech_root) if args.speech_root else root
+    try:
+        return [(sid, load_speech_cache(root, sid)) for sid in SAMPLE_SPEECHES]
+    except SpeechCacheError:
+        return [(sid, load_speech_cache(root, sid)) for sid in ensure_sample_speeches(root)]
 
 
 def measure(args: argparse.Namespace, log=print) -> dict[str, Any]:  # noqa: ANN001
@@ -293,6 +301,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--thresholds", default=",".join(map(str, THRESHOLDS)), help="Hamming thresholds to sweep, comma-separated")
     p.add_argument("--fps", type=float, default=30.0)
     p.add_argument("--wav", nargs="*", help="speech files to use instead of the sample speeches")
+    p.add_argument("--speech-root", help="a speech root holding (or to hold) the sample speeches' caches (default: a temporary one)")
     p.add_argument("--json", help="write the result record here")
     p.add_argument("--chart", help="draw the sweep as a PNG here")
     p.add_argument("--from", dest="from_json", metavar="JSON", help="draw --chart from an existing result (no measuring)")

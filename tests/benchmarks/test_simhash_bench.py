@@ -66,3 +66,31 @@ def test_the_default_threshold_is_the_one_the_committed_sweep_chose():
     from newsmotion_engine.speech.samples import SAMPLE_SPEECHES
 
     assert data["weights"] == "random weights" and data["speeches"] == list(SAMPLE_SPEECHES)  # measured on the samples
+
+
+def test_the_bench_runs_end_to_end_on_a_tiny_model_folder(tmp_path):
+    import scipy.io.wavfile
+
+    from benchmarks.simhash import main
+    from newsmotion_engine.bench.record import read_result
+    from newsmotion_engine.speech.features import AudioEncoder
+
+    tiny = {"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 32,
+            "conv_dim": [8] * 7, "num_conv_pos_embeddings": 8, "num_conv_pos_embedding_groups": 2}
+    AudioEncoder.load(config_overrides=tiny).model.save_pretrained(tmp_path / "tiny-wav2vec2")
+    rng = np.random.default_rng(0)
+    t = np.arange(16000 * 2) / 16000
+    voice = 0.1 * np.sin(2 * np.pi * 220 * t) * (0.5 + 0.5 * np.sin(2 * np.pi * 3 * t)) + rng.normal(0, 0.005, t.size)
+    pause = np.zeros(4000)
+    for name in ("a", "b"):  # b repeats a: its windows hit a's
+        scipy.io.wavfile.write(tmp_path / f"{name}.wav", 16000, np.concatenate([pause, voice, pause]).astype(np.float32))
+    out, png = tmp_path / "simhash_test.json", tmp_path / "curve.png"
+    assert main(["--model", str(tmp_path / "tiny-wav2vec2"), "--wav", str(tmp_path / "a.wav"), str(tmp_path / "b.wav"),
+                 "--thresholds", "4,0", "--json", str(out), "--chart", str(png)]) == 0
+    result = read_result(out)
+    data = result.data
+    assert result.weights == "model folder tiny-wav2vec2" and data["speeches"] == ["a", "b"]
+    assert [r["max_distance"] for r in data["sweep"]] == [0, 4]
+    exact = data["sweep"][0]
+    assert exact["hits"] >= exact["windows"] // 2 and exact["reuse_cosine_distance"] < 1e-6  # b is a again, to the sample
+    assert png.stat().st_size > 1000
