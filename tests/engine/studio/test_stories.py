@@ -21,12 +21,18 @@ def _story_tests():
     return mod
 
 
-def test_the_index_plays_stories_with_sound(storage, tmp_path):
+def rendered_story(storage, tmp_path) -> Path:
+    """The drawn figure's story rendered where stories live; its mp4."""
     inputs = _story_tests().drawn_story_inputs(tmp_path)
     out = storage.story_render_path("synth", "evening", "warp")
     out.parent.mkdir(parents=True)
     render_story(storage, inputs.story, get_backend("warp"), RenderSpec(width=216, height=384), inputs=inputs, out_path=out,
                  lip_sync=False)
+    return out
+
+
+def test_the_index_plays_stories_with_sound(storage, tmp_path):
+    out = rendered_story(storage, tmp_path)
     report = build_studio(storage, pose=False, bench_results=tmp_path / "no-results")
     assert report.stories == 1
     html = report.index.read_text()
@@ -37,11 +43,7 @@ def test_the_index_plays_stories_with_sound(storage, tmp_path):
 
 
 def test_a_story_without_its_record_says_so(storage, tmp_path):
-    inputs = _story_tests().drawn_story_inputs(tmp_path)
-    out = storage.story_render_path("synth", "evening", "warp")
-    out.parent.mkdir(parents=True)
-    render_story(storage, inputs.story, get_backend("warp"), RenderSpec(width=216, height=384), inputs=inputs, out_path=out,
-                 lip_sync=False)
+    out = rendered_story(storage, tmp_path)
     out.with_suffix(".json").write_text("{}")
     html = build_studio(storage, pose=False, bench_results=tmp_path / "no-results").index.read_text()
     assert "not a story record" in html
@@ -49,11 +51,7 @@ def test_a_story_without_its_record_says_so(storage, tmp_path):
 
 @pytest.mark.skipif(B.missing() is not None, reason=f"studio browser test: {B.missing()}")
 def test_a_browser_plays_the_story_with_its_sound(storage, tmp_path):
-    inputs = _story_tests().drawn_story_inputs(tmp_path)
-    out = storage.story_render_path("synth", "evening", "warp")
-    out.parent.mkdir(parents=True)
-    render_story(storage, inputs.story, get_backend("warp"), RenderSpec(width=216, height=384), inputs=inputs, out_path=out,
-                 lip_sync=False)
+    rendered_story(storage, tmp_path)
     build_studio(storage, pose=False, bench_results=tmp_path / "no-results")
     with B.served(storage.studio_dir) as url, B.browser() as chromium:
         page = chromium.new_page()
