@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import typer
 
-from newsmotion_engine.cli import bench, caches, calibrate, guidance, loops, model, persona, render, scorecard, speech, story, studio
+from newsmotion_engine.cli import bench, caches, calibrate, guidance, lips, loops, model, persona, render, scorecard, speech, story, studio
 
 app = typer.Typer(help="newsmotion: gesture-loop presenter clips from an anchor's portrait.", no_args_is_help=True)
 # Groups and commands in the order `newsmotion --help` lists them.
@@ -33,5 +33,6 @@ app.add_typer(studio.studio_app, name="studio")
 app.add_typer(model.model_app, name="model")
 app.command("caches")(caches.caches)
 app.command("render")(render.render_cmd)
+app.command("lips")(lips.lips_cmd)
 app.command("backends")(render.backends_cmd)
 app.command("scorecard")(scorecard.scorecard_cmd)

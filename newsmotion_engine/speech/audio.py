@@ -206,3 +206,17 @@ def load_speech(path: Path | str, *, max_duration_s: float = DEFAULT_MAX_DURATIO
     samples.flags.writeable = False
     return Speech(samples=samples, source=path, duration_s=samples.size / SPEECH_SAMPLE_RATE,
                   original_sample_rate=rate, original_channels=info.channels, gain_db=gain_db)
+
+
+def write_wav(path: Path | str, samples: np.ndarray, sample_rate: int) -> Path:
+    """``samples`` (float mono in [-1, 1]) as a 16-bit PCM wav: what ffmpeg muxes beside a video."""
+    import wave
+
+    path = Path(path)
+    pcm = (np.clip(np.asarray(samples, np.float32), -1.0, 1.0) * 32767.0).round().astype("<i2")
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(int(sample_rate))
+        out.writeframes(pcm.tobytes())
+    return path

@@ -15,6 +15,7 @@ with the missing and unexpected keys named.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,9 +121,23 @@ def load_components(opts: MuseTalkOptions) -> MuseTalkComponents:
             torch.random.set_rng_state(gen_state)
         extractor = WhisperFeatureExtractor(feature_size=cfg["whisper"]["num_mel_bins"])
         label = RANDOM_WEIGHTS_LABEL
-    models = [m.to(device=device, dtype=dtype).eval().requires_grad_(False) for m in (unet, vae, whisper)]
+    # .to(dtype) on diffusers models logs a note about modules to keep in float32 (none here)
+    with _diffusers_quiet():
+        models = [m.to(device=device, dtype=dtype).eval().requires_grad_(False) for m in (unet, vae, whisper)]
     return MuseTalkComponents(*models, feature_extractor=extractor, device=device, dtype=dtype, weights_label=label,
                               inference=cfg["inference"])  # fmt: skip
+
+
+@contextlib.contextmanager
+def _diffusers_quiet():
+    from diffusers.utils import logging as diffusers_logging
+
+    level = diffusers_logging.get_verbosity()
+    diffusers_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        diffusers_logging.set_verbosity(level)
 
 
 def positional_encoding(tokens: int, dim: int) -> Any:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import cv2
@@ -28,13 +28,20 @@ __all__ = ["StageStats", "avatar_index", "lip_sync_frames", "paste_face"]
 
 @dataclass
 class StageStats:
-    """What one pass did: frames out, frames redrawn, UNet calls, seconds in the models."""
+    """What one pass did: frames out, frames redrawn, UNet calls, seconds in the models (UNet +
+    decode, synchronized) and in the pastes."""
 
     frames: int = 0
     redrawn: int = 0
     unet_calls: int = 0
     model_s: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    paste_s: float = 0.0
+
+    @property
+    def fps(self) -> float:
+        """Frames per second of the stage itself (models + pastes)."""
+        busy = self.model_s + self.paste_s
+        return self.frames / busy if busy > 0 else 0.0
 
 
 def avatar_index(i: int, n: int) -> int:
@@ -102,7 +109,9 @@ def lip_sync_frames(frames: np.ndarray, avatar: Avatar, tokens: np.ndarray, comp
         for k, j in enumerate(index):
             frame = np.asarray(frames[j])
             if k in faces:
+                t0 = time.perf_counter()
                 frame = paste_face(frame, faces[k], avatar.face_boxes[j], avatar.blend_boxes[j], avatar.masks[j])
+                stats.paste_s += time.perf_counter() - t0
                 stats.redrawn += 1
             stats.frames += 1
             yield frame

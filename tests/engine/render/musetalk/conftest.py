@@ -5,6 +5,18 @@ from newsmotion_engine.render.musetalk.components import load_components
 from newsmotion_engine.render.musetalk.config import MuseTalkOptions
 
 
+@pytest.fixture(scope="package", autouse=True)
+def one_torch_thread():
+    """One intra-op thread: the tiny models are too small to gain from more, and on a loaded
+    2-core machine more threads only wait on each other."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="package")
 def tiny_opts():
     return MuseTalkOptions(preset="tiny", device="cpu", batch_size=4)
