@@ -47,6 +47,7 @@ from newsmotion_engine.persona.sources import install_source
 from newsmotion_engine.render.telemetry import RenderTelemetry, cell_text
 from newsmotion_engine.samples import SAMPLE_STORY
 from newsmotion_engine.storage import Storage
+from newsmotion_engine.story.telemetry import StoryTelemetry
 from newsmotion_engine.sweep import sweep_stale_temp
 
 SAMPLE_PERSONA = "astronaut"
@@ -152,10 +153,12 @@ def _render_sample_story(store: Storage, instance: dg.DagsterInstance, resources
     key = dg.MultiPartitionKey({"persona": SAMPLE_PERSONA, "story": story_id})
     result = _materialize([[story]], key, instance, resources, label=f"story[{SAMPLE_PERSONA} x {story_id}]")
     (mat,) = result.asset_materializations_for_node("story")
-    meta = {k: v.value for k, v in mat.metadata.items()}
-    sound = "AAC audio in sync" if meta["in_sync"] else f"audio OFF by {meta['av_offset_frames']} frames"
-    console.print(f"     {meta['path']}: {meta['duration_s']:.1f} s, {sound}; largest joint move {meta['max_jump_at_joins_px']} px "
-                  f"at the joins vs {meta['max_jump_inside_px']} px inside the loops")  # fmt: skip
+    tele = StoryTelemetry.read(Path(mat.metadata["path"].value).with_suffix(".json"))
+    sync, lips = tele.av_sync, tele.lip_sync
+    sound = "AAC audio in sync" if sync["in_sync"] else f"audio OFF by {sync['offset_frames']} frames"
+    lip_text = f"lip sync {lips['correlation']} at offset {lips['offset_frames']}" if lips else f"lip sync not measured ({tele.lip_sync_reason})"
+    console.print(f"     {tele.output}: {tele.duration_s:.1f} s, {sound}, {escape(lip_text)}; largest joint move "
+                  f"{tele.joins['max_jump_at_joins_px']} px at the joins vs {tele.joins['max_jump_inside_px']} px inside the loops")  # fmt: skip
     console.print("     play it with sound in any video player, or in the studio (`newsmotion studio build && newsmotion studio serve`)")
 
 
