@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.lab_record import top_level_figures, write_lab_result
+from benchmarks.lab_record import stock_vs_ours, top_level_figures, write_lab_result
 
 __all__ = ["VARIANTS", "bench_echomimic"]
 
@@ -156,16 +156,7 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
                 rows[name] = row
                 log(f"{key} {name}: {row}")
                 write()
-            done = {n: r for n, r in rows.items() if "end_to_end_s" in r}
-            if "stock" in done:
-                result[f"clip_{key}_s_stock"] = done["stock"]["end_to_end_s"]
-            ours = {n: r for n, r in done.items() if n != "stock" and not r["approximate"]}
-            if ours:
-                best = min(ours, key=lambda n: ours[n]["end_to_end_s"])
-                result[f"clip_{key}_s"] = ours[best]["end_to_end_s"]
-                result[f"fastest_{key}"] = best
-                if "stock" in done:
-                    result[f"speedup_{key}"] = round(done["stock"]["end_to_end_s"] / ours[best]["end_to_end_s"], 3)
+            stock_vs_ours(result, key, {n: r for n, r in rows.items() if not r.get("approximate")})  # the headline is exact
             write()
         backend.close()
     write()
