@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from newsmotion_engine.bench.matrix import read_matrix
 from newsmotion_engine.bench.record import RESULTS_DIR, BenchResult, read_results
 from newsmotion_engine.render.telemetry import RenderTelemetry, TelemetryError
 from newsmotion_engine.storage import Storage
@@ -69,12 +70,15 @@ def build_scorecard(
     *,
     on_skip: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
-    """All render rows (:attr:`RenderTelemetry.COLUMNS`) then all bench rows; columns are the
-    union, render columns first. ``bench_folders`` default: the committed results and the nightly
+    """All render rows (:attr:`RenderTelemetry.COLUMNS`), then all bench rows, then the
+    acceleration matrix (:mod:`~newsmotion_engine.bench.matrix`, kind ``matrix``, one row per
+    backend and card); columns are the union, render columns first. ``bench_folders`` default: the committed results and the nightly
     ones (``storage.bench_dir``)."""
     folders = bench_folders if bench_folders is not None else [bench_results_dir(), storage.bench_dir]
     renders = [{"kind": "render", **t.row()} for t in render_records(storage, on_skip=on_skip)]
-    frame = pd.DataFrame(renders + [bench_row(r) for r in bench_results(folders, on_skip=on_skip)])
+    results = bench_results(folders, on_skip=on_skip)
+    matrix = [{"kind": "matrix", **row.as_dict()} for row in read_matrix(results)]
+    frame = pd.DataFrame(renders + [bench_row(r) for r in results] + matrix)
     if frame.empty:
         return pd.DataFrame(columns=["kind", *RenderTelemetry.COLUMNS])
     for column in INTEGER_COLUMNS:  # stay integers despite the bench rows' missing values

@@ -143,3 +143,49 @@ def bench_gpu_cmd(
     show_record(forward_record(json_path.stem if json_path else f"gpu_forward_{preset}", result), None)
     if json_path is not None:
         console.print(f"wrote {json_path}")
+
+
+@bench_app.command("matrix")
+def bench_matrix_cmd(
+    run: Annotated[Optional[list[str]], typer.Option("--run", help="Run this backend's GPU bench first (repeatable; 'all': every one not measured yet). Needs a CUDA GPU and the repository root.")] = None,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the table as markdown (docs/benchmarks.md).")] = False,
+) -> None:
+    """The acceleration matrix: every diffusion backend, stock vs ours on the reference design's
+    clip, from the committed result records; what is not measured yet says which command measures it."""
+    import shlex
+    import subprocess
+    import sys
+
+    from newsmotion_engine.bench.matrix import ENTRIES, read_matrix
+    from newsmotion_engine.bench.matrix import matrix_markdown as to_markdown
+    from newsmotion_engine.bench.scorecard import bench_results, bench_results_dir
+
+    folder = bench_results_dir()
+    rows = read_matrix(bench_results([folder]))
+    if run:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise NewsmotionError("bench matrix --run: the benches need a CUDA GPU; this machine has none")
+        if not Path("benchmarks").is_dir():
+            raise NewsmotionError("bench matrix --run: run it from the repository root (the GPU benches are benchmarks/*.py)")
+        measured = {r.backend for r in rows if r.record}
+        wanted = [e for e in ENTRIES if e.backend in run or ("all" in run and e.backend not in measured)]
+        card = torch.cuda.get_device_name().split()[1].lower() if len(torch.cuda.get_device_name().split()) > 1 else "gpu"
+        for entry in wanted:
+            if not entry.command.startswith("python -m "):
+                console.print(f"{entry.backend}: runs in several device commands; by hand: {entry.command}")
+                continue
+            argv = [sys.executable, *shlex.split(entry.command.replace("<card>", card))[1:]]
+            console.print(f"{entry.backend}: {shlex.join(argv[1:])}")
+            if subprocess.run(argv).returncode != 0:
+                raise NewsmotionError(f"bench matrix: the {entry.backend} bench failed (its output is above)")
+        rows = read_matrix(bench_results([folder]))
+    if markdown:
+        print(to_markdown(rows))
+        return
+    table = Table("backend", "card", "stock (s)", "ours (s)", "speed-up", "peak ours (GiB)", "goal", "record / how to measure")
+    for r in rows:
+        table.add_row(r.backend, r.device or "—", cell(r.stock_s), cell(r.ours_s), cell(r.speedup), cell(r.peak_ours_gib),
+                      {True: "met", False: "not met", None: "—"}[r.meets_goal], r.record or r.command)  # fmt: skip
+    console.print(table)
