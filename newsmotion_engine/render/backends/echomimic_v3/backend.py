@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from newsmotion_engine.render.base import BackendNeeds, RenderSpec
+from newsmotion_engine.render.base import BackendNeeds, InvalidSpecError, RenderSpec
 from newsmotion_engine.render.backends.echomimic_v3 import caches as C
 from newsmotion_engine.render.backends.echomimic_v3.audio import SpeechAudio, load_speech_audio, segment_windows, silent_audio
 from newsmotion_engine.render.backends.echomimic_v3.config import NAME, EchoMimicV3Options
@@ -79,6 +79,11 @@ class EchoMimicV3Backend(DiffusersBackend):
                 "speech": o.speech, "speech_features": self._speech_digest(), "max_side": o.max_side,
                 "accelerations": o.accel_summary(),
                 "lips": "driven by the speech's audio features" if o.speech else "silent clip (no speech option)"}  # fmt: skip
+
+    def _check_spec(self, spec: RenderSpec) -> None:
+        super()._check_spec(spec)
+        if spec.keyframes > 1:
+            raise InvalidSpecError(f"{NAME} renders every frame (the audio drives each one); use keyframes=1, not {spec.keyframes}")
 
     def plan(self, frames: int) -> segments.SegmentPlan:
         return segments.plan_segments(frames, self.options.segment_length, self.options.overlap, fit=True)

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 from newsmotion_engine.errors import CacheMissingError, CacheNotReadyError  # noqa: E402
 from newsmotion_engine.render import RenderSpec, get_backend, render_clip  # noqa: E402
 from newsmotion_engine.render.fidelity import FidelityConfig  # noqa: E402
-from newsmotion_engine.render.base import BackendCacheMissingError, BackendCacheStaleError  # noqa: E402
+from newsmotion_engine.render.base import BackendCacheMissingError, BackendCacheStaleError, InvalidSpecError  # noqa: E402
 from newsmotion_engine.render.backends.echomimic_v3 import backend as B  # noqa: E402
 from newsmotion_engine.render.backends.echomimic_v3.audio import EchoMimicAudioError, SpeechAudio, audio_windows, segment_windows  # noqa: E402
 from newsmotion_engine.render.backends.echomimic_v3.config import EchoMimicV3ConfigError, EchoMimicV3Options  # noqa: E402
@@ -91,6 +91,8 @@ def test_silent_render_through_the_registry_and_its_persona_cache(pair):
     assert info["weights"] == "random weights" and "random weights" in info["note"] and info["speech"] is None
     with pytest.raises(BackendCacheStaleError):
         next(iter(_backend(prompt="A news anchor is speaking.").frames(loop, persona, loop.keypoints, SPEC)))
+    with pytest.raises(InvalidSpecError, match="keyframes=1"):
+        next(iter(b.frames(loop, persona, loop.keypoints, RenderSpec(width=64, height=128, keyframes=2))))
 
 
 def _with(backend, **options):
