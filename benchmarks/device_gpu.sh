@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one script the GPU device runs: the lab benchmarks (python -m benchmarks.*), results under $OUT.
 # Usage (device, repo root, with .whl carried; see ../shared/tools/device-wheels.sh):
-#   bash benchmarks/device_gpu.sh forward|render|all|smoke|sweep|sparse|cp|clip [preset] [JSON of extra kwargs] [part after sweep]
+#   bash benchmarks/device_gpu.sh forward|render|all|smoke|speech|sweep|sparse|cp|clip [preset] [JSON of extra kwargs] [part after sweep]
 #   bash benchmarks/device_gpu.sh animate2 [preset] [forward|attention|clip|clip-ours|clip-stock|multistream|all] ["extra benchmarks.animate2 flags"]
 # e.g. bash benchmarks/device_gpu.sh render 14b '{"width": 480, "height": 832, "steps": 20, "guidance_scale": 5.0}'
 # Writes $OUT/gpu_<part>.json (a result record, rewritten after every variant) and $OUT/gpu_<part>.log
@@ -43,6 +43,15 @@ for name in FP8_VARIANTS:
     out = fp8_attention(q, k, v, variant=name)
     print(name, "rel err (4096 tokens):", float((out.float() - ref.float()).norm() / ref.float().norm()))
 PY
+  exit "${PIPESTATUS[0]}"
+fi
+if [ "$part" = speech ]; then
+  # The speech tier on the GPU: the MuseTalk lip-sync stage's fps at 720x1280 (released
+  # architecture, fp16, random weights), then the SimHash audio-encoder cache over the sample
+  # speeches (carry storage/speech: their caches, built where the TTS is installed).
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($2)}')
+  python3 -m benchmarks.musetalk --device cuda --frames 480 --json "$out/musetalk_${name}.json" 2>&1 | tee "$out/gpu_speech.log"
+  python3 -m benchmarks.simhash --device cuda --speech-root storage/speech --json "$out/simhash_${name}.json" 2>&1 | tee -a "$out/gpu_speech.log"
   exit "${PIPESTATUS[0]}"
 fi
 if [ "$part" = sparse ]; then
