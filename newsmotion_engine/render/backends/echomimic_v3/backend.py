@@ -119,8 +119,15 @@ class EchoMimicV3Backend(DiffusersBackend):
         self._speech = audio
 
     def _speech_digest(self) -> str | None:
-        """The performed features' digest (part of a render's input digest), once the model is loaded."""
-        speech = self.speech_audio() if self.components is not None else None
+        """The performed features' digest (part of a render's input digest), once the model is
+        loaded; features not built yet are reported as such (``describe()`` never builds, and a
+        render raises on them)."""
+        from newsmotion_engine.errors import CacheNotReadyError
+
+        try:
+            speech = self.speech_audio() if self.components is not None else None
+        except CacheNotReadyError as exc:
+            return f"not ready: {exc}"
         return speech.digest if speech is not None else None
 
     def clip_frames(self, guidance: Any, spec: RenderSpec) -> int:
