@@ -122,11 +122,11 @@ class EchoMimicV3Backend(DiffusersBackend):
         """The performed features' digest (part of a render's input digest), once the model is
         loaded; features not built yet are reported as such (``describe()`` never builds, and a
         render raises on them)."""
-        from newsmotion_engine.errors import CacheNotReadyError
+        from newsmotion_engine.errors import CacheError, CacheNotReadyError
 
         try:
             speech = self.speech_audio() if self.components is not None else None
-        except CacheNotReadyError as exc:
+        except (CacheNotReadyError, CacheError) as exc:  # the features, or the speech cache itself
             return f"not ready: {exc}"
         return speech.digest if speech is not None else None
 
