@@ -193,3 +193,17 @@ def test_speech_features_come_from_the_speech_tier(monkeypatch):
     shapes["all"] = (14, 5, 768)
     with pytest.raises(EchoMimicAudioError, match="12 hidden layers"):
         load_speech_audio("/s", "hello", fps=25, window=5, layers=12, channels=768, audio_model_path=None)
+
+
+def test_unbuilt_speech_features_are_reported_by_describe_and_refused_by_a_render(shared, monkeypatch):
+    loop, persona, b = shared
+
+    def unbuilt(*a, **k):
+        raise CacheNotReadyError("speech features of 'gone' at 25 fps", "missing", "", "build them")
+
+    monkeypatch.setattr(B, "load_speech_audio", unbuilt)
+    _with(b, speech="gone", speech_root="/speech")
+    assert b.describe()["speech_features"].startswith("not ready: speech features of 'gone'")
+    with pytest.raises(CacheNotReadyError, match="build them"):
+        b.clip_frames(loop, SPEC)
+    _with(b, speech=None)
