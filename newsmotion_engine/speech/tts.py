@@ -175,9 +175,10 @@ def _phonemes(events, duration: float) -> tuple[Phoneme, ...]:
     out = []
     for i, (start, symbol) in enumerate(starts):
         end = starts[i + 1][0] if i + 1 < len(starts) else duration
-        end = min(end, duration)
+        # rounded first: a closing marker a few microseconds before the end rounds to zero length
+        start, end = round(start, 4), round(min(end, duration), 4)
         if symbol and end > start:
-            out.append(Phoneme(start_s=round(start, 4), end_s=round(end, 4), symbol=symbol))
+            out.append(Phoneme(start_s=start, end_s=end, symbol=symbol))
     return tuple(out)
 
 

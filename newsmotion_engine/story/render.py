@@ -23,7 +23,6 @@ import hashlib
 import json
 import tempfile
 import time
-import wave
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,6 +39,7 @@ from newsmotion_engine.persona.cache import PersonaCache
 from newsmotion_engine.render.base import Backend, RenderSpec, moves_lips
 from newsmotion_engine.render.clip import retargeted_keypoints
 from newsmotion_engine.render.lipsync import measure_lip_sync
+from newsmotion_engine.speech.audio import write_wav
 from newsmotion_engine.render.job import (
     OnStep,
     Progress,
@@ -241,15 +241,6 @@ def _current(out: Path, digest: str) -> StoryTelemetry | None:
     return recorded if recorded.input_digest == digest else None
 
 
-def _write_wav(path: Path, audio: np.ndarray, rate: int) -> None:
-    pcm = (np.clip(audio, -1.0, 1.0) * 32767.0).round().astype("<i2")
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.tobytes())
-
-
 def render_story(
     storage: Storage,
     story: Story,
@@ -314,7 +305,7 @@ def _render(inputs: StoryInputs, backend: Backend, spec: RenderSpec, out: Path, 
     done = 0
     with tempfile.TemporaryDirectory(prefix="newsmotion-story-") as tmp:
         wav = Path(tmp) / "speech.wav"
-        _write_wav(wav, speech.audio, speech.sample_rate)
+        write_wav(wav, speech.audio, speech.sample_rate)
         with VideoEncoder(out, spec.width, spec.height, spec.fps, encoder=encoder, audio=wav) as enc:
             frames = iter(backend.frames(clip, inputs.persona, kp, spec, visemes=speech.visemes))
             while True:

@@ -76,3 +76,10 @@ def test_bad_requests_are_one_line_errors(kwargs, needle):
     with pytest.raises(SpeechInputError) as caught:
         synthesize(**kwargs)
     assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_no_phoneme_rounds_to_zero_length():
+    # eSpeak closes this sentence with a pause marker a few microseconds before the audio ends
+    s = synthesize("The city council has approved the new harbour bridge after two years of debate.")
+    assert all(p.end_s > p.start_s for p in s.phonemes)
+    assert s.phonemes[-1].end_s <= len(s.samples) / s.sample_rate + 1e-3
