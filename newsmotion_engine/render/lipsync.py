@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from newsmotion_engine.errors import NewsmotionError
+from newsmotion_engine.nativelog import filter_native_stderr
 from newsmotion_engine.render.telemetry import LipSync
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def _face_mesh_apertures(frames: Iterable[np.ndarray]) -> list[float]:
     import mediapipe as mp
 
     out: list[float] = []
-    with mp.solutions.face_mesh.FaceMesh(
+    with filter_native_stderr(), mp.solutions.face_mesh.FaceMesh(  # mediapipe's start-up log lines (see nativelog)
         static_image_mode=False, max_num_faces=1, refine_landmarks=False, min_detection_confidence=0.5, min_tracking_confidence=0.5
     ) as mesh:
         for rgb in frames:
