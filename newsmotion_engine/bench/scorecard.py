@@ -72,12 +72,12 @@ def build_scorecard(
 ) -> pd.DataFrame:
     """All render rows (:attr:`RenderTelemetry.COLUMNS`), then all bench rows, then the
     acceleration matrix (:mod:`~newsmotion_engine.bench.matrix`, kind ``matrix``, one row per
-    backend and card); columns are the union, render columns first. ``bench_folders`` default: the committed results and the nightly
+    measured backend and card); columns are the union, render columns first. ``bench_folders`` default: the committed results and the nightly
     ones (``storage.bench_dir``)."""
     folders = bench_folders if bench_folders is not None else [bench_results_dir(), storage.bench_dir]
     renders = [{"kind": "render", **t.row()} for t in render_records(storage, on_skip=on_skip)]
     results = bench_results(folders, on_skip=on_skip)
-    matrix = [{"kind": "matrix", **row.as_dict()} for row in read_matrix(results)]
+    matrix = [{"kind": "matrix", **row.as_dict()} for row in read_matrix(results) if row.record]  # measured ones
     frame = pd.DataFrame(renders + [bench_row(r) for r in results] + matrix)
     if frame.empty:
         return pd.DataFrame(columns=["kind", *RenderTelemetry.COLUMNS])

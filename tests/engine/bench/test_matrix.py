@@ -30,3 +30,13 @@ def test_an_ours_only_record_says_stock_did_not_run():
               if r.backend == "wan-animate-2"]
     assert row.ours_s == 208.0 and row.stock_s is None and row.speedup is None and row.meets_goal is None
     assert "stock did not run" in row.note
+
+
+def test_the_scorecard_carries_the_measured_matrix_rows(storage, tmp_path):
+    from newsmotion_engine.bench.record import write_result
+    from newsmotion_engine.bench.scorecard import build_scorecard
+
+    write_result(tmp_path / "wan_animate_clip_h100.json", _record("wan_animate_clip_h100", {"ours (s)": 20.0, "stock (s)": 140.0}))
+    frame = build_scorecard(storage, [tmp_path])
+    matrix = frame[frame["kind"] == "matrix"]
+    assert list(matrix["backend"]) == ["wan-animate"] and list(matrix["speedup"]) == [7.0]  # unmeasured backends: no row
