@@ -53,6 +53,7 @@ class ContextPlan:
 
 class ChampBackend(DiffusersBackend):
     """See the module docstring. Construct through the registry: ``get_backend("champ", smpl_model=...)``."""
+    warns_few_steps = False  # Champ is an SD 1.5 model: no Wan distillation LoRA fits it
 
     name: ClassVar[str] = NAME
     needs: ClassVar[BackendNeeds] = BackendNeeds(guidance=frozenset({"keypoints", "smpl_pose"}),

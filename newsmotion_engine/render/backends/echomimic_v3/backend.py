@@ -48,6 +48,7 @@ def retime_indices(out_frames: int, model_frames: int, model_fps: float, fps: fl
 
 class EchoMimicV3Backend(DiffusersBackend):
     """See the module docstring. Construct through the registry: ``get_backend("echomimic-v3", speech="...")``."""
+    warns_few_steps = False  # flash-pro is released for 8 steps
 
     name: ClassVar[str] = NAME
     # It performs no viseme track (the ``visemes`` keyword is ignored): its mouth follows the

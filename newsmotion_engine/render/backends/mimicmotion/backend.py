@@ -62,6 +62,7 @@ def frame_onto(frame: np.ndarray, width: int, height: int, background: tuple[int
 
 class MimicMotionBackend(DiffusersBackend):
     """See the module docstring. ``get_backend("mimicmotion", preset="tiny", steps=2)``."""
+    warns_few_steps = False  # MimicMotion is an SVD model: no Wan distillation LoRA fits it
 
     name = NAME
     needs = BackendNeeds(

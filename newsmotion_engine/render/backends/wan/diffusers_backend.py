@@ -82,6 +82,9 @@ class DiffusersBackend:
     driven_by_clip: ClassVar[bool] = False
     # Pose-driven models: a viseme track is accepted and ignored (an audio-driven subclass says True).
     moves_lips: ClassVar[bool] = False
+    # Whether few sampling steps without a distillation LoRA is a mistake worth a warning (the Wan
+    # models' lightx2v-style LoRAs); a model released for few steps, or one no Wan LoRA fits, says no.
+    warns_few_steps: ClassVar[bool] = True
 
     def __init__(self, options: Any) -> None:
         self.options = options
@@ -126,7 +129,8 @@ class DiffusersBackend:
             "load_s": round(time.perf_counter() - t0, 3),
         }
         self._loaded()
-        warn_once(logging.getLogger(type(self).__module__), steps_warning(self.options))
+        if self.warns_few_steps:
+            warn_once(logging.getLogger(type(self).__module__), steps_warning(self.options))
         if comps.identity["weights"] == RANDOM_WEIGHTS_LABEL:
             logging.getLogger(type(self).__module__).warning(
                 "%s: preset %r with RANDOM WEIGHTS: frames are noise, for timing only", self.name, self.options.preset
@@ -170,7 +174,7 @@ class DiffusersBackend:
             info["last_render"] = self.last_render
         if o.lora:
             info["loras"] = [str(spec) for spec in o.lora]
-        if warning := steps_warning(o):
+        if self.warns_few_steps and (warning := steps_warning(o)):
             info["warning"] = warning
         if info["weights"] == RANDOM_WEIGHTS_LABEL:
             info["note"] = "random weights: frames are noise-shaped; use for timing and memory only"
