@@ -24,6 +24,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
+from newsmotion_engine.bench.matrix import read_matrix
 from newsmotion_engine.bench.record import BenchResult, read_results
 from newsmotion_engine.render.telemetry import RenderTelemetry
 from newsmotion_engine.storage import Storage
@@ -139,15 +140,22 @@ def _later_run(result: BenchResult, path: tuple[str, ...]) -> bool:
 def speedup_bars(results: list[BenchResult]) -> list[tuple[str, float]]:
     """``[(label, speed-up)]``, toy presets left out: first each record's headline speed-ups (a
     headline figure whose label says "speed-up"; the figures the docs quote, e.g. a whole clip vs
-    stock), then every ``...variants.{name}.speedup_vs_stock`` in the records' data (the first of
+    stock), then the acceleration matrix's rows no headline quoted
+    (:mod:`~newsmotion_engine.bench.matrix`), then every ``...variants.{name}.speedup_vs_stock`` in the records' data (the first of
     joined runs only); the label is the record's name, the path to ``variants`` when there is one,
     and the variant."""
     real = _real_results(results)
     bars: list[tuple[str, float]] = []
+    quoted: set[str] = set()
     for result in real:
         for label, value in result.headline.items():
             if "speed-up" in label and isinstance(value, (int, float)) and not isinstance(value, bool):
                 bars.append((f"{result.name} · {label.removesuffix(' (x)')}", float(value)))
+                quoted.add(result.name)
+    # The acceleration matrix's other measured rows (the model-zoo records keep their figures per size).
+    for row in read_matrix(real):
+        if row.record and row.record not in quoted and row.speedup is not None:
+            bars.append((f"{row.record} · {row.backend} stock vs ours{f' ({row.note})' if row.note else ''}", row.speedup))
     for result in real:
         for path, value in _walk(result.data):
             if len(path) >= 3 and path[-1] == "speedup_vs_stock" and path[-3] == "variants" and isinstance(value, (int, float)):

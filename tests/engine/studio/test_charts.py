@@ -61,3 +61,14 @@ def test_the_committed_records_chart():
     assert any(label.startswith("wan_animate_render_h200") for label in labels)
     assert not any(label.startswith("smoke_h200") for label in labels)
     assert C.gpu_stage_chart(results) is not None
+
+
+def test_speedup_bars_show_the_matrix_rows_no_headline_quotes():
+    from newsmotion_engine.bench.record import BenchResult
+    from newsmotion_engine.studio.charts import speedup_bars
+
+    zoo = BenchResult(name="mimicmotion_h100", title="t", created_at="2026-12-06T00:00:00+00:00", device="H100", commit=None,
+                      command="c", headline={}, weights="random weights",
+                      data={"fastest_720x1280": "batch_cfg", "rows": {"720x1280": {"stock": {"end_to_end_s": 90.0},
+                                                                                   "batch_cfg": {"end_to_end_s": 60.0}}}})
+    assert speedup_bars([zoo]) == [("mimicmotion_h100 · mimicmotion stock vs ours (size 720x1280)", 1.5)]
