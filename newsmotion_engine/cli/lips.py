@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from newsmotion_engine import cachedir
 from newsmotion_engine.cli.console import console, parse_options, progress_bar, step_tasks
 from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.storage import Storage
@@ -64,7 +65,8 @@ def lips_cmd(
         engine.close()
     record = {**result.as_dict(), "persona": persona, "loop": loop, "speech": speech, "backend": backend,
               "options": dataclasses.asdict(opts)}  # fmt: skip
-    out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+    with cachedir.replacing(out.with_suffix(".json")) as tmp:  # beside the mp4, whole or not at all
+        tmp.write_text(json.dumps(record, indent=2) + "\n")
     console.print(f"{out}: {result.frames} frames, {result.redrawn} lower faces redrawn, stage {result.stage_fps} fps, "
                   f"weights: {result.weights}")  # fmt: skip
     if result.weights == "random weights":

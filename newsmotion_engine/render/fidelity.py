@@ -76,6 +76,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from newsmotion_engine.render.placement import to_frame_pixels
 from newsmotion_engine.render.telemetry import PoseFidelity
 from newsmotion_engine.skeleton import BODY, FACE_START, LEFT_HAND_START, NUM_KEYPOINTS, RIGHT_HAND_START
 
@@ -172,12 +173,6 @@ def persona_visible(persona_landmarks: np.ndarray) -> np.ndarray:
     lm = np.asarray(persona_landmarks, np.float64)
     inside = (lm[:, 0] >= 0.0) & (lm[:, 0] < 1.0) & (lm[:, 1] >= 0.0) & (lm[:, 1] < 1.0)
     return (lm[:, 2] >= VISIBLE_CONFIDENCE) & inside
-
-
-def _to_px(kp: np.ndarray, placement: tuple[float, float, float, float]) -> np.ndarray:
-    ox, oy, w, h = placement
-    kp = np.asarray(kp, np.float64)
-    return np.stack([ox + kp[..., 0] * w, oy + kp[..., 1] * h], axis=-1)
 
 
 def torso_normalizer(rest_px: np.ndarray, rest_ok: np.ndarray) -> dict[str, Any] | None:
@@ -347,13 +342,13 @@ def measure_frames(
         return None, "the clip has no decodable frames to compare"
     width, height = size
     placement = frame_placement(portrait_hw, width, height)
-    rest_px = _to_px(lm, placement)
+    rest_px = to_frame_pixels(lm, placement)
     rest_ok = persona_visible(lm)
     normalizer = torso_normalizer(rest_px, rest_ok)
     if normalizer is None:
         return None, "the persona shows neither both shoulders nor a face: nothing to normalize PCK by"
     want = intended[indices]
-    want_px = _to_px(want, placement)
+    want_px = to_frame_pixels(want, placement)
     inside = (want_px[..., 0] >= 0) & (want_px[..., 0] < width) & (want_px[..., 1] >= 0) & (want_px[..., 1] < height)
     compare = rest_ok[None, :] & (want[..., 2] >= VISIBLE_CONFIDENCE) & inside
     det = np.stack(detected)

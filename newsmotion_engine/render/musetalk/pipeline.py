@@ -25,7 +25,7 @@ from newsmotion_engine.render.musetalk.avatar import MASK_METHOD, ensure_avatar
 from newsmotion_engine.render.musetalk.components import load_components
 from newsmotion_engine.render.musetalk.config import MuseTalkOptions
 from newsmotion_engine.render.musetalk.stage import StageStats, lip_sync_frames
-from newsmotion_engine.render.placement import place_portrait
+from newsmotion_engine.render.placement import place_portrait, to_frame_pixels
 from newsmotion_engine.skeleton import FACE_START
 
 __all__ = ["LipSyncResult", "frame_faces", "lip_sync_render"]
@@ -60,10 +60,8 @@ class LipSyncResult:
 def frame_faces(guidance: Any, persona: Any, width: int, height: int) -> np.ndarray:
     """float ``[T, 68, 3]``: the 68 face landmarks of every render frame in frame pixels (x, y, confidence)."""
     kp = np.asarray(retargeted_keypoints(guidance, persona), np.float64)  # x, y normalized to the portrait
-    ox, oy, w, h = place_portrait(np.asarray(persona.portrait).shape[:2], width, height)
     face = kp[:, FACE_START : FACE_START + FACE_POINTS].copy()
-    face[..., 0] = face[..., 0] * w + ox
-    face[..., 1] = face[..., 1] * h + oy
+    face[..., :2] = to_frame_pixels(face, place_portrait(np.asarray(persona.portrait).shape[:2], width, height))
     return face
 
 
