@@ -13,6 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 from newsmotion_engine.errors import CacheMissingError, CacheStaleError  # noqa: E402
 from newsmotion_engine.render import RenderSpec, available_backends, get_backend, render_clip  # noqa: E402
 from newsmotion_engine.render.base import BackendCacheMissingError, BackendCacheStaleError, BackendOptionError  # noqa: E402

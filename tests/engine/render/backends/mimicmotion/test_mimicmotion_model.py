@@ -12,6 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 from newsmotion_engine.errors import BadInputError  # noqa: E402
 from newsmotion_engine.render import get_backend  # noqa: E402
 from newsmotion_engine.render.backends import mimicmotion  # noqa: E402
