@@ -1,7 +1,9 @@
 """Asset checks. The cache checks are blocking, so a cache that fails its check stops its own run's
 downstream steps and (see :mod:`newsmotion_assets.automation`) automation downstream of it. The
-render checks (pose fidelity, lip sync) are not: a clip that gestures too little or whose lips lag
-is reported, not withheld."""
+render and story checks (pose fidelity, lip sync) are not: a clip that gestures too little or whose
+lips lag is reported, not withheld."""
+
+from pathlib import Path
 
 import dagster as dg
 
@@ -9,15 +11,17 @@ from newsmotion_assets.assets.guidance import guidance_cache
 from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.assets.render import render
 from newsmotion_assets.assets.speech import speech_cache
-from newsmotion_assets.partitions import loop_partitions, persona_partitions, render_partitions, speech_partitions
+from newsmotion_assets.assets.story import story
+from newsmotion_assets.partitions import loop_partitions, persona_partitions, render_partitions, speech_partitions, story_render_partitions
 from newsmotion_assets.resources import StorageResource
 from newsmotion_engine.errors import CacheError
 from newsmotion_engine.guidance.cache import keypoint_problems, load_guidance
 from newsmotion_engine.persona.cache import load_persona, persona_problems
 from newsmotion_engine.render.fidelity import TARGET_MOTION_ENERGY, TARGET_PCK, fidelity_problems
-from newsmotion_engine.render.lipsync import SILENT_REASON, TARGET_CORRELATION, TARGET_OFFSET_FRAMES, lip_sync_problems
-from newsmotion_engine.render.telemetry import RenderTelemetry, TelemetryError
+from newsmotion_engine.render.lipsync import OFF_REASON, SILENT_REASON, TARGET_CORRELATION, TARGET_OFFSET_FRAMES, lip_sync_problems
+from newsmotion_engine.render.telemetry import LipSync, RenderTelemetry, TelemetryError
 from newsmotion_engine.speech.cache import load_speech_cache, speech_problems
+from newsmotion_engine.story.telemetry import StoryTelemetry, StoryTelemetryError
 
 
 @dg.asset_check(
@@ -98,14 +102,20 @@ def _render_records(storage: StorageResource, partition_key: str) -> tuple[list[
     them, and the folder."""
     dims = render_partitions.get_partition_key_from_str(partition_key).keys_by_dimension
     folder = storage.store.render_path(dims["persona"], dims["loop"], "warp").parent
+    return *_clip_records(folder, RenderTelemetry, TelemetryError), str(folder)
+
+
+def _clip_records(folder: Path, record: type, error: type[Exception]) -> tuple[list, list[str]]:
+    """``record.read`` of every ``{backend}.json`` in ``folder`` that has its mp4 beside it, and the
+    problems (``error``) reading them."""
     clips = sorted(p for p in folder.glob("*.json") if p.with_suffix(".mp4").is_file()) if folder.is_dir() else []
     records, problems = [], []
     for path in clips:
         try:
-            records.append(RenderTelemetry.read(path))
-        except TelemetryError as exc:
+            records.append(record.read(path))
+        except error as exc:
             problems.append(str(exc))
-    return records, problems, str(folder)
+    return records, problems
 
 
 @dg.asset_check(
@@ -131,10 +141,51 @@ def lip_sync_check_result(storage: StorageResource, partition_key: str) -> dg.As
         if tele.lip_sync is None and (tele.lip_sync_reason or "").startswith((SILENT_REASON, "recorded by telemetry schema")):
             continue  # a silent clip: no lips to score
         speaking += 1
-        problems += [f"{tele.backend}: {p}" for p in lip_sync_problems(tele.lip_sync, tele.lip_sync_reason)]
-        ls = tele.lip_sync
-        metadata[f"{tele.backend}_lip_sync_correlation"] = ls.correlation if ls and ls.correlation is not None else -1.0
-        metadata[f"{tele.backend}_audio_video_offset_frames"] = float(ls.offset_frames) if ls and ls.offset_frames is not None else -99.0
+        _judge_lip_sync(tele.backend, tele.lip_sync, tele.lip_sync_reason, metadata, problems)
     metadata["clips_with_speech"] = float(speaking)
+    metadata["problems"] = "; ".join(problems) or "none"
+    return dg.AssetCheckResult(passed=not problems, severity=dg.AssetCheckSeverity.WARN, metadata=metadata)
+
+
+def _judge_lip_sync(backend: str, score: LipSync | None, reason: str | None, metadata: dict, problems: list[str]) -> None:
+    """One clip's lip-sync figures into ``metadata`` and what misses the targets into ``problems``."""
+    problems += [f"{backend}: {p}" for p in lip_sync_problems(score, reason)]
+    metadata[f"{backend}_lip_sync_correlation"] = score.correlation if score and score.correlation is not None else -1.0
+    metadata[f"{backend}_audio_video_offset_frames"] = float(score.offset_frames) if score and score.offset_frames is not None else -99.0
+
+
+@dg.asset_check(
+    asset=story,
+    partitions_def=story_render_partitions,
+    blocking=False,
+    description=f"Lip sync of the story clip(s), measured on the mp4: mouth aperture vs the story's viseme track, "
+    f"correlation >= {TARGET_CORRELATION} at an audio-video offset of at most {TARGET_OFFSET_FRAMES} frame (warning, "
+    "non-blocking; a backend that does not move lips, or a story rendered with the measurement off, passes unscored).",
+)
+def story_lip_sync(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
+    return story_lip_sync_check_result(storage, context.partition_key)
+
+
+def story_lip_sync_check_result(storage: StorageResource, partition_key: str) -> dg.AssetCheckResult:
+    """What :func:`story_lip_sync` reports for one story partition (``"{persona}|{story}"``): the
+    story records' scores (:class:`~newsmotion_engine.story.telemetry.StoryTelemetry`), judged as
+    :func:`render_lip_sync` judges a render's."""
+    dims = story_render_partitions.get_partition_key_from_str(partition_key).keys_by_dimension
+    folder = storage.store.story_render_path(dims["persona"], dims["story"], "warp").parent
+    records, problems = _clip_records(folder, StoryTelemetry, StoryTelemetryError)
+    if not records and not problems:
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, metadata={"problems": f"no rendered story in {folder}"})
+    metadata: dict[str, float | str] = {}
+    unscored, scored = [], 0
+    for tele in records:
+        if not tele.moves_lips:
+            unscored.append(f"{tele.backend}: the backend does not move lips")
+        elif tele.lip_sync is None and tele.lip_sync_reason == OFF_REASON:
+            unscored.append(f"{tele.backend}: {OFF_REASON}")
+        else:
+            scored += 1
+            _judge_lip_sync(tele.backend, LipSync(**tele.lip_sync) if tele.lip_sync else None, tele.lip_sync_reason, metadata, problems)
+    metadata["clips_scored"] = float(scored)
+    metadata["not_scored"] = "; ".join(unscored) or "none"
     metadata["problems"] = "; ".join(problems) or "none"
     return dg.AssetCheckResult(passed=not problems, severity=dg.AssetCheckSeverity.WARN, metadata=metadata)

@@ -23,7 +23,7 @@ from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.render.base import Backend, RenderSpec, check_visemes, own_clip_frames
 from newsmotion_engine.render.keyframes import InfillStats, clip_schedule, driving_keypoints, driving_visemes, infill_frames
 from newsmotion_engine.render.fidelity import FidelityConfig, measure_render, rest_frame
-from newsmotion_engine.render.lipsync import measure_lip_sync
+from newsmotion_engine.render.lipsync import OFF_REASON, measure_lip_sync
 from newsmotion_engine.render.retarget import retarget
 from newsmotion_engine.render.telemetry import RenderProvenance, RenderTelemetry
 from newsmotion_engine.video.encode import VideoEncoder, check_output_folder
@@ -200,7 +200,7 @@ def render_clip(
         )
     # Lip sync is measured with pose fidelity (one switch: "measure the written clip").
     if visemes is not None and (fidelity is None or not fidelity.enabled):
-        lip_sync, lip_sync_reason = None, "not measured (measuring the written clip is turned off)"
+        lip_sync, lip_sync_reason = None, OFF_REASON
     else:
         lip_sync, lip_sync_reason = measure_lip_sync(out_path, visemes)
     telemetry = RenderTelemetry(

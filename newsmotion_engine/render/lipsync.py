@@ -55,6 +55,7 @@ __all__ = [
     "LipSyncError",
     "LipSyncScore",
     "MAX_LAG",
+    "OFF_REASON",
     "SILENT_REASON",
     "TARGET_CORRELATION",
     "TARGET_OFFSET_FRAMES",
@@ -74,6 +75,8 @@ MIN_FRAMES = 8
 _FLAT = 1e-6
 # What a clip rendered without speech records instead of a score.
 SILENT_REASON = "a silent clip (rendered without speech): no lips to score"
+# What a clip records when measuring the written clip is turned off (renders and stories alike).
+OFF_REASON = "not measured (measuring the written clip is turned off)"
 # Face mesh vertices: inner lip middle (upper, lower), mouth corners.
 _UPPER_INNER, _LOWER_INNER, _CORNER_A, _CORNER_B = 13, 14, 61, 291
 

@@ -4,8 +4,11 @@ the audio/video sync on the written file, and record a :class:`StoryTelemetry` p
 
 Shared by ``newsmotion story render`` and the Dagster ``story`` asset. Like a loop render, the
 story's input digest (the story file, its audio files, the speech, the persona and loop caches,
-the backend's identity, the spec) is recorded, and a story whose mp4 on disk records the same
-digest is not rendered again.
+the backend's identity, the spec, and with MuseTalk lips the stage's options) is recorded, and a
+story whose mp4 on disk records the same digest is not rendered again.
+
+Lips: the backend's own from the viseme track (default), or MuseTalk 1.5's drawn over the
+backend's silent frames before the mux (``lips=MuseTalkOptions(...)``, :mod:`.lips`).
 
 Example::
 
@@ -18,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -38,7 +42,8 @@ from newsmotion_engine.ids import validate_id
 from newsmotion_engine.persona.cache import PersonaCache
 from newsmotion_engine.render.base import Backend, RenderSpec, moves_lips
 from newsmotion_engine.render.clip import retargeted_keypoints
-from newsmotion_engine.render.lipsync import measure_lip_sync
+from newsmotion_engine.render.lipsync import OFF_REASON, measure_lip_sync
+from newsmotion_engine.render.musetalk.config import MuseTalkOptions
 from newsmotion_engine.speech.audio import write_wav
 from newsmotion_engine.render.job import (
     OnStep,
@@ -52,6 +57,7 @@ from newsmotion_engine.render.job import (
 )
 from newsmotion_engine.storage import Storage
 from newsmotion_engine.story.format import IDLE_REST, STORY_SUFFIXES, Story, load_story
+from newsmotion_engine.story.lips import HeldFrames, MuseTalkLips, lip_sync_story, story_avatar_dir
 from newsmotion_engine.story.speech import StorySpeech, story_speech
 from newsmotion_engine.story.telemetry import StoryTelemetry, StoryTelemetryError
 from newsmotion_engine.story.timeline import Slot, Timeline, join_smoothness, joint_jumps, plan_timeline
@@ -212,7 +218,7 @@ def persona_canvas(persona: PersonaCache) -> tuple[int, int]:
     return (int(w), int(h))
 
 
-def _input_digest(inputs: StoryInputs, backend: Backend, spec: RenderSpec) -> str:
+def _input_digest(inputs: StoryInputs, backend: Backend, spec: RenderSpec, lips: MuseTalkOptions | None = None) -> str:
     story = inputs.story
     audio_files = [s.audio for s in story.sentences if s.audio is not None]
     payload = {
@@ -226,6 +232,8 @@ def _input_digest(inputs: StoryInputs, backend: Backend, spec: RenderSpec) -> st
         "identity": backend_identity(backend),
         "spec": spec.as_dict(),
     }
+    if lips is not None:  # only then: a story with the backend's lips keeps the digest it had before MuseTalk
+        payload["lips"] = {"musetalk": dataclasses.asdict(lips)}
     # Round-trip through JSON (non-JSON values as their str) so the hash sees plain data.
     return cachedir.sha256_json(json.loads(json.dumps(payload, default=str)))
 
@@ -255,6 +263,8 @@ def render_story(
     on_step: OnStep | None = None,
     encoder: str = "auto",
     lip_sync: bool = True,
+    lips: MuseTalkOptions | None = None,
+    lips_components: Any = None,
 ) -> StoryTelemetry:
     """Render ``story`` to ``out_path`` (default ``motion/stories/{persona}/{story}/{backend}.mp4``)
     with its telemetry beside it, and return the record.
@@ -266,17 +276,22 @@ def render_story(
         encoder: the video encoder (:class:`~newsmotion_engine.video.encode.VideoEncoder`).
         lip_sync: score the written mp4's lip sync (:mod:`~newsmotion_engine.render.lipsync`, a
             face-mesh pass after the render, outside ``wall_s``); off: the record says so.
+        lips: ``None``: the backend's own lips; MuseTalk options (:func:`.lips.story_lips`): the
+            backend renders silent and MuseTalk redraws the lower face from the speech.
+        lips_components: MuseTalk's loaded models to reuse (default: loaded here, only when the
+            story is rendered).
 
     Raises:
         StoryError: the story file names something that cannot be used.
         CacheNotReadyError: a cache that is only loaded (``build=False``) is not ready.
+        MuseTalkModelError: ``lips.model_path`` is not a usable MuseTalk folder.
         NewsmotionError: the encoder failed. Nothing is left at the target on failure.
     """
     check_story_backend(backend)
     inputs = inputs or prepare_story(storage, story, spec, build=build, on_step=on_step)
     backend.load()
     out = Path(out_path) if out_path is not None else storage.story_render_path(story.persona_id, story.story_id, backend.name)
-    digest = _input_digest(inputs, backend, spec)
+    digest = _input_digest(inputs, backend, spec, lips)
     if not force and (recorded := _current(out, digest)) is not None:
         return dataclasses.replace(recorded, outcome="skipped")
     try:
@@ -286,11 +301,19 @@ def render_story(
     with render_lock(out):
         if not force and (recorded := _current(out, digest)) is not None:
             return dataclasses.replace(recorded, outcome="skipped")
-        return _render(inputs, backend, spec, out, digest, progress, encoder, lip_sync)
+        musetalk = None
+        if lips is not None:
+            from newsmotion_engine.render.musetalk.components import load_components
+
+            musetalk = MuseTalkLips(lips, lips_components if lips_components is not None else load_components(lips),
+                                    story_avatar_dir(storage, story.persona_id, story.story_id, backend.name),
+                                    _input_digest(inputs, backend, spec))  # fmt: skip
+        return _render(inputs, backend, spec, out, digest, progress, encoder, lip_sync, musetalk, on_step)
 
 
 def _render(inputs: StoryInputs, backend: Backend, spec: RenderSpec, out: Path, digest: str,
-            progress: Progress | None, encoder: str, lip_sync: bool) -> StoryTelemetry:  # fmt: skip
+            progress: Progress | None, encoder: str, lip_sync: bool, musetalk: MuseTalkLips | None,
+            on_step: OnStep | None) -> StoryTelemetry:  # fmt: skip
     story, speech = inputs.story, inputs.speech
     t_start = t0 = time.perf_counter()
     timeline = plan_story(inputs, spec)
@@ -306,8 +329,13 @@ def _render(inputs: StoryInputs, backend: Backend, spec: RenderSpec, out: Path, 
     with tempfile.TemporaryDirectory(prefix="newsmotion-story-") as tmp:
         wav = Path(tmp) / "speech.wav"
         write_wav(wav, speech.audio, speech.sample_rate)
-        with VideoEncoder(out, spec.width, spec.height, spec.fps, encoder=encoder, audio=wav) as enc:
-            frames = iter(backend.frames(clip, inputs.persona, kp, spec, visemes=speech.visemes))
+        with contextlib.ExitStack() as stack:
+            enc = stack.enter_context(VideoEncoder(out, spec.width, spec.height, spec.fps, encoder=encoder, audio=wav))
+            # With MuseTalk the backend renders silent into held frames, which then go through the stage.
+            held = stack.enter_context(HeldFrames(total, spec.width, spec.height)) if musetalk is not None else None
+            write = held.write if held is not None else enc.write
+            visemes = speech.visemes if musetalk is None else None
+            frames = iter(backend.frames(clip, inputs.persona, kp, spec, visemes=visemes))
             while True:
                 t0 = time.perf_counter()
                 try:
@@ -316,18 +344,21 @@ def _render(inputs: StoryInputs, backend: Backend, spec: RenderSpec, out: Path, 
                     break
                 if done < total:
                     part_ms[part_of[done]] += (time.perf_counter() - t0) * 1e3
-                enc.write(frame)
+                write(frame)
                 done += 1
                 if progress is not None:
                     progress(done, total)
             if done != total:
                 raise RuntimeError(f"backend {backend.name!r} yielded {done} frames for a {total}-frame story")
+            lips_record = None
+            if held is not None and musetalk is not None:
+                lips_record = lip_sync_story(held, kp, inputs.persona, speech, spec, musetalk, enc.write, on_step)
     wall_s = time.perf_counter() - t_start
     sync = av_sync(out, spec.fps)
     if lip_sync:
         lips, lips_reason = measure_lip_sync(out, speech.visemes)
     else:
-        lips, lips_reason = None, "turned off"
+        lips, lips_reason = None, OFF_REASON
 
     canvas = persona_canvas(inputs.persona)
     joins = join_smoothness(timeline, canvas)
@@ -348,7 +379,7 @@ def _render(inputs: StoryInputs, backend: Backend, spec: RenderSpec, out: Path, 
         persona_id=story.persona_id,
         backend=backend.name,
         backend_info=backend.describe(),
-        moves_lips=moves_lips(backend),
+        moves_lips=moves_lips(backend) if lips_record is None else lips_record["redrawn"] > 0,
         frames=done,
         fps=spec.fps,
         width=spec.width,
@@ -370,6 +401,8 @@ def _render(inputs: StoryInputs, backend: Backend, spec: RenderSpec, out: Path, 
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         lip_sync=dataclasses.asdict(lips) if lips is not None else None,
         lip_sync_reason=lips_reason,
+        lips="backend" if lips_record is None else "musetalk",
+        musetalk=lips_record,
     )
     try:
         telemetry.write(out.with_suffix(".json"))

@@ -31,6 +31,7 @@ def test_definitions_load_with_expected_graph():
     assert {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys} == {
         ("guidance_cache", "guidance_cache_valid"), ("persona_cache", "persona_cache_valid"),
         ("render", "render_pose_fidelity"), ("render", "render_lip_sync"), ("speech_cache", "speech_cache_valid"),
+        ("story", "story_lip_sync"),
     }  # fmt: skip
     from newsmotion_assets.checks import persona_cache_valid, render_pose_fidelity
 
