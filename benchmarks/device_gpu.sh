@@ -3,6 +3,7 @@
 # Usage (device, repo root, with .whl carried; see ../shared/tools/device-wheels.sh):
 #   bash benchmarks/device_gpu.sh forward|render|all|smoke|speech|sweep|sparse|cp|clip [preset] [JSON of extra kwargs] [part after sweep]
 #   bash benchmarks/device_gpu.sh animate2 [preset] [forward|attention|clip|clip-ours|clip-stock|multistream|all] ["extra benchmarks.animate2 flags"]
+#   bash benchmarks/device_gpu.sh zoo SECONDS "BENCH FLAGS" ["BENCH FLAGS" ...]   (the model-zoo benches, one after another)
 # e.g. bash benchmarks/device_gpu.sh render 14b '{"width": 480, "height": 832, "steps": 20, "guidance_scale": 5.0}'
 # Writes $OUT/gpu_<part>.json (a result record, rewritten after every variant) and $OUT/gpu_<part>.log
 # (smoke also $OUT/gpu_backend_smoke.json). Copy a record into benchmarks/results/ only from a real run.
@@ -44,6 +45,27 @@ for name in FP8_VARIANTS:
     print(name, "rel err (4096 tokens):", float((out.float() - ref.float()).norm() / ref.float().norm()))
 PY
   exit "${PIPESTATUS[0]}"
+fi
+if [ "$part" = zoo ]; then
+  # The model-zoo benches (benchmarks.mimicmotion / champ / scail2 / echomimic_v3 / ...), each
+  # "BENCH FLAGS" run as python -m benchmarks.BENCH FLAGS --json $out/BENCH_<card>.json under a
+  # limit of SECONDS (a bench rewrites its record after every variant, so a cut one keeps what it measured).
+  limit="${2:-300}"
+  shift 2
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($2)}')
+  rc=0
+  for job in "$@"; do
+    bench="${job%% *}"
+    flags="${job#"$bench"}"
+    json="$out/${bench}_${name}.json"
+    [ -e "$json" ] && json="$out/${bench}_${name}_$(date +%s).json"  # the same bench twice: keep both
+    echo "=== $bench$flags (limit ${limit} s)"
+    # shellcheck disable=SC2086
+    timeout "$limit" python3 -m "benchmarks.$bench" $flags --json "$json" 2>&1 | tee -a "$out/gpu_zoo.log"
+    r="${PIPESTATUS[0]}"
+    [ "$r" = 0 ] || { echo "=== $bench: exit $r"; rc=1; }
+  done
+  exit "$rc"
 fi
 if [ "$part" = speech ]; then
   # The speech tier on the GPU: the MuseTalk lip-sync stage's fps at 720x1280 (released
