@@ -189,6 +189,9 @@ def build_unet_and_pose_net(opts: MimicMotionOptions, device: Any, dtype: Any) -
             unet = UNetSpatioTemporalConditionModel(**opts.preset_spec.unet)
             pose_net = PoseNet(noise_latent_channels=unet.config.block_out_channels[0])
             torch.nn.init.normal_(pose_net.final_proj.weight, std=0.02)  # zero-init would hide the pose path
+        # The device context does not reach legacy constructors: AlphaBlender's mix_factor is
+        # made by torch.Tensor([...]) and stays on the CPU unless moved.
+        unet, pose_net = unet.to(device), pose_net.to(device)
     unet._repeated_blocks = list(REPEATED_BLOCKS)
     unet = unet.eval().requires_grad_(False)
     pose_net = pose_net.eval().requires_grad_(False)
@@ -204,7 +207,7 @@ def build_vae(opts: MimicMotionOptions, device: Any, dtype: Any):
         return vae.to(device).eval().requires_grad_(False)
     with wan._seeded(wan.RANDOM_SEED + 1, device), wan._default_dtype(dtype), device:
         vae = AutoencoderKLTemporalDecoder(**opts.preset_spec.vae)
-    return vae.eval().requires_grad_(False)
+    return vae.to(device).eval().requires_grad_(False)
 
 
 def load_image_encoder(opts: MimicMotionOptions, device: Any):
@@ -224,7 +227,7 @@ def load_image_encoder(opts: MimicMotionOptions, device: Any):
         return proc, enc.to(device).eval()
     with wan._seeded(wan.RANDOM_SEED + 2, device), device:
         enc = CLIPVisionModelWithProjection(CLIPVisionConfig(**opts.preset_spec.image_encoder))
-    return proc, enc.eval().requires_grad_(False)
+    return proc, enc.to(device).eval().requires_grad_(False)
 
 
 def load_render_components(opts: MimicMotionOptions) -> MimicMotionComponents:
