@@ -28,9 +28,11 @@ def register() -> None:
     """Register ``mimicmotion`` in the render backend registry (idempotent)."""
     from newsmotion_engine.render.backends.mimicmotion.components import PIPELINE_CLASSES, check_model_folder
     from newsmotion_engine.render.backends.mimicmotion.config import RELEASED_DIR, SVD_RELEASE, released
+    from newsmotion_engine.render.backends.mimicmotion.model_check import checkpoint_rows, has_checkpoint
     from newsmotion_engine.render.backends.wan.model_check import register_checkpoint
     from newsmotion_engine.render.base import register_backend
 
     register_backend(NAME, create, options=MimicMotionOptions)
     register_checkpoint(NAME, PIPELINE_CLASSES, check_model_folder, MimicMotionOptions,
-                        release=(RELEASED_DIR / SVD_RELEASE / "unet" / "config.json", released()["base_model"]))
+                        release=(RELEASED_DIR / SVD_RELEASE / "unet" / "config.json", released()["base_model"]),
+                        marker=has_checkpoint, extra_rows=checkpoint_rows)

@@ -21,6 +21,7 @@ PoseNet and the VAE.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from newsmotion_engine.render.backends.wan import components as wan
 from newsmotion_engine.render.backends.wan.diffusers_config import RANDOM_WEIGHTS_LABEL, read_json
 
 __all__ = ["CHECKPOINT_PREFIXES", "MimicMotionComponents", "PIPELINE_CLASSES", "check_model_folder", "load_image_encoder",
-           "load_render_components", "read_checkpoint"]  # fmt: skip
+           "load_render_components", "read_checkpoint", "split_checkpoint"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,13 @@ def read_checkpoint(path: Path) -> dict[str, dict[str, Any]]:
         state = state["state_dict"]
     if not isinstance(state, dict):
         raise BadInputError(path, "holds no state dict")
+    return split_checkpoint(state, path)
+
+
+def split_checkpoint(state: Mapping[str, Any], path: Path) -> dict[str, dict[str, Any]]:
+    """A checkpoint's entries (tensors, or anything keyed by tensor name) split by module
+    (:data:`CHECKPOINT_PREFIXES`), prefixes dropped. Raises :class:`BadInputError` naming ``path``
+    when it holds no UNet or no PoseNet."""
     parts: dict[str, dict[str, Any]] = {module: {} for module in CHECKPOINT_PREFIXES.values()}
     ignored = set()
     for key, value in state.items():

@@ -151,11 +151,11 @@ def test_bad_folder_or_checkpoint_is_one_error_naming_the_file(tmp_path):
 
 
 def test_model_check_recognises_the_folder_and_names_its_defaults(tmp_path):
-    from newsmotion_engine.render.backends.wan.model_check import check_model
+    from newsmotion_engine.render.model_check import check_model
 
     _tiny_folder(tmp_path / "svd")
     found = check_model(tmp_path / "svd")
-    assert found.backend == "mimicmotion" and found.pipeline == "StableVideoDiffusionPipeline"
+    assert found.backend == "mimicmotion" and found.layout == "StableVideoDiffusionPipeline"
     assert {row[0] for row in found.rows} >= {"unet", "vae", "image_encoder", "scheduler"}
     # The tiny UNet is not the release: the check says where it differs.
     assert found.release.startswith("unet differs from stabilityai/stable-video-diffusion-img2vid-xt-1-1 in addition_time_embed_dim=8 (released 256)")

@@ -230,12 +230,12 @@ def _model_folder(root, official):
 
 def test_a_model_folder_in_the_official_layout_loads_checks_and_renders(official, tmp_path):
     """And the loop's Tier 1 is rebuilt when its driving clip changes."""
-    from newsmotion_engine.render.backends.wan.model_check import check_model
+    from newsmotion_engine.render.model_check import check_model
 
     loop, persona = _scene(tmp_path / "scene")
     root = _model_folder(tmp_path / "SCAIL-2", official)
     found = check_model(root)
-    assert (found.backend, found.pipeline) == ("scail-2", "SCAIL2Pipeline")
+    assert (found.backend, found.layout) == ("scail-2", "SCAIL2Pipeline")
     assert found.release.startswith("transformer differs from zai-org/SCAIL-2 in dim=24")
     assert found.defaults["scheduler"] == "UniPCMultistepScheduler (shift 3.0)" and found.defaults["steps"] == 40
     backend = _backend(model_path=str(root))

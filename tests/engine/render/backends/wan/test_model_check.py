@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 from newsmotion_engine.cli import main
 from newsmotion_engine.errors import BadInputError
-from newsmotion_engine.render.backends.wan.model_check import check_model, safetensors_summary
+from newsmotion_engine.render.model_check import check_model, weights_summary
 from newsmotion_engine.render.backends.wan.released import released_dir
 
 
@@ -45,7 +45,7 @@ def run(capsys, *argv):
 ])  # fmt: skip
 def test_released_layout_is_recognized(tmp_path, backend, pipeline, transformer, scheduler):
     found = check_model(make_checkpoint(tmp_path, backend))
-    assert (found.backend, found.pipeline) == (backend, pipeline)
+    assert (found.backend, found.layout) == (backend, pipeline)
     rows = {r[0]: r for r in found.rows}
     assert rows["transformer"][1] == transformer and "num_layers=40" in rows["transformer"][2]
     assert rows["text_encoder"][1] == "UMT5EncoderModel"
@@ -55,13 +55,13 @@ def test_released_layout_is_recognized(tmp_path, backend, pipeline, transformer,
     assert found.defaults["segment frames"] >= 77 and found.defaults["steps"] >= 10
 
 
-def test_safetensors_summary_reads_headers(tmp_path):
+def test_weights_summary_reads_headers(tmp_path):
     save_file({"w": torch.zeros(2, 3, dtype=torch.float16)}, str(tmp_path / "x.safetensors"))
-    s = safetensors_summary([tmp_path / "x.safetensors"])
+    s = weights_summary([tmp_path / "x.safetensors"])
     assert (s["tensors"], s["params"], s["dtypes"]) == (1, 6, {"F16": 6})
     (tmp_path / "bad.safetensors").write_bytes(b"\xff" * 16)
     with pytest.raises(BadInputError, match="bad.safetensors.*not a safetensors"):
-        safetensors_summary([tmp_path / "bad.safetensors"])
+        weights_summary([tmp_path / "bad.safetensors"])
 
 
 def test_unusable_folders_name_the_problem(tmp_path):
