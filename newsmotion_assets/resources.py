@@ -27,7 +27,9 @@ from newsmotion_engine.render import Backend, RenderSpec, get_backend
 from newsmotion_engine.render.prepare import PreparedCaches, prepare_backend_caches
 from newsmotion_engine.render.telemetry import RenderTelemetry
 from newsmotion_engine.render.fidelity import FidelityConfig
+from newsmotion_engine.render.musetalk.config import MuseTalkOptions
 from newsmotion_engine.storage import Storage
+from newsmotion_engine.story.lips import story_lips
 
 
 # Loaded backends by configuration, shared by every run in this process: loading (and, for
@@ -69,6 +71,11 @@ class RendererResource(dg.ConfigurableResource):
     ``options`` is the backend's own configuration as data (e.g. ``{"threads": 2}`` for warp);
     unknown keys are rejected by the backend with a clear error.
 
+    ``lips`` (stories only): ``"backend"``, the backend's own lips from the speech, or
+    ``"musetalk"``, MuseTalk 1.5 drawn over the backend's silent frames, with ``lips_options``
+    its options as data (``{"model_path": "/models/MuseTalk", "dtype": "float16"}``; unset:
+    the released architecture with random weights, which the story's metadata says).
+
     ``launcher`` (``$NEWSMOTION_LAUNCHER`` overrides it for a whole run): ``"in-process"`` loads
     the backend (and, for diffusion backends, compiles it) once in ``setup_for_execution``; a
     single-run backfill renders all its partitions with it, and at teardown it is closed, freeing
@@ -95,12 +102,15 @@ class RendererResource(dg.ConfigurableResource):
     # Pose fidelity measured on each clip (needs mediapipe; without it the telemetry says so).
     fidelity: bool = True
     fidelity_stride: int = 4
+    lips: str = "backend"
+    lips_options: dict[str, Any] = {}
 
     _backend: Backend | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self.spec()  # a bad size/fps fails here, before anything loads
         self.fidelity_config()  # a bad stride fails here, before anything loads
+        self.story_lips()  # so does a bad lips choice or MuseTalk option
         if self.active_launcher == "in-process":
             self._backend = self._load()
 
@@ -185,6 +195,10 @@ class RendererResource(dg.ConfigurableResource):
         if self._backend is None:  # used outside a run (e.g. a unit test)
             self._backend = self._load()
         return self._backend
+
+    def story_lips(self) -> MuseTalkOptions | None:
+        """MuseTalk's options when ``lips`` is ``"musetalk"``, else ``None`` (:func:`~newsmotion_engine.story.lips.story_lips`)."""
+        return story_lips(self.lips, self.lips_options)
 
     def fidelity_config(self) -> FidelityConfig:
         return FidelityConfig(enabled=self.fidelity, stride=self.fidelity_stride)

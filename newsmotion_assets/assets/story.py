@@ -5,8 +5,10 @@ Thin: the engine plans, renders, muxes and checks the sync. The persona and loop
 loaded (a missing one fails naming the asset to materialize); the story's own sentences (text or
 audio in the file) become speeches as ``newsmotion speech say`` / ``add`` would make them, since
 the story file is their source. The story renders in this process with the renderer resource's
-backend and output size (the Pipes launchers run loop renders only). An unchanged story (same
-input digest as the mp4 on disk) is skipped; its digest is the data version.
+backend and output size (the Pipes launchers run loop renders only), and with its ``lips``
+(the backend's own, or MuseTalk's over the backend's silent frames). An unchanged story (same
+input digest as the mp4 on disk; the lips choice and MuseTalk options are in it) is skipped; its
+digest is the data version.
 """
 
 import dataclasses
@@ -43,7 +45,8 @@ def story(context: dg.AssetExecutionContext, renderer: RendererResource, storage
         script = stored_story(store, story_id, persona_id)
         spec = dataclasses.replace(renderer.spec(), keyframes=1)  # a story renders every frame
         # Lip sync is measured with pose fidelity: one switch, "measure the written clip".
-        tele = render_story(store, script, renderer.loaded, spec, build=False, lip_sync=renderer.fidelity)
+        tele = render_story(store, script, renderer.loaded, spec, build=False, lip_sync=renderer.fidelity,
+                            lips=renderer.story_lips())  # fmt: skip
     except Exception as exc:
         if is_bad_input(exc):
             raise bad_input(context, exc, persona=persona_id, story=story_id) from None
@@ -66,6 +69,7 @@ def story(context: dg.AssetExecutionContext, renderer: RendererResource, storage
         "parts": dg.MetadataValue.json(tele.parts),
         "lip_sync": dg.MetadataValue.json(tele.lip_sync) if tele.lip_sync else f"not measured: {tele.lip_sync_reason}",
         "weights": str(tele.weights or "unknown"),
+        "lips": tele.lips_label,
         "contact_sheet": png_markdown(png_bytes(contact_sheet_from_video(tele.output, count=6)), "frames"),
     }
     return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(tele.input_digest))

@@ -11,7 +11,6 @@ import typer
 
 from newsmotion_engine import cachedir
 from newsmotion_engine.cli.console import console, parse_options, progress_bar, step_tasks
-from newsmotion_engine.errors import NewsmotionError
 from newsmotion_engine.storage import Storage
 
 
@@ -37,10 +36,7 @@ def lips_cmd(
     from newsmotion_engine.speech.cache import load_speech_cache
 
     store = Storage.from_env()
-    try:
-        opts = MuseTalkOptions(**parse_options(option or []))
-    except TypeError as exc:
-        raise NewsmotionError(f"musetalk options: {exc}") from None
+    opts = MuseTalkOptions.from_options(parse_options(option or []))
     check_render_request(store, persona, loop)
     spoken = load_speech_cache(store, speech)
     spec = RenderSpec(width=width, height=height, fps=fps)

@@ -25,18 +25,25 @@ def render_cmd(
     height: Annotated[int, typer.Option(help="Output height (even).")] = 1280,
     force: Annotated[bool, typer.Option("--force", help="Render even when the clip is current (same inputs).")] = False,
     lip_sync: Annotated[bool, typer.Option("--lip-sync/--no-lip-sync", help="Score the clip's lip sync (needs mediapipe).")] = True,
+    lips: Annotated[str, typer.Option("--lips", help="backend | musetalk: the backend's own (from the speech's visemes) or MuseTalk 1.5's drawn over the backend's silent frames (docs/musetalk.md).")] = "backend",
+    lips_option: Annotated[Optional[list[str]], typer.Option("--lips-option", help="MuseTalk option KEY=VALUE (as `newsmotion lips -o`): model_path, preset, device, dtype, batch_size, extra_margin, seed.")] = None,
 ) -> None:
     """Render a story: the speech (built from the story's text or audio when needed), the gesture
     loops chained with blended joins, lips from the speech, the audio muxed as AAC.
 
     Missing or stale persona, loop and speech caches are built first, each as a visible step; a
-    story whose inputs did not change is not rendered again.
+    story whose inputs did not change is not rendered again. With `--lips musetalk` the backend
+    renders silent and MuseTalk redraws the lower face from the speech; without
+    `--lips-option model_path=DIR` its models have random weights (the lower face is noise).
     """
     from newsmotion_engine.render import RenderSpec, get_backend
     from newsmotion_engine.story.format import load_story
+    from newsmotion_engine.render.musetalk import RANDOM_WEIGHTS_LABEL
+    from newsmotion_engine.story.lips import story_lips
     from newsmotion_engine.story.render import check_story, check_story_backend, prepare_story, render_story
 
     store = Storage.from_env()
+    musetalk = story_lips(lips, parse_options(lips_option or []))
     story = load_story(story_file)
     if out is not None and out.suffix.lower() != ".mp4":
         raise BadInputError(out, "output must be an .mp4 file")
@@ -48,8 +55,10 @@ def render_cmd(
     try:
         with progress_bar() as bar:
             inputs = prepare_story(store, story, spec, on_step=step_tasks(bar))
-            task = bar.add_task(f"story {story.story_id} ({story.persona_id}, {backend})", total=inputs.speech.frames)
+            task = bar.add_task(f"story {story.story_id} ({story.persona_id}, {backend}{', silent for MuseTalk' if musetalk else ''})",
+                                total=inputs.speech.frames)  # fmt: skip
             tele = render_story(store, story, engine, spec, inputs=inputs, out_path=out, force=force, lip_sync=lip_sync,
+                                lips=musetalk, on_step=step_tasks(bar),
                                 progress=lambda d, t: bar.update(task, completed=d, total=t))  # fmt: skip
             if tele.outcome == "skipped":
                 bar.update(task, visible=False)
@@ -63,12 +72,16 @@ def render_cmd(
         f"{tele.output}: {tele.duration_s:.2f} s, {tele.frames} frames {tele.width}x{tele.height} @ {tele.fps} fps, "
         f"{len(tele.parts)} parts, rendered in {tele.wall_s:.1f} s ({tele.realtime_factor:.2f}x real time)"
         + (f", weights: {tele.weights}" if tele.weights else "")
+        + f", lips: {tele.lips_label}"
     )
     console.print(
         f"audio: {sync['audio_codec'] or 'none'}, audio {sync['audio_s']} s vs video {sync['video_s']} s, "
         f"offset {sync['offset_frames']} frames ({'in sync' if sync['in_sync'] else 'OUT OF SYNC'}); "
         f"joins: largest joint move {tele.joins['max_jump_at_joins_px']} px at joins, {tele.joins['max_jump_inside_px']} px inside loops"
     )
+    if tele.musetalk is not None and tele.musetalk["weights"] == RANDOM_WEIGHTS_LABEL:
+        console.print("MuseTalk has random weights: the redrawn lower face is noise; "
+                      "--lips-option model_path=DIR (the MuseTalk 1.5 layout) gives real lips")  # fmt: skip
     lips = tele.lip_sync
     if lips is None:
         console.print(f"lip sync: not measured ({tele.lip_sync_reason})")

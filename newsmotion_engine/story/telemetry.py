@@ -42,7 +42,10 @@ class StoryTelemetry:
     check), without building caches; ``realtime_factor``: ``wall_s`` over the clip's duration
     (1.0 = real time). ``lip_sync``: the lip-sync score of the written mp4 against the story's
     viseme track (:class:`~newsmotion_engine.render.telemetry.LipSync` as a dict, measured after
-    ``wall_s``), or ``None`` with ``lip_sync_reason``.
+    ``wall_s``), or ``None`` with ``lip_sync_reason``. ``lips``: whose lips the clip has,
+    ``"backend"`` (the backend's own, from the viseme track) or ``"musetalk"``, then ``musetalk``
+    says how: its weights (``"random weights"`` without a model folder), frames redrawn, the avatar
+    sub-cache built or reused, timings and options (:func:`newsmotion_engine.story.lips.lip_sync_story`).
     """
 
     story_id: str
@@ -71,6 +74,8 @@ class StoryTelemetry:
     created_at: str
     lip_sync: dict[str, Any] | None = None
     lip_sync_reason: str | None = None
+    lips: str = "backend"
+    musetalk: dict[str, Any] | None = None
     outcome: str = "rendered"
     schema_version: int = SCHEMA_VERSION
     kind: str = field(default=KIND)
@@ -78,6 +83,11 @@ class StoryTelemetry:
     @property
     def weights(self) -> str | None:
         return self.backend_info.get("weights")
+
+    @property
+    def lips_label(self) -> str:
+        """``"backend"``, or ``"musetalk (WEIGHTS)"``."""
+        return f"musetalk ({self.musetalk['weights']})" if self.lips == "musetalk" and self.musetalk else self.lips
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

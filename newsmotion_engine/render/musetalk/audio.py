@@ -38,9 +38,10 @@ def whisper_hidden_states(samples: np.ndarray, components: Any) -> np.ndarray:
     return hidden[:frames].numpy()
 
 
-def audio_tokens(hidden: np.ndarray, duration_s: float, fps: int, inference: dict[str, Any]) -> np.ndarray:
+def audio_tokens(hidden: np.ndarray, duration_s: float, fps: int, inference: dict[str, Any], *,
+                 frames: int | None = None) -> np.ndarray:  # fmt: skip
     """float32 ``[T_video, 10 * (L + 1), 384]``: one 50-token window per video frame
-    (``T_video = floor(duration_s * fps)``)."""
+    (``T_video``: ``frames`` when given, the caller's exact count, else ``floor(duration_s * fps)``)."""
     audio_fps = int(inference["audio_fps"])
     left, right = int(inference["audio_padding_left"]), int(inference["audio_padding_right"])
     per_frame = 2 * (left + right + 1)
@@ -48,7 +49,7 @@ def audio_tokens(hidden: np.ndarray, duration_s: float, fps: int, inference: dic
     pad = math.ceil(step)
     padded = np.concatenate([np.zeros((pad * left, *hidden.shape[1:]), np.float32), hidden,
                              np.zeros((pad * 3 * right, *hidden.shape[1:]), np.float32)])  # fmt: skip
-    frames = math.floor(duration_s * fps)
+    frames = math.floor(duration_s * fps) if frames is None else int(frames)
     out = np.empty((frames, per_frame * hidden.shape[1], hidden.shape[2]), np.float32)
     for i in range(frames):
         at = math.floor(i * step)

@@ -18,6 +18,7 @@ mask is. ``mask_method`` in the cache's metadata says so.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,9 +124,10 @@ def _encode(crops: np.ndarray, components: Any, generator: Any) -> np.ndarray:
     return torch.cat(out, dim=1).numpy()
 
 
-def prepare_avatar(frames: np.ndarray, faces: np.ndarray, components: Any, opts: MuseTalkOptions) -> Avatar:
+def prepare_avatar(frames: np.ndarray, faces: np.ndarray, components: Any, opts: MuseTalkOptions, *,
+                   progress: Callable[[int, int], None] | None = None) -> Avatar:  # fmt: skip
     """The avatar of rendered ``frames`` (uint8 ``[T, H, W, 3]``) with their 68 face landmarks
-    ``faces`` (``[T, 68, >=2]`` pixels)."""
+    ``faces`` (``[T, 68, >=2]`` pixels); ``progress(done, total)`` after each batch of faces encoded."""
     import torch
 
     frames = np.asarray(frames)
@@ -148,13 +150,15 @@ def prepare_avatar(frames: np.ndarray, faces: np.ndarray, components: Any, opts:
     for i in range(0, len(usable), opts.batch_size):
         idx = usable[i : i + opts.batch_size]
         latents[idx] = _encode(np.stack([_crop(frames[t], tuple(face_boxes[t])) for t in idx]), components, generator)
+        if progress is not None:
+            progress(i + len(idx), len(usable))
     return Avatar(face_boxes, blend_boxes, latents, masks)
 
 
 def ensure_avatar(cache_dir: Path, frames: np.ndarray, faces: np.ndarray, components: Any, opts: MuseTalkOptions,
-                  source: dict[str, Any]) -> Avatar:  # fmt: skip
+                  source: dict[str, Any], *, progress: Callable[[int, int], None] | None = None) -> Avatar:  # fmt: skip
     """The avatar sub-cache at ``cache_dir``: read when current for ``source`` (what the render
-    was made from) and these settings, else built atomically."""
+    was made from) and these settings, else built atomically (``progress`` as :func:`prepare_avatar`'s)."""
     params = {"extra_margin": opts.extra_margin, "seed": opts.seed, "weights": components.weights_label,
               "preset": opts.preset, "model_path": opts.model_path, "mask_method": MASK_METHOD}  # fmt: skip
 
@@ -164,7 +168,7 @@ def ensure_avatar(cache_dir: Path, frames: np.ndarray, faces: np.ndarray, compon
         return Avatar(a["face_boxes.npy"], a["blend_boxes.npy"], a["latents.npy"], a["masks.npy"])
 
     def build() -> None:
-        avatar = prepare_avatar(frames, faces, components, opts)
+        avatar = prepare_avatar(frames, faces, components, opts, progress=progress)
 
         def write(tmp: Path) -> None:
             for name in AVATAR_SCHEMA.arrays:

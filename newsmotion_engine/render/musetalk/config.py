@@ -10,7 +10,8 @@ the CPU tests.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -89,3 +90,13 @@ class MuseTalkOptions:
             raise MuseTalkConfigError(f"musetalk batch_size {self.batch_size!r}: use 1..64")
         if not isinstance(self.extra_margin, int) or not 0 <= self.extra_margin <= 64:
             raise MuseTalkConfigError(f"musetalk extra_margin {self.extra_margin!r}: use 0..64 pixels")
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, object]) -> MuseTalkOptions:
+        """Options given as data (``-o KEY=VALUE`` pairs, a resource's dict): an unknown key is a
+        :class:`MuseTalkConfigError` naming it and the known ones."""
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise MuseTalkConfigError(f"musetalk options: unknown {', '.join(map(repr, unknown))} (use {', '.join(known)})")
+        return cls(**options)  # type: ignore[arg-type]
