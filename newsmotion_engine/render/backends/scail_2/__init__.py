@@ -26,10 +26,12 @@ def create(options: Scail2Options):
 def register() -> None:
     """Register ``scail-2`` in the render backend registry (idempotent)."""
     from newsmotion_engine.render.backends.scail_2.components import PIPELINE_CLASSES, check_model_folder
+    from newsmotion_engine.render.backends.scail_2.model_check import has_official_transformer, transformer_rows
     from newsmotion_engine.render.backends.scail_2.released import RELEASE
     from newsmotion_engine.render.backends.wan.model_check import register_checkpoint
     from newsmotion_engine.render.base import register_backend
 
     register_backend(NAME, create, options=Scail2Options)
     register_checkpoint(NAME, PIPELINE_CLASSES, check_model_folder, Scail2Options,
-                        release=(RELEASE / "transformer" / "config.json", "zai-org/SCAIL-2"))
+                        release=(RELEASE / "transformer" / "config.json", "zai-org/SCAIL-2"),
+                        marker=has_official_transformer, extra_rows=transformer_rows)

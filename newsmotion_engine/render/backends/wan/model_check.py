@@ -28,7 +28,7 @@ from newsmotion_engine.render.backends.wan.diffusers_config import pipeline_inde
 from newsmotion_engine.render.model_check import (INDEXED, MARKED, MAYBE, NOT_MINE, ModelCheck, ModelLayout, Row, compare_config,
                                                 component_row, register_layout)
 
-__all__ = ["register_checkpoint"]
+__all__ = ["COMPONENT_SIZES", "register_checkpoint", "scheduler_text"]
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def register_checkpoint(backend: str, pipeline_classes: tuple[str, ...], check_f
 _COMPONENTS = ("transformer", "unet", "vae", "image_encoder", "text_encoder", "scheduler", "tokenizer", "image_processor",
                "feature_extractor")
 # Config keys worth showing per component (the architecture at a glance).
-_SIZES = {
+COMPONENT_SIZES = {
     "transformer": ("num_layers", "num_attention_heads", "num_heads", "attention_head_dim", "dim", "ffn_dim", "in_channels", "in_dim"),
     "unet": ("block_out_channels", "num_attention_heads", "num_frames", "in_channels"),
     "vae": ("base_dim", "z_dim", "dim_mult", "block_out_channels", "latent_channels"),
@@ -103,7 +103,7 @@ def _check(backend: str, root: Path) -> ModelCheck:
         known = ", ".join(c for each in _CHECKPOINTS.values() for c in each.pipeline_classes)
         raise BadInputError(index, f"is a {cls!r} pipeline; newsmotion renders {known}")
     checkpoint.check_folder(root)
-    rows = [row for name in _COMPONENTS if (row := component_row(root, name, _SIZES.get(name, ()))) is not None]
+    rows = [row for name in _COMPONENTS if (row := component_row(root, name, COMPONENT_SIZES.get(name, ()))) is not None]
     if checkpoint.extra_rows is not None:
         rows += checkpoint.extra_rows(root)
     return ModelCheck(root, backend, str(cls), rows, _release_text(backend, root), _defaults(backend, root),
@@ -123,14 +123,19 @@ def _release_text(backend: str, root: Path) -> str:
     return compare_config(component, read_json(root / component / "config.json"), theirs, repo)
 
 
+def scheduler_text(opts: Any) -> str:
+    """The scheduler a backend with options ``opts`` samples with (the folder's, as the backend
+    reads it), and its shift."""
+    scheduler = opts.scheduler_config()
+    shift = opts.scheduler_shift(scheduler)
+    return f"{scheduler.get('_class_name', '?')}" + (f" (shift {shift})" if shift is not None else "")
+
+
 def _defaults(backend: str, root: Path) -> dict[str, Any]:
     opts = _CHECKPOINTS[backend].options.from_mapping({"model_path": str(root)})
     steps = getattr(opts, "num_steps", None) or opts.steps
     cfg = getattr(opts, "cfg_scale", None) or opts.guidance_scale
-    scheduler = opts.scheduler_config()  # the folder's, as the backend reads it
-    shift = opts.scheduler_shift(scheduler)
-    out = {"segment frames": opts.segment_length, "steps": steps, "CFG": cfg,
-           "scheduler": f"{scheduler.get('_class_name', '?')}" + (f" (shift {shift})" if shift is not None else "")}  # fmt: skip
+    out = {"segment frames": opts.segment_length, "steps": steps, "CFG": cfg, "scheduler": scheduler_text(opts)}
     from newsmotion_engine.render.backends.wan.lora import steps_warning
 
     if warning := steps_warning(opts):

@@ -161,3 +161,20 @@ def test_model_check_recognises_the_folder_and_names_its_defaults(tmp_path):
     assert found.release.startswith("unet differs from stabilityai/stable-video-diffusion-img2vid-xt-1-1 in addition_time_embed_dim=8 (released 256)")
     assert found.defaults["segment frames"] == 72 and found.defaults["steps"] == 25 and found.defaults["CFG"] == 2.0
     assert found.defaults["scheduler"] == "EulerDiscreteScheduler"
+    # The checkpoint's own row: both parts, checked against the folder's UNet and a PoseNet of its width.
+    ckpt_row = {row[0]: row for row in found.rows}["MimicMotion_1-1.pth"]
+    assert "PoseNet width 32" in ckpt_row[2] and "F32" in ckpt_row[3]
+    assert found.options == f"--backend mimicmotion -o model_path={tmp_path / 'svd'}"
+
+
+def test_model_check_names_what_an_incomplete_folder_lacks(tmp_path):
+    from newsmotion_engine.render.model_check import check_model
+
+    ckpt, state = _tiny_folder(tmp_path / "svd")
+    (tmp_path / "svd" / "model_index.json").unlink()  # the checkpoint still marks the folder as MimicMotion's
+    with pytest.raises(BadInputError, match=r"model_index\.json: missing from the SVD-xt-1\.1 model folder"):
+        check_model(tmp_path / "svd")
+    _tiny_folder(tmp_path / "other")
+    torch.save({**state, "pose_net.final_proj.weight": torch.zeros(64, 128, 1, 1)}, tmp_path / "other" / ckpt.name)
+    with pytest.raises(BadInputError, match=r"MimicMotion_1-1\.pth: pose_net\.\*: does not fit the PoseNet \(width 32.*final_proj\.weight has shape \[64, 128, 1, 1\]"):
+        check_model(tmp_path / "other")

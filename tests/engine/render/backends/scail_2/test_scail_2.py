@@ -228,6 +228,26 @@ def _model_folder(root, official):
     return root
 
 
+def test_model_check_reads_the_official_key_names_and_names_what_is_wrong(official, tmp_path):
+    from safetensors.torch import save_file
+
+    from newsmotion_engine.render.model_check import check_model
+
+    root = _model_folder(tmp_path / "SCAIL-2", official)
+    found = check_model(root)
+    rows = {row[0]: row for row in found.rows}
+    assert rows["transformer"][1] == "WanSCAILModel" and "num_layers=2" in rows["transformer"][2]
+    assert rows["transformer keys"][2] == f"all {len(official.shapes(official.tiny, official.text_dim))} tensors map onto SCAIL2Transformer3DModel"
+    assert found.options == f"--backend scail-2 -o model_path={root}"
+    save_file({"blocks.0.self_attn.q.weight": torch.zeros(3, 3)}, str(root / "transformer" / "model-00001-of-00002.safetensors"))
+    with pytest.raises(BadInputError, match=r"transformer: does not fit the SCAIL-2 DiT of config.json: blocks\.0\.self_attn\.q\.weight has shape \[3, 3\]"):
+        check_model(root)
+    # A converted checkpoint without the index is still SCAIL-2's (its transformer config says so): told what it lacks.
+    (root / "model_index.json").unlink()
+    with pytest.raises(BadInputError, match=r"model_index\.json: missing from the SCAIL-2 model folder.*SCAIL2Pipeline"):
+        check_model(root)
+
+
 def test_a_model_folder_in_the_official_layout_loads_checks_and_renders(official, tmp_path):
     """And the loop's Tier 1 is rebuilt when its driving clip changes."""
     from newsmotion_engine.render.model_check import check_model
