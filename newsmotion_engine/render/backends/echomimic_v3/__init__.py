@@ -23,7 +23,10 @@ def create(options: EchoMimicV3Options):
 
 
 def register() -> None:
-    """Register ``echomimic-v3`` in the render backend registry (idempotent)."""
+    """Register ``echomimic-v3`` in the render backend registry and its folder layout with
+    ``newsmotion model check`` (idempotent)."""
+    from newsmotion_engine.render.backends.echomimic_v3 import model_check
     from newsmotion_engine.render.base import register_backend
 
     register_backend(NAME, create, options=EchoMimicV3Options)
+    model_check.register()

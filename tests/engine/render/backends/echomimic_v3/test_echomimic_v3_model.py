@@ -165,3 +165,66 @@ def test_model_folder_check_names_the_missing_file(tmp_path):
     (tmp_path / "transformer" / components.TRANSFORMER_WEIGHTS).write_bytes(b"x")
     with pytest.raises(BadInputError, match="vae/config.json"):
         components.check_model_folder(tmp_path)
+
+
+def _model_folder(root, monkeypatch):
+    """A tiny EchoMimicV3 folder: the transformer under the official names (an original-layout
+    config.json beside it) and Wan 2.1 i2v component stand-ins (configs + small safetensors: the
+    check reads configs and headers). The loader's audio sizes are the release's, which a tiny
+    checkpoint cannot have: they are the tiny preset's here."""
+    import dataclasses
+
+    from safetensors.torch import save_file
+
+    release = PRESETS["flash-pro"]
+    audio = {k: TINY[k] for k in ("audio_layers", "audio_intermediate_dim", "audio_context_tokens")}
+    monkeypatch.setitem(PRESETS, "flash-pro", dataclasses.replace(release, transformer={**release.transformer, **audio}))
+    (root / "transformer").mkdir(parents=True)
+    _write_official(root / "transformer" / components.TRANSFORMER_WEIGHTS, _tiny())
+    official = {"model_type": "i2v", "dim": 24, "num_heads": 2, "ffn_dim": TINY["ffn_dim"], "num_layers": TINY["num_layers"],
+                "in_dim": 36, "out_dim": 16, "text_dim": TINY["text_dim"], "freq_dim": TINY["freq_dim"], "eps": 1e-6}  # fmt: skip
+    (root / "transformer" / "config.json").write_text(json.dumps(official))
+    for sub, cls in (("vae", "AutoencoderKLWan"), ("image_encoder", "CLIPVisionModel"), ("text_encoder", "UMT5EncoderModel")):
+        (root / sub).mkdir()
+        (root / sub / "config.json").write_text(json.dumps({"_class_name": cls}))
+        save_file({"w": torch.zeros(2, 2, dtype=torch.bfloat16)}, str(root / sub / "model.safetensors"))
+    for sub, name in (("tokenizer", "tokenizer_config.json"), ("scheduler", "scheduler_config.json")):
+        (root / sub).mkdir()
+        (root / sub / name).write_text("{}")
+    return root
+
+
+def test_model_check_recognises_the_official_layout(tmp_path, monkeypatch):
+    from newsmotion_engine.render.model_check import check_model
+
+    root = _model_folder(tmp_path / "echo", monkeypatch)
+    found = check_model(root)
+    assert (found.backend, found.layout) == ("echomimic-v3", "EchoMimicV3 transformer + Wan 2.1 i2v components")
+    rows = {row[0]: row for row in found.rows}
+    assert f"num_layers={TINY['num_layers']}" in rows["transformer"][2] and "F32" in rows["transformer"][3]
+    assert rows["vae"][1] == "AutoencoderKLWan" and "BF16" in rows["vae"][3]
+    assert found.release.startswith("transformer differs from antgroup/echomimic_v3 flash-pro in dim=24 (released 1536)")
+    assert found.defaults == {"segment frames": 81, "steps": 8, "audio CFG": 3.0, "scheduler": "UniPCMultistepScheduler (shift 5.0)"}
+    assert found.options == f"--backend echomimic-v3 -o model_path={root} -o speech=ID"
+
+
+def test_model_check_names_what_an_incomplete_or_wrong_folder_lacks(tmp_path, monkeypatch):
+    from safetensors.torch import save_file
+
+    from newsmotion_engine.render.model_check import check_model
+
+    root = _model_folder(tmp_path / "echo", monkeypatch)
+    (root / "text_encoder" / "config.json").unlink()
+    with pytest.raises(BadInputError, match=r"text_encoder/config.json: missing: the Wan 2.1 i2v components"):
+        check_model(root)
+    root = _model_folder(tmp_path / "two", monkeypatch)
+    weights = root / "transformer" / components.TRANSFORMER_WEIGHTS
+    state = {keymap.ours_to_official(k): v.contiguous() for k, v in _tiny().state_dict().items()}
+    save_file({k: v for k, v in state.items() if "k_audio" not in k}, str(weights))
+    with pytest.raises(BadInputError, match=r"does not fit the EchoMimicV3 transformer of transformer/config.json: \d+ tensor\(s\) missing"):
+        check_model(root)
+    # A Wan 2.1 i2v diffusers folder without the EchoMimicV3 transformer: told to put it there.
+    weights.unlink()
+    (root / "model_index.json").write_text(json.dumps({"_class_name": "WanImageToVideoPipeline"}))
+    with pytest.raises(BadInputError, match=r"diffusion_pytorch_model.safetensors: missing: put the EchoMimicV3 transformer"):
+        check_model(root)
