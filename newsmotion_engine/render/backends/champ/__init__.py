@@ -26,7 +26,10 @@ def create(options: ChampOptions):
 
 
 def register() -> None:
-    """Register ``champ`` in the render backend registry (idempotent)."""
+    """Register ``champ`` in the render backend registry and its folder layout with
+    ``newsmotion model check`` (idempotent)."""
+    from newsmotion_engine.render.backends.champ import model_check
     from newsmotion_engine.render.base import register_backend
 
     register_backend(NAME, create, options=ChampOptions)
+    model_check.register()

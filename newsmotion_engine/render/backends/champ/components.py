@@ -43,10 +43,13 @@ from newsmotion_engine.render.backends.wan.diffusers_config import RANDOM_WEIGHT
 __all__ = [
     "ChampComponents",
     "build_models",
+    "component_file",
+    "folder_preset",
     "load_components",
     "load_state_dict_file",
     "motion_key",
     "official_to_diffusers",
+    "weights_file",
 ]
 
 RANDOM_SEED = 0
@@ -184,7 +187,8 @@ def load_state_dict_file(path: Path) -> dict[str, Any]:
     return dict(state)
 
 
-def _weights_file(folder: Path, stem: str) -> Path:
+def weights_file(folder: Path, stem: str) -> Path:
+    """``folder/{stem}`` with the first of :data:`WEIGHT_SUFFIXES` present; :class:`BadInputError` when none is."""
     for suffix in WEIGHT_SUFFIXES:
         if (folder / f"{stem}{suffix}").is_file():
             return folder / f"{stem}{suffix}"
@@ -226,7 +230,7 @@ def folder_preset(root: Path) -> Preset:
                 "norm_num_groups", "out_channels", "sample_size", "up_block_types", "scaling_factor")  # fmt: skip
     strip = lambda d: {k: v for k, v in d.items() if not k.startswith("_") and k != "comment"}  # noqa: E731
     guidance = strip(r["guidance_encoder"])
-    first = _weights_file(root / lay["champ"], f"guidance_encoder_{guidance['guidance_types'][0]}")
+    first = weights_file(root / lay["champ"], f"guidance_encoder_{guidance['guidance_types'][0]}")
     state = load_state_dict_file(first)
     try:
         widths = [int(state["conv_in.weight"].shape[0])] + [int(state[f"blocks.{i}.weight"].shape[0]) for i in (1, 3, 5)]
@@ -237,7 +241,7 @@ def folder_preset(root: Path) -> Preset:
                   {k: v for k, v in vae.items() if k in vae_keys}, {k: v for k, v in clip.items() if k in keep_clip})  # fmt: skip
 
 
-def _component_file(folder: Path, stems: tuple[str, ...]) -> Path | None:
+def component_file(folder: Path, stems: tuple[str, ...]) -> Path | None:
     """A diffusers / transformers component's weights file (safetensors first), or None."""
     return next((folder / f"{s}{x}" for s in stems for x in (".safetensors", ".bin") if (folder / f"{s}{x}").is_file()), None)
 
@@ -251,18 +255,18 @@ def load_folder_weights(models: Mapping[str, Any], root: Path) -> None:
     is an error naming the Champ file."""
     lay = released()["layout"]
     champ = root / lay["champ"]
-    base_file = _component_file((root / lay["unet_config"]).parent, ("diffusion_pytorch_model",))
+    base_file = component_file((root / lay["unet_config"]).parent, ("diffusion_pytorch_model",))
     base = load_state_dict_file(base_file) if base_file else {}
-    den_path, mm_path = _weights_file(champ, "denoising_unet"), _weights_file(champ, "motion_module")
+    den_path, mm_path = weights_file(champ, "denoising_unet"), weights_file(champ, "motion_module")
     state = official_to_diffusers({**base, **load_state_dict_file(mm_path), **load_state_dict_file(den_path)})
     _load_into(models["denoising_unet"], state, den_path, optional=(r"\.pos_embed\.pe$",))
-    ref_path = _weights_file(champ, "reference_unet")
+    ref_path = weights_file(champ, "reference_unet")
     _load_into(models["reference_unet"], {**base, **load_state_dict_file(ref_path)}, ref_path)
     for t, enc in models["guidance_encoders"].items():
-        p = _weights_file(champ, f"guidance_encoder_{t}")
+        p = weights_file(champ, f"guidance_encoder_{t}")
         _load_into(enc, load_state_dict_file(p), p)
     for name, sub, stems in (("vae", lay["vae"], ("diffusion_pytorch_model",)), ("image_encoder", lay["image_encoder"], ("model", "pytorch_model"))):
-        path = _component_file(root / sub, stems)
+        path = component_file(root / sub, stems)
         if path is None:
             raise BadInputError(root / sub / f"{stems[0]}.safetensors", "missing from the Champ model folder")
         _load_into(models[name], load_state_dict_file(path), path, optional=(r"position_ids$",))

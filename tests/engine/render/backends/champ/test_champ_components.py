@@ -109,7 +109,9 @@ def _write_official_folder(root, models):
         save_file({k: v.contiguous() for k, v in enc.state_dict().items()}, str(champ / f"guidance_encoder_{t}.safetensors"))
 
 
-def test_official_checkpoint_folder_loads_through_the_key_map(tmp_path, smpl_npz):
+def _tiny_official_folder(root):
+    """Tiny random models (guidance encoders and motion modules with the released head counts and
+    groups, which the official code hard-codes) written in the official layout; the models."""
     preset = PRESETS["tiny"]()
     preset.guidance_encoder.update(block_out_channels=[8, 32, 32, 32], attention_num_heads=8, norm_num_groups=32)
     preset.motion_module.update(num_attention_heads=8)
@@ -118,7 +120,12 @@ def test_official_checkpoint_folder_loads_through_the_key_map(tmp_path, smpl_npz
         src = build_models(preset)
         for enc in src["guidance_encoders"].values():  # the zero-initialised conv_out, made non-zero
             torch.nn.init.normal_(enc.conv_out.weight)
-    _write_official_folder(tmp_path / "pretrained_models", src)
+    _write_official_folder(root, src)
+    return src
+
+
+def test_official_checkpoint_folder_loads_through_the_key_map(tmp_path, smpl_npz):
+    src = _tiny_official_folder(tmp_path / "pretrained_models")
     comps = load_components(ChampOptions(model_path=str(tmp_path / "pretrained_models"), smpl_model=str(smpl_npz), device="cpu", dtype="float32"))
     assert comps.weights_label.startswith("folder ") and comps.identity["weights"] == "folder"
     for name, ours in (("denoising_unet", comps.transformer), ("reference_unet", comps.reference_unet), ("vae", comps.vae),
@@ -140,6 +147,32 @@ def test_official_checkpoint_folder_loads_through_the_key_map(tmp_path, smpl_npz
     (tmp_path / "pretrained_models" / "champ" / "motion_module.pth").unlink()
     with pytest.raises(BadInputError, match=r"motion_module\.pth: missing from the Champ model folder"):
         load_components(ChampOptions(model_path=str(tmp_path / "pretrained_models"), smpl_model=str(smpl_npz), device="cpu", dtype="float32"))
+
+
+def test_model_check_recognises_the_official_folder_and_names_what_is_wrong(tmp_path):
+    from newsmotion_engine.render.model_check import check_model
+
+    root = tmp_path / "pretrained_models"
+    _tiny_official_folder(root)
+    found = check_model(root)
+    assert (found.backend, found.layout) == ("champ", "Champ, official layout")
+    rows = {row[0]: row for row in found.rows}
+    assert set(rows) >= {"champ/denoising_unet.pth", "champ/motion_module.pth", "champ/reference_unet.pth",
+                         "champ/guidance_encoder_dwpose.safetensors", "sd-vae-ft-mse", "image_encoder",
+                         "stable-diffusion-v1-5/unet/config.json"}  # fmt: skip
+    assert "in / out channels [8, 32]" in rows["champ/guidance_encoder_depth.safetensors"][2]
+    assert rows["champ/motion_module.pth"][1] == "AnimateDiff v2 motion modules" and "F32" in rows["champ/motion_module.pth"][3]
+    assert found.release.startswith("unet differs from fudan-generative-vision/champ (SD1.5 UNet) in ")
+    assert found.defaults["steps"] == 20 and found.defaults["CFG"] == 3.5
+    assert f"-o model_path={root} -o smpl_model=SMPL.pkl (required" in found.options
+    state = torch.load(root / "champ" / "reference_unet.pth")
+    torch.save({**state, "bogus.weight": torch.zeros(1)}, root / "champ" / "reference_unet.pth")
+    with pytest.raises(BadInputError, match=r"reference_unet\.pth: does not fit the reference UNet of the folder's configs: 1 tensor\(s\) the model does not have, e\.g\. 'bogus\.weight'"):
+        check_model(root)
+    (root / "champ" / "motion_module.pth").unlink()
+    (root / "champ" / "guidance_encoder_dwpose.safetensors").unlink()
+    with pytest.raises(BadInputError, match=r"champ/motion_module\.pth: missing from the Champ folder .*\(and 1 more: guidance_encoder_dwpose\.pth\)"):
+        check_model(root)
 
 
 def test_context_windows_are_the_official_uniform_schedule():
