@@ -1,11 +1,13 @@
 """``ab_comparison[persona x loop]``: the same pair rendered by two configured backends (or two
 configurations of one), with per-frame PSNR / SSIM / mean |A - B| (the studio draws them).
 
-Thin: :func:`newsmotion_engine.render.ab.run_ab` renders both sides one after the other (each
-backend's sub-caches made current first, as ``newsmotion render`` does — the backend cache assets
-belong to the renderer resource's one backend) into ``storage/motion/ab/{persona}/{loop}/`` and
-writes ``comparison.json``; the renderer resource gives the size, fps and background. Concurrent
-A/B on one GPU (two streams / two processes) is measured by the GPU bench, not here.
+Thin: :func:`newsmotion_engine.render.ab.run_ab` renders both sides (each backend's sub-caches made
+current first, as ``newsmotion render`` does — the backend cache assets belong to the renderer
+resource's one backend) into ``storage/motion/ab/{persona}/{loop}/`` and writes ``comparison.json``;
+the renderer resource gives the size, fps and background. The config's ``concurrency`` says how the
+two sides share the machine (``serial``, ``streams``: two CUDA streams in this process, ``processes``:
+one child process a side; the last two hold both models on the GPU at once); its default is
+``newsmotion_engine.render.ab.DEFAULT_AB_CONCURRENCY``.
 """
 
 from typing import Any
@@ -17,13 +19,14 @@ from newsmotion_assets.assets.persona import persona_cache
 from newsmotion_assets.partitions import render_partitions
 from newsmotion_assets.metadata import studio_url
 from newsmotion_assets.resources import RendererResource, StorageResource
-from newsmotion_engine.render.ab import ABSide, run_ab
+from newsmotion_engine.render.ab import DEFAULT_AB_CONCURRENCY, ABSide, run_ab
 from newsmotion_engine.studio.catalog import ab_entry_name
 from newsmotion_engine.studio.paths import ab_page
 
 
 class ABComparisonConfig(dg.Config):
-    """The two sides: label (file name), backend, options (as the renderer resource's)."""
+    """The two sides: label (file name), backend, options (as the renderer resource's); how they
+    share the machine (``concurrency``)."""
 
     a_label: str = "wan-animate"
     a_backend: str = "wan-animate"
@@ -32,6 +35,7 @@ class ABComparisonConfig(dg.Config):
     b_backend: str = "wan-animate-2"
     b_options: dict[str, Any] = {}
     force: bool = False
+    concurrency: str = DEFAULT_AB_CONCURRENCY  # one of CONCURRENCY_MODES (run_ab refuses others)
 
 
 @dg.asset(
@@ -53,7 +57,8 @@ def ab_comparison(
     persona_id, loop_id = dims["persona"], dims["loop"]
     a = ABSide(config.a_label, config.a_backend, dict(config.a_options))
     b = ABSide(config.b_label, config.b_backend, dict(config.b_options))
-    result = run_ab(storage.store, persona_id, loop_id, a, b, renderer.spec(), force=config.force, log=context.log.info)
+    result = run_ab(storage.store, persona_id, loop_id, a, b, renderer.spec(), force=config.force, concurrency=config.concurrency,
+                    log=context.log.info)  # fmt: skip
     summary = result.comparison.summary()
     per_frame = result.comparison.frames
     return dg.MaterializeResult(
@@ -64,6 +69,10 @@ def ab_comparison(
             "studio_page": studio_url(ab_page(persona_id, loop_id, *sorted((ab_entry_name(a.label), ab_entry_name(b.label))))),
             **{f"clip_{label}": dg.MetadataValue.path(str(p)) for label, p in result.clips.items()},
             **{f"weights_{label}": str(t.weights) for label, t in result.telemetry.items()},
+            "concurrency": result.timing.mode,
+            "wall_s": result.timing.wall_s,
+            "render_wall_s": result.timing.render_wall_s,
+            **{f"render_s_{label}": side["render_s"] for label, side in result.timing.sides.items()},
             "per_frame": dg.MetadataValue.table(
                 records=[dg.TableRecord({"frame": f.index, "psnr_db": f.psnr_db, "ssim": f.ssim, "mean_abs_diff": f.mean_abs_diff})
                          for f in per_frame[:: max(1, len(per_frame) // 30)]],  # fmt: skip

@@ -37,7 +37,7 @@ def render_cmd(
     """
     from newsmotion_engine.render import RenderSpec, get_backend
     from newsmotion_engine.render.fidelity import FidelityConfig
-    from newsmotion_engine.render.job import check_render_request, ensure_render_inputs, render_persona_loop
+    from newsmotion_engine.render.job import check_render_request, ensure_render_inputs, render_persona_loop, storage_backend_options
 
     store = Storage.from_env()
     spec = RenderSpec(width=width, height=height, fps=fps, background=background, keyframes=keyframes)
@@ -47,10 +47,7 @@ def render_cmd(
         raise click.BadParameter(str(exc), param_hint="--fidelity-stride") from None
     if out is not None and out.suffix.lower() != ".mp4":
         raise BadInputError(out, "output must be an .mp4 file")
-    options = parse_options(option or [])
-    if "speech" in options:  # a speech id names a speech of this storage (echomimic-v3 performs one)
-        options.setdefault("speech_root", str(store.speech_root))
-    engine = get_backend(backend, **options)
+    engine = get_backend(backend, **storage_backend_options(store, parse_options(option or [])))
     check_render_request(store, persona, loop, out)
     engine.load()
     try:

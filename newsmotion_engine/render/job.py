@@ -70,6 +70,7 @@ __all__ = [
     "load_render_inputs",
     "render_lock",
     "render_persona_loop",
+    "storage_backend_options",
     "visemes_digest",
 ]
 
@@ -97,6 +98,15 @@ class RenderInputs:
     persona: PersonaCache
     guidance_state: str = "hit"
     persona_state: str = "hit"
+
+
+def storage_backend_options(storage: Storage, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the paths of ``storage`` that name things in them filled in (unless
+    given): a ``speech`` id gets ``speech_root`` (echomimic-v3 performs a speech of this storage)."""
+    options = dict(options)
+    if "speech" in options:
+        options.setdefault("speech_root", str(storage.speech_root))
+    return options
 
 
 def check_render_request(storage: Storage, persona_id: str, loop_id: str, out_path: Path | None = None) -> None:
