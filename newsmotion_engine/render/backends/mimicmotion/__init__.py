@@ -35,4 +35,5 @@ def register() -> None:
     register_backend(NAME, create, options=MimicMotionOptions)
     register_checkpoint(NAME, PIPELINE_CLASSES, check_model_folder, MimicMotionOptions,
                         release=(RELEASED_DIR / SVD_RELEASE / "unet" / "config.json", released()["base_model"]),
-                        marker=has_checkpoint, extra_rows=checkpoint_rows)
+                        marker=has_checkpoint, extra_rows=checkpoint_rows,
+                        expects="an SVD-xt-1.1 diffusers folder (model_index.json: StableVideoDiffusionPipeline) + MimicMotion_1-1.pth")

@@ -34,4 +34,5 @@ def register() -> None:
     register_backend(NAME, create, options=Scail2Options)
     register_checkpoint(NAME, PIPELINE_CLASSES, check_model_folder, Scail2Options,
                         release=(RELEASE / "transformer" / "config.json", "zai-org/SCAIL-2"),
-                        marker=has_official_transformer, extra_rows=transformer_rows)
+                        marker=has_official_transformer, extra_rows=transformer_rows,
+                        expects="model_index.json naming SCAIL2Pipeline, transformer/ (the official WanSCAILModel config.json + safetensors), Wan 2.1 vae/, image_encoder/, text_encoder/, tokenizer/, scheduler/")

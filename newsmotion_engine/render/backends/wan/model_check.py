@@ -47,16 +47,17 @@ _CHECKPOINTS: dict[str, _Checkpoint] = {}
 
 def register_checkpoint(backend: str, pipeline_classes: tuple[str, ...], check_folder: Callable[[Path], None], options: type,
                         release: tuple[Path, str] | None = None, *, marker: Callable[[Path], bool] | None = None,
-                        extra_rows: Callable[[Path], list[Row]] | None = None) -> None:  # fmt: skip
+                        extra_rows: Callable[[Path], list[Row]] | None = None, expects: str | None = None) -> None:  # fmt: skip
     """Register ``backend``'s diffusers checkpoint layout with ``newsmotion model check``: the
     pipeline classes its folder index may name, the folder check its render runs, its options
     class (for the defaults), for a backend whose released configs live in its own package
     ``release`` (its released denoiser ``config.json``, the checkpoint it describes), ``marker``
     (a file only this backend's folder has, so that a folder without its index is still
-    recognised and told what it lacks) and ``extra_rows`` (the rows of its own files)."""
+    recognised and told what it lacks), ``extra_rows`` (the rows of its own files) and ``expects``
+    (one line: the folder's layout, shown when no layout claims a folder; default: the index)."""
     _CHECKPOINTS[backend] = _Checkpoint(tuple(pipeline_classes), check_folder, options, release, marker, extra_rows)
-    classes = " / ".join(pipeline_classes)
-    register_layout(backend, ModelLayout(expects=f"a diffusers folder whose model_index.json names {classes}",
+    expects = expects or f"a diffusers folder whose model_index.json names {' / '.join(pipeline_classes)}"
+    register_layout(backend, ModelLayout(expects=expects,
                                          claims=partial(_claims, backend), check=partial(_check, backend)))  # fmt: skip
 
 
