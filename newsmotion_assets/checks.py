@@ -3,7 +3,9 @@ downstream steps and (see :mod:`newsmotion_assets.automation`) automation downst
 render and story checks (pose fidelity, lip sync) are not: a clip that gestures too little or whose
 lips lag is reported, not withheld."""
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -133,25 +135,36 @@ def render_lip_sync(context: dg.AssetCheckExecutionContext, storage: StorageReso
 def lip_sync_check_result(storage: StorageResource, partition_key: str) -> dg.AssetCheckResult:
     """What :func:`render_lip_sync` reports for one render partition (``"{loop}|{persona}"``)."""
     records, problems, folder = _render_records(storage, partition_key)
+
+    def unscored(tele: RenderTelemetry) -> str | None:
+        silent = tele.lip_sync is None and (tele.lip_sync_reason or "").startswith((SILENT_REASON, "recorded by telemetry schema"))
+        return "a silent clip" if silent else None
+
+    return _lip_sync_result(records, problems, f"no rendered clip in {folder}", unscored, lambda tele: tele.lip_sync, "clips_with_speech")
+
+
+def _lip_sync_result(records: list, problems: list[str], nothing: str, unscored: Callable[[Any], str | None],
+                     score: Callable[[Any], LipSync | None], count_key: str) -> dg.AssetCheckResult:  # fmt: skip
+    """The lip-sync check's result over clip records (one per backend): ``nothing`` when there is no
+    record; a record ``unscored`` names a reason for is left out (listed under ``not_scored``),
+    each other one's ``score`` is judged against the targets (``count_key``: how many were)."""
     if not records and not problems:
-        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, metadata={"problems": f"no rendered clip in {folder}"})
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, metadata={"problems": nothing})
     metadata: dict[str, float | str] = {}
-    speaking = 0
+    left_out, scored = [], 0
     for tele in records:
-        if tele.lip_sync is None and (tele.lip_sync_reason or "").startswith((SILENT_REASON, "recorded by telemetry schema")):
-            continue  # a silent clip: no lips to score
-        speaking += 1
-        _judge_lip_sync(tele.backend, tele.lip_sync, tele.lip_sync_reason, metadata, problems)
-    metadata["clips_with_speech"] = float(speaking)
+        if (why := unscored(tele)) is not None:
+            left_out.append(f"{tele.backend}: {why}")
+            continue
+        scored += 1
+        ls = score(tele)
+        problems += [f"{tele.backend}: {p}" for p in lip_sync_problems(ls, tele.lip_sync_reason)]
+        metadata[f"{tele.backend}_lip_sync_correlation"] = ls.correlation if ls and ls.correlation is not None else -1.0
+        metadata[f"{tele.backend}_audio_video_offset_frames"] = float(ls.offset_frames) if ls and ls.offset_frames is not None else -99.0
+    metadata[count_key] = float(scored)
+    metadata["not_scored"] = "; ".join(left_out) or "none"
     metadata["problems"] = "; ".join(problems) or "none"
     return dg.AssetCheckResult(passed=not problems, severity=dg.AssetCheckSeverity.WARN, metadata=metadata)
-
-
-def _judge_lip_sync(backend: str, score: LipSync | None, reason: str | None, metadata: dict, problems: list[str]) -> None:
-    """One clip's lip-sync figures into ``metadata`` and what misses the targets into ``problems``."""
-    problems += [f"{backend}: {p}" for p in lip_sync_problems(score, reason)]
-    metadata[f"{backend}_lip_sync_correlation"] = score.correlation if score and score.correlation is not None else -1.0
-    metadata[f"{backend}_audio_video_offset_frames"] = float(score.offset_frames) if score and score.offset_frames is not None else -99.0
 
 
 @dg.asset_check(
@@ -173,19 +186,11 @@ def story_lip_sync_check_result(storage: StorageResource, partition_key: str) ->
     dims = story_render_partitions.get_partition_key_from_str(partition_key).keys_by_dimension
     folder = storage.store.story_render_path(dims["persona"], dims["story"], "warp").parent
     records, problems = _clip_records(folder, StoryTelemetry, StoryTelemetryError)
-    if not records and not problems:
-        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, metadata={"problems": f"no rendered story in {folder}"})
-    metadata: dict[str, float | str] = {}
-    unscored, scored = [], 0
-    for tele in records:
+
+    def unscored(tele: StoryTelemetry) -> str | None:
         if not tele.moves_lips:
-            unscored.append(f"{tele.backend}: the backend does not move lips")
-        elif tele.lip_sync is None and tele.lip_sync_reason == OFF_REASON:
-            unscored.append(f"{tele.backend}: {OFF_REASON}")
-        else:
-            scored += 1
-            _judge_lip_sync(tele.backend, LipSync(**tele.lip_sync) if tele.lip_sync else None, tele.lip_sync_reason, metadata, problems)
-    metadata["clips_scored"] = float(scored)
-    metadata["not_scored"] = "; ".join(unscored) or "none"
-    metadata["problems"] = "; ".join(problems) or "none"
-    return dg.AssetCheckResult(passed=not problems, severity=dg.AssetCheckSeverity.WARN, metadata=metadata)
+            return "the backend does not move lips"
+        return OFF_REASON if tele.lip_sync is None and tele.lip_sync_reason == OFF_REASON else None
+
+    return _lip_sync_result(records, problems, f"no rendered story in {folder}", unscored,
+                            lambda tele: LipSync(**tele.lip_sync) if tele.lip_sync else None, "clips_scored")  # fmt: skip

@@ -35,7 +35,8 @@ from typing import Any
 from newsmotion_engine.errors import BadInputError
 
 __all__ = ["INDEXED", "MARKED", "MAYBE", "NOT_MINE", "STAGES", "ModelCheck", "ModelLayout", "Row", "check_model", "compare_config",
-           "component_row", "config_text", "fit_problem", "layouts", "meta_shapes", "register_layout", "require_files", "tensor_index", "weights_summary", "weights_text"]  # fmt: skip
+           "component_row", "config_text", "fit_problem", "layouts", "meta_shapes", "register_layout", "require_files", "tensor_index", "torch_state_dict", "weights_summary",
+           "weights_text"]  # fmt: skip
 
 NOT_MINE, MAYBE, INDEXED, MARKED = 0, 1, 2, 3
 # Models that are no backend but have a folder to check: each module has a ``register()``.
@@ -134,24 +135,34 @@ def _safetensors_index(path: Path) -> TensorIndex:
     return {name: (tuple(info["shape"]), info["dtype"]) for name, info in header.items() if name != "__metadata__"}
 
 
-def _torch_index(path: Path) -> TensorIndex:
+def torch_state_dict(path: Path, *, mmap: bool = False) -> Mapping[str, Any]:
+    """The state dict of a torch weights file (``torch.load(weights_only=True)``: tensors only, no
+    code), unwrapped from a ``state_dict`` key. ``mmap``: storages memory-mapped, so only the
+    pickle is read (a pre-1.6 file, which cannot be mapped, is read whole). Raises
+    :class:`BadInputError` naming a file that cannot be read or holds no state dict."""
     import torch
 
     try:
-        try:  # storages memory-mapped: only the pickle is read
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
         except RuntimeError as exc:
-            if "mmap" not in str(exc):
+            if not mmap or "mmap" not in str(exc):
                 raise
-            state = torch.load(path, map_location="cpu", weights_only=True)  # the pre-1.6 format cannot be mapped
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # any reader failure is the file's problem: one message naming it
-        raise BadInputError(path, f"is not a readable torch weights file ({type(exc).__name__}: {exc})") from None
+        raise BadInputError(path, f"is not a readable checkpoint ({type(exc).__name__}: {exc})") from None
     if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
         state = state["state_dict"]
     if not isinstance(state, Mapping):
         raise BadInputError(path, "holds no state dict")
+    return state
+
+
+def _torch_index(path: Path) -> TensorIndex:
+    import torch
+
     return {k: (tuple(v.shape), _TORCH_DTYPES.get(str(v.dtype).removeprefix("torch."), str(v.dtype)))
-            for k, v in state.items() if isinstance(v, torch.Tensor)}  # fmt: skip
+            for k, v in torch_state_dict(path, mmap=True).items() if isinstance(v, torch.Tensor)}  # fmt: skip
 
 
 def tensor_index(path: Path) -> TensorIndex:

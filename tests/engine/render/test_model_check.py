@@ -45,7 +45,7 @@ def test_tensor_index_reads_torch_files_without_their_data(tmp_path):
     s = M.weights_summary([tmp_path / "w.pth"])
     assert (s["tensors"], s["params"], s["dtypes"]) == (2, 10, {"F16": 6, "BF16": 4})
     (tmp_path / "bad.pth").write_bytes(b"not a checkpoint")
-    with pytest.raises(BadInputError, match=r"bad\.pth: is not a readable torch weights file"):
+    with pytest.raises(BadInputError, match=r"bad\.pth: is not a readable checkpoint"):
         M.tensor_index(tmp_path / "bad.pth")
 
 

@@ -78,21 +78,16 @@ def read_checkpoint(path: Path) -> dict[str, dict[str, Any]]:
     """The checkpoint's tensors split by module (:data:`CHECKPOINT_PREFIXES`): ``{"unet": {...},
     "pose_net": {...}}``. Raises :class:`BadInputError` naming the file when it cannot be read or
     holds no UNet or no PoseNet."""
-    import torch
+    from newsmotion_engine.render.model_check import torch_state_dict
+
+    if path.suffix != ".safetensors":
+        return split_checkpoint(torch_state_dict(path), path)
+    from safetensors.torch import load_file
 
     try:
-        if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            state = load_file(str(path))
-        else:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+        state = load_file(str(path))
     except Exception as exc:  # any reader failure is the file's problem: one message naming it
         raise BadInputError(path, f"is not a readable checkpoint ({type(exc).__name__}: {exc})") from None
-    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
-        state = state["state_dict"]
-    if not isinstance(state, dict):
-        raise BadInputError(path, "holds no state dict")
     return split_checkpoint(state, path)
 
 
