@@ -16,6 +16,18 @@ def isolated_storage(tmp_path, monkeypatch):
     return root
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """torch on one thread for a test module (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``):
+    on a loaded 2-core machine torch's OpenMP threads in the main thread spin against other
+    processes and a tiny denoise crawls; renders through render_clip run on a worker thread anyway."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture()
 def storage(isolated_storage) -> Storage:
     """The test's storage root as the object the engine takes."""

@@ -2,21 +2,9 @@
 
 import json
 
-import pytest
-
 from newsmotion_engine.videoio import open_video
 
 from .conftest import run
-
-
-@pytest.fixture
-def one_torch_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_lips_renders_then_syncs_with_sound(capsys, astronaut_png, storage, one_torch_thread):

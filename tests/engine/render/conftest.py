@@ -285,15 +285,3 @@ class EncoderCounter:
 def encoder_calls(monkeypatch) -> EncoderCounter:
     """An :class:`EncoderCounter` counting from the start of the test (loading a backend runs no encoder)."""
     return EncoderCounter(monkeypatch)
-
-
-@pytest.fixture(scope="module")
-def one_torch_thread():
-    """torch on one thread for a test module (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``):
-    on a loaded 2-core machine torch's OpenMP threads in the main thread spin against other
-    processes and a tiny denoise crawls; renders through render_clip run on a worker thread anyway."""
-    torch = pytest.importorskip("torch")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)

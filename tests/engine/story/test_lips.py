@@ -23,6 +23,7 @@ from newsmotion_engine.video.streams import av_sync
 from newsmotion_engine.videoio import iter_frames
 
 SPEC = RenderSpec(width=216, height=384, fps=30)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _story_tests():
@@ -41,16 +42,6 @@ def short_story_inputs(folder: Path) -> StoryInputs:
                         folder / "short.yaml")  # fmt: skip
     speech = assemble_speech(story, [_story_tests().sentence("one", 0.3)], SPEC.fps)
     return StoryInputs(story, base.persona, base.loops, speech)
-
-
-@pytest.fixture(scope="module")
-def one_torch_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
