@@ -20,15 +20,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from newsmotion_engine.render.job import OnStep, announce_step
 from newsmotion_engine.render.musetalk.config import MuseTalkConfigError, MuseTalkOptions
+from newsmotion_engine.render.musetalk.pipeline import MuseTalkPass, placed_faces
 from newsmotion_engine.storage import Storage
-
-if TYPE_CHECKING:  # the CLI imports this module for LIPS: no render stack at import time
-    from newsmotion_engine.render.job import OnStep
 
 __all__ = ["LIPS", "HeldFrames", "MuseTalkLips", "lip_sync_story", "story_avatar_dir", "story_lips"]
 
@@ -70,16 +69,14 @@ class MuseTalkLips:
 
 
 def lip_sync_story(held: HeldFrames, keypoints: np.ndarray, persona: Any, speech: Any, spec: Any, lips: MuseTalkLips,
-                   write: Callable[[np.ndarray], None], on_step: OnStep | None = None) -> dict[str, Any]:  # fmt: skip
+                   write: Callable[[np.ndarray], None], output: Path, on_step: OnStep | None = None) -> dict[str, Any]:  # fmt: skip
     """Send the story's ``held`` silent frames (whose poses are ``keypoints``, retargeted onto
     ``persona``) through the MuseTalk stage with ``speech`` (the story's
-    :class:`~newsmotion_engine.story.speech.StorySpeech`), each lip-synced frame to ``write``; the
-    avatar build and the stage each a visible step through ``on_step``. Returns the story record's
-    ``musetalk`` entry: the pass's :class:`~newsmotion_engine.render.musetalk.pipeline.LipSyncResult`
-    (weights, frames redrawn, the avatar built or reused, timings) and the options."""
-    from newsmotion_engine.render.job import announce_step
-    from newsmotion_engine.render.musetalk.pipeline import MuseTalkPass, placed_faces
-
+    :class:`~newsmotion_engine.story.speech.StorySpeech`), each lip-synced frame to ``write`` (the
+    encoder of ``output``); the avatar build and the stage each a visible step through ``on_step``.
+    Returns the story record's ``musetalk`` entry: the pass's
+    :class:`~newsmotion_engine.render.musetalk.pipeline.LipSyncResult` (weights, frames redrawn, the
+    avatar built or reused, timings) and the options."""
     t0 = time.perf_counter()
     faces = placed_faces(keypoints, persona, spec.width, spec.height)
     stage = MuseTalkPass(held.array, faces, speech.audio, speech.sample_rate, spec.fps, lips.options,
@@ -88,8 +85,7 @@ def lip_sync_story(held: HeldFrames, keypoints: np.ndarray, persona: Any, speech
                          on_avatar=announce_step(on_step, f"MuseTalk avatar ({held.count} frames)"))  # fmt: skip
     for frame in stage.frames(on_step("lips: MuseTalk") if on_step is not None else None):
         write(frame)
-    result = stage.result(Path(), time.perf_counter() - t0)
-    return {**{k: v for k, v in result.as_dict().items() if k != "output"}, "options": dataclasses.asdict(lips.options)}
+    return {**stage.result(output, time.perf_counter() - t0).as_dict(), "options": dataclasses.asdict(lips.options)}
 
 
 class HeldFrames:
@@ -107,7 +103,7 @@ class HeldFrames:
         self.count += 1
 
     def close(self) -> None:
-        del self.array  # the map must be closed before its file is removed
+        del self.array  # let go of the map before its file goes
         self._dir.cleanup()
 
     def __enter__(self) -> HeldFrames:

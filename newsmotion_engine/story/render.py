@@ -352,7 +352,7 @@ def _render(inputs: StoryInputs, backend: Backend, spec: RenderSpec, out: Path, 
                 raise RuntimeError(f"backend {backend.name!r} yielded {done} frames for a {total}-frame story")
             lips_record = None
             if held is not None and musetalk is not None:
-                lips_record = lip_sync_story(held, kp, inputs.persona, speech, spec, musetalk, enc.write, on_step)
+                lips_record = lip_sync_story(held, kp, inputs.persona, speech, spec, musetalk, enc.write, out, on_step)
     wall_s = time.perf_counter() - t_start
     sync = av_sync(out, spec.fps)
     if lip_sync:
