@@ -1,5 +1,6 @@
 """The studio plays each story's mp4 with its sound on the index page."""
 
+import dataclasses
 import importlib.util
 import re
 from pathlib import Path
@@ -8,6 +9,7 @@ import pytest
 
 from newsmotion_engine.render import RenderSpec, get_backend
 from newsmotion_engine.story.render import render_story
+from newsmotion_engine.story.telemetry import StoryTelemetry
 from newsmotion_engine.studio.site import build_studio
 
 from . import browser as B
@@ -47,6 +49,16 @@ def test_a_story_without_its_record_says_so(storage, tmp_path):
     out.with_suffix(".json").write_text("{}")
     html = build_studio(storage, pose=False, bench_results=tmp_path / "no-results").index.read_text()
     assert "not a story record" in html
+
+
+def test_a_story_with_musetalk_lips_says_whose_and_the_weights(storage, tmp_path):
+    out = rendered_story(storage, tmp_path)
+    assert "lips: " not in build_studio(storage, pose=False, bench_results=tmp_path / "no-results").index.read_text()
+    record = out.with_suffix(".json")
+    tele = StoryTelemetry.read(record)
+    dataclasses.replace(tele, lips="musetalk", musetalk={"weights": "random weights"}).write(record)
+    html = build_studio(storage, pose=False, bench_results=tmp_path / "no-results").index.read_text()
+    assert "lips: musetalk (random weights)" in html
 
 
 @pytest.mark.skipif(B.missing() is not None, reason=f"studio browser test: {B.missing()}")
