@@ -47,7 +47,8 @@ def test_render_through_the_renderer_resource(upstream_caches, storage):
 
 
 def test_ab_comparison_asset_writes_per_frame_measures(upstream_caches, storage):
-    config = {"a_label": "fp32", "a_backend": "wan-animate-2", "a_options": TINY2,
+    # Two tiny models rendering at once on two threads (two CUDA streams on a GPU).
+    config = {"a_label": "fp32", "a_backend": "wan-animate-2", "a_options": TINY2, "concurrency": "streams",
               "b_label": "two-steps", "b_backend": "wan-animate-2", "b_options": {**TINY2, "steps": 2}}  # fmt: skip
     resources = {"renderer": RendererResource(width=64, height=128), **STORAGE}
     with dg.instance_for_test() as instance:
@@ -56,12 +57,12 @@ def test_ab_comparison_asset_writes_per_frame_measures(upstream_caches, storage)
                                 run_config={"ops": {"ab_comparison": {"config": config}}})  # fmt: skip
         assert result.success
         (mat,) = result.asset_materializations_for_node("ab_comparison")
-        assert mat.metadata["frames"].value == 120
+        assert mat.metadata["frames"].value == 120 and mat.metadata["concurrency"].value == "streams"
         out = storage.ab_dir("anchor", "nod")
         record = json.loads((out / "comparison.json").read_text())
         assert record["kind"] == "ab-comparison" and len(record["per_frame"]) == 120
         assert {record["a"]["label"], record["b"]["label"]} == {"fp32", "two-steps"}
-        assert record["sides"]["fp32"]["weights"] == "random weights"
+        assert record["sides"]["fp32"]["weights"] == "random weights" and record["concurrency"]["mode"] == "streams"
         assert record["summary"]["identical_frames"] < 120  # 1 vs 2 steps: different clips
         assert (out / "fp32.mp4").is_file() and (out / "two-steps.mp4").is_file()
         assert all(f["ssim"] <= 1.0 and f["mean_abs_diff"] >= 0 for f in record["per_frame"])
