@@ -56,10 +56,6 @@ Log = Callable[[str], None]
 MODES = ("serial", "streams", "processes")
 
 
-def _gib(n: float) -> float:
-    return round(float(n) / 2**30, 3)
-
-
 @dataclass
 class BenchSide:
     """One side of the bench as a :class:`~newsmotion_engine.render.ab.SideWork` (it pickles into
@@ -109,13 +105,15 @@ class BenchSide:
     def run(self, backend: Any) -> dict[str, Any]:
         import torch
 
+        from newsmotion_engine.bench.timing import gib
+
         tele = self._clip(backend)
         out: dict[str, Any] = {"frames_out": tele.frames, **{k: v for k, v in tele.backend_info.get("last_render", {}).items()
                                                              if k in ("segments", "denoise_s", "decode_s")}}  # fmt: skip
         device = backend.components.device
         if device.type == "cuda":
             free, total = torch.cuda.mem_get_info(device)
-            out.update(peak_gib=_gib(torch.cuda.max_memory_allocated(device)), device_used_gib=_gib(total - free))
+            out.update(peak_gib=gib(torch.cuda.max_memory_allocated(device)), device_used_gib=gib(total - free))
         return out
 
 

@@ -333,12 +333,13 @@ def _run_processes(works: Sequence[SideWork]) -> SidesRun:
             else:
                 errors[label] = _side_error(label, record=payload)
         render_wall = time.perf_counter() - t_render
+    except BaseException:  # interrupted: the children's work is not wanted any more
+        for proc, _conn in children.values():
+            proc.terminate()
+        raise
     finally:
         for proc, conn in children.values():
-            proc.join(60)
-            if proc.is_alive():  # only when interrupted: a finished child closes and exits
-                proc.terminate()
-                proc.join(10)
+            proc.join()  # each has sent its last message: it only closes its backend now
             conn.close()
     return SidesRun(results, errors, _timing("processes", t0, sides, render_wall))
 
