@@ -1,6 +1,10 @@
-"""Audio-encoder features for audio-driven renderers: wav2vec2-base hidden states at 50 Hz,
-resampled to the video frame rate and windowed with ±``context`` frames, behind the SimHash
-encoder bypass.
+"""Audio-encoder features for audio-driven renderers: the wav2vec2 encoder, the windowed recipe
+(hidden states at 50 Hz over fixed windows, resampled to the video frame rate, behind the SimHash
+encoder bypass) and the features sub-cache, keyed on the recipe.
+
+Two recipes (:func:`feature_recipe`): ``official`` (:mod:`~newsmotion_engine.speech.clip_features`,
+the default: EchoMimicV3's own computation, the whole clip at once) and ``windowed``
+(:class:`WindowedRecipe`, below: an approximation of it whose windows the bypass can reuse).
 
 What the audio-driven models feed (EchoMimicV3's ``get_audio_embed`` and its frame windowing,
 read from its public inference code): ``Wav2Vec2Model`` over 16 kHz audio normalised to zero
@@ -10,10 +14,12 @@ frame ``i`` the rows ``i-2 .. i+2`` with indices clamped at the ends: ``[frames,
 Here the 12 layers are averaged by default (``layers="mean"``; ``"last"`` or a layer number pick
 one), so a row is 768 wide: ``[frames, 2*context+1, 768]``; ``layers="all"`` keeps them as
 EchoMimicV3 reads them: ``[frames, 2*context+1, 12, 768]``. EchoMimicV3 resamples the conv
-front end's 50 Hz features to the video rate *before* the transformer; here the transformer runs at
-its native 50 Hz and its output is resampled (linearly, at each video frame's centre time), so a
-stored encoder output does not depend on the video frame rate and one encoder cache serves every
-fps.
+front end's 50 Hz features to the video rate *before* the transformer (the official recipe does
+too); the windowed recipe runs the transformer at its native 50 Hz and resamples its output
+(linearly, at each video frame's centre time), so a stored encoder output does not depend on the
+video frame rate and one encoder cache serves every fps. It also normalises each window on its own
+(floored, see :meth:`AudioEncoder.encode`) where the official recipe sets the whole clip's loudness
+and normalises the variance only when the encoder's preprocessor config asks for it.
 
 **Encoder windows (the bypass's unit).** The encoder runs on fixed windows of
 ``core_frames + 2 * margin_frames`` encoder frames (default 16 + 2 x 8 = 32 frames, 0.645 s) and
@@ -34,12 +40,14 @@ and lookup time), and with ``verify=True`` the cosine distance of each reused ou
 computed one. With random weights that distance measures how well the hash finds windows the
 encoder maps to the same output, not lip quality.
 
-**The features sub-cache** (:func:`ensure_features`): ``<speech cache>/audio-features-<fps>fps/``
-holds ``features.npy`` (``[frames, 2*context+1, hidden]`` float32, or ``[..., layers, hidden]``)
-and ``metadata.json`` (the speech cache's digest as its source, the encoder's identity, window
-and context as params, the run's stats), written atomically through
-:mod:`newsmotion_engine.cachedir`; another speech cache or another encoder makes it stale and it
-is rebuilt.
+**The features sub-cache** (:func:`ensure_features`):
+``<speech cache>/audio-features-<recipe>-<fps>fps/`` holds ``features.npy``
+(``[frames, 2*context+1, hidden]`` float32, or ``[..., layers, hidden]``) and ``metadata.json``
+(the speech cache's digest as its source, the encoder's identity, the context and the recipe's
+params — its name and version, the window or the loudness target — as params, the run's stats),
+written atomically through :mod:`newsmotion_engine.cachedir`; one folder per recipe, so both
+recipes' features can be kept; another speech cache, encoder or recipe setting makes it stale
+and it is rebuilt.
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -64,13 +72,18 @@ __all__ = [
     "AudioFeatures",
     "EncoderWindow",
     "DEFAULT_MAX_DISTANCE",
+    "FeatureRecipe",
+    "WindowedRecipe",
     "cosine_distance",
     "encode_for_video",
     "ensure_features",
+    "feature_recipe",
     "features_dir",
     "load_features",
     "open_encoder_cache",
+    "speech_samples",
     "window_anchors",
+    "with_context",
 ]
 
 RANDOM_WEIGHTS_LABEL = "random weights"
@@ -182,12 +195,16 @@ class AudioEncoder:
 
     @classmethod
     def load(cls, model_path: str | Path | None = None, *, device: str = "cpu", layers: str | int = "mean",
-             config_overrides: dict[str, Any] | None = None, seed: int = RANDOM_SEED) -> AudioEncoder:  # fmt: skip
+             config_overrides: dict[str, Any] | None = None, seed: int = RANDOM_SEED,
+             preprocessor: str | Path | None = None) -> AudioEncoder:  # fmt: skip
         """A local wav2vec2 folder (``config.json`` + ``model.safetensors`` or
         ``pytorch_model.bin``, e.g. a download of ``facebook/wav2vec2-base-960h``), else the
         wav2vec2-base architecture from the released config in the repo with weights drawn from
         ``seed`` (on the CPU, so every device gets the same ones) and labelled "random weights".
         ``config_overrides`` change the random-weight architecture (tests use a tiny one).
+        ``preprocessor``: the random-weight encoder's ``preprocessor_config.json`` (default
+        wav2vec2-base's, ``do_normalize: true``; EchoMimicV3's flash models use
+        ``chinese-wav2vec2-base``'s, which does not normalise); a model folder uses its own.
 
         Example::
 
@@ -214,7 +231,8 @@ class AudioEncoder:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
                 model = Wav2Vec2Model(Wav2Vec2Config(**config))
-            normalize = bool(released_json("preprocessor_config.json")["do_normalize"])
+            pre = json.loads(Path(preprocessor).read_text()) if preprocessor is not None else released_json("preprocessor_config.json")
+            normalize = bool(pre["do_normalize"])
             label = RANDOM_WEIGHTS_LABEL
             identity = {"weights": RANDOM_WEIGHTS_LABEL, "seed": seed, "config": sha256_json(config)}
         # eval(): no dropout, layer drop or SpecAugment masking at inference.
@@ -237,18 +255,62 @@ class AudioEncoder:
             x = (x - x.mean()) / max(float(x.std()), REFERENCE_STD)
         with torch.inference_mode():
             out = self.model(torch.from_numpy(x)[None].to(self.device), output_hidden_states=self.layers != "last")
-            if self.layers == "last":
-                rows = out.last_hidden_state[0]
-            elif self.layers == "mean":
-                rows = torch.stack(out.hidden_states[1:]).mean(0)[0]
-            elif self.layers == "all":
-                rows = torch.stack(out.hidden_states[1:], dim=2)[0]
-            else:
-                rows = out.hidden_states[self.layers][0]
+            rows = self._pick_layers(out.hidden_states, out.last_hidden_state)
             result = rows.float().cpu().numpy()  # .cpu() waits for a GPU, so the time is the real one
         self.windows_encoded += 1
         self.encode_s += time.perf_counter() - start
         return result
+
+    def _pick_layers(self, hidden_states: Any, last: Any) -> Any:
+        """The rows ``layers`` asks for, of batch item 0. ``hidden_states``: the encoder's input
+        then each transformer layer's output (``Wav2Vec2Model``'s ``hidden_states``); ``last``:
+        its ``last_hidden_state``."""
+        import torch
+
+        if self.layers == "last":
+            return last[0]
+        if self.layers == "mean":
+            return torch.stack(tuple(hidden_states[1:])).mean(0)[0]
+        if self.layers == "all":
+            return torch.stack(tuple(hidden_states[1:]), dim=2)[0]
+        return hidden_states[self.layers][0]
+
+    def encode_at_frames(self, samples: np.ndarray, frames: int) -> np.ndarray:
+        """``[frames, hidden]`` (``[frames, layers, hidden]`` with ``layers="all"``) for a whole
+        clip of 16 kHz ``samples``, already in the form the model reads (see
+        :mod:`~newsmotion_engine.speech.clip_features`): the conv front end's 50 Hz output is
+        interpolated linearly to ``frames`` rows (``align_corners=True``: the first and last rows
+        are the first and last conv frames) *before* the feature projection and the transformer,
+        which then run at the video rate. Clips shorter than the conv's 25 ms receptive field
+        are zero-padded to it."""
+        import torch
+        import torch.nn.functional as F
+
+        if frames < 1:
+            raise ValueError(f"frames must be >= 1, got {frames}")
+        x = np.asarray(samples, dtype=np.float32).reshape(-1)
+        if x.size < RECEPTIVE_SAMPLES:
+            x = np.pad(x, (0, RECEPTIVE_SAMPLES - x.size))
+        m = self.model
+        states: list[Any] = []
+        # The transformer layers' inputs and outputs, recorded as Wav2Vec2Model's hidden_states
+        # lists them (calling m.encoder directly returns only its last state).
+        hooks = [m.encoder.layers[0].register_forward_pre_hook(lambda _m, args: states.append(args[0])),
+                 *(layer.register_forward_hook(lambda _m, _a, out: states.append(out[0] if isinstance(out, tuple) else out))
+                   for layer in m.encoder.layers)]  # fmt: skip
+        try:
+            with torch.inference_mode():
+                conv = m.feature_extractor(torch.from_numpy(x)[None].to(self.device))  # [1, channels, 50 Hz frames]
+                conv = F.interpolate(conv, size=frames, mode="linear", align_corners=True)
+                # No time masking: SpecAugment only applies in training.
+                projected, _ = m.feature_projection(conv.transpose(1, 2))
+                last = m.encoder(projected).last_hidden_state
+                if m.config.do_stable_layer_norm:
+                    states[-1] = last  # the pre-norm models list the normed output last
+                return self._pick_layers(states, last).float().cpu().numpy()
+        finally:
+            for hook in hooks:
+                hook.remove()
 
 
 def _check_folder(folder: Path) -> None:
@@ -331,7 +393,9 @@ def _to_video_frames(times_s: np.ndarray, rows: np.ndarray, fps: float, count: i
     return ((1.0 - weight) * rows[left] + weight * rows[right]).astype(np.float32)
 
 
-def _with_context(rows: np.ndarray, context: int) -> np.ndarray:
+def with_context(rows: np.ndarray, context: int) -> np.ndarray:
+    """For each row ``i``, rows ``i - context .. i + context`` with the indices clamped to the
+    first and last row: ``[rows, 2*context+1, ...]`` (EchoMimicV3's per-frame audio window)."""
     index = np.clip(np.arange(len(rows))[:, None] + np.arange(-context, context + 1)[None, :], 0, len(rows) - 1)
     return np.ascontiguousarray(rows[index])
 
@@ -365,7 +429,7 @@ def cosine_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return 1.0 - np.sum(a * b, axis=-1) / np.maximum(norms, 1e-12)
 
 
-def _speech_samples(speech: Any) -> np.ndarray:
+def speech_samples(speech: Any) -> np.ndarray:
     """The 16 kHz samples of a :class:`~newsmotion_engine.speech.audio.Speech` (``samples``) or a
     speech cache (``audio``)."""
     samples = getattr(speech, "samples", None)
@@ -398,7 +462,7 @@ def encode_for_video(speech: Any, fps: float, *, encoder: AudioEncoder, cache: E
     """
     if fps <= 0 or context < 0:
         raise ValueError(f"fps must be positive and context >= 0, got {fps} and {context}")
-    x = _speech_samples(speech)
+    x = speech_samples(speech)
     hasher = None
     if cache is not None:
         hasher = _hasher(window, cache.n_bits)
@@ -466,7 +530,7 @@ def encode_for_video(speech: Any, fps: float, *, encoder: AudioEncoder, cache: E
     }
     if verify and encoder.weights_label == RANDOM_WEIGHTS_LABEL:
         stats["note"] = "random weights: the cosine distance measures the hash's choice of windows, not lip quality"
-    return AudioFeatures(features=_with_context(video_rows, context), stats=stats)
+    return AudioFeatures(features=with_context(video_rows, context), stats=stats)
 
 
 # -- the features sub-cache ----------------------------------------------------------------------
@@ -482,12 +546,60 @@ def _features_schema(encoder: AudioEncoder) -> CacheSchema:
     return LAYERED_FEATURES_SCHEMA if encoder.layers == "all" else FEATURES_SCHEMA
 
 
-def features_dir(cache_root: CacheRoot, speech_id: str, fps: float) -> Path:
-    """``<speech cache>/audio-features-<fps>fps``: beside the speech cache's own files, so a
-    rebuilt speech cache from another source drops it."""
+class FeatureRecipe(Protocol):
+    """How a speech's features are computed: ``name`` (its sub-cache folder and its value in
+    records), ``params`` (what its output depends on besides the encoder: caches are keyed on
+    them) and ``encode``."""
+
+    name: str
+
+    @property
+    def params(self) -> dict[str, Any]: ...
+
+    def encode(self, speech: Any, fps: float, *, encoder: AudioEncoder, context: int, encoder_cache: EncoderCache | None,
+               verify: bool) -> AudioFeatures: ...  # fmt: skip
+
+
+@dataclass(frozen=True)
+class WindowedRecipe:
+    """The SimHash-able recipe (:func:`encode_for_video`): the transformer at its native 50 Hz
+    over fixed windows, resampled to the video rate afterwards. An approximation of EchoMimicV3's
+    input (see the module docstring); its windows can be reused through an encoder cache."""
+
+    window: EncoderWindow = DEFAULT_WINDOW
+    name: ClassVar[str] = "windowed"
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"recipe": self.name, "window": self.window.params}
+
+    def encode(self, speech: Any, fps: float, *, encoder: AudioEncoder, context: int, encoder_cache: EncoderCache | None,
+               verify: bool) -> AudioFeatures:  # fmt: skip
+        return encode_for_video(speech, fps, encoder=encoder, cache=encoder_cache, context=context, window=self.window, verify=verify)
+
+
+def feature_recipe(name: str) -> FeatureRecipe:
+    """The recipe called ``name``: ``"official"`` (:class:`~.clip_features.OfficialRecipe`, EchoMimicV3's
+    own computation) or ``"windowed"`` (:class:`WindowedRecipe`, the SimHash-able approximation)."""
+    from newsmotion_engine.speech.clip_features import OfficialRecipe
+
+    recipes: dict[str, FeatureRecipe] = {"official": OfficialRecipe(), "windowed": WindowedRecipe()}
+    if name not in recipes:
+        raise ValueError(f"unknown audio feature recipe {name!r}; use one of {', '.join(recipes)}")
+    return recipes[name]
+
+
+def _recipe(recipe: FeatureRecipe | None) -> FeatureRecipe:
+    return recipe if recipe is not None else feature_recipe("official")
+
+
+def features_dir(cache_root: CacheRoot, speech_id: str, fps: float, recipe: FeatureRecipe | None = None) -> Path:
+    """``<speech cache>/audio-features-<recipe>-<fps>fps`` (recipe default: official): beside the
+    speech cache's own files, so a rebuilt speech cache from another source drops it; one folder
+    per recipe, so both can be kept."""
     from newsmotion_engine.speech.cache import speech_dir
 
-    return speech_dir(cache_root, speech_id) / f"audio-features-{fps:g}fps"
+    return speech_dir(cache_root, speech_id) / f"audio-features-{_recipe(recipe).name}-{fps:g}fps"
 
 
 def _speech_source(speech: Any) -> dict[str, str]:
@@ -495,52 +607,57 @@ def _speech_source(speech: Any) -> dict[str, str]:
     return {"kind": "speech-cache", "digest": speech.digest}
 
 
-def _features_params(encoder: AudioEncoder, context: int, window: EncoderWindow) -> dict[str, Any]:
-    return {"encoder": encoder.identity, "context": context, "window": window.params}
+def _features_params(encoder: AudioEncoder, context: int, recipe: FeatureRecipe) -> dict[str, Any]:
+    return {"encoder": encoder.identity, "context": context, **recipe.params}
 
 
 def load_features(cache_root: CacheRoot, speech_id: str, *, fps: float, encoder: AudioEncoder, context: int = 2,
-                  window: EncoderWindow = DEFAULT_WINDOW) -> AudioFeatures:  # fmt: skip
-    """The features sub-cache of a speech (memory-mapped), checked against the speech cache and
-    the encoder; :class:`~newsmotion_engine.errors.CacheError` when missing, corrupt or stale."""
+                  recipe: FeatureRecipe | None = None) -> AudioFeatures:  # fmt: skip
+    """The features sub-cache of a speech (memory-mapped) made by ``recipe`` (default: official),
+    checked against the speech cache, the encoder and the recipe's params;
+    :class:`~newsmotion_engine.errors.CacheError` when missing, corrupt or stale."""
     from newsmotion_engine.speech.cache import load_speech_cache
 
-    loaded = read_cache(features_dir(cache_root, speech_id, fps), _features_schema(encoder),
+    recipe = _recipe(recipe)
+    loaded = read_cache(features_dir(cache_root, speech_id, fps, recipe), _features_schema(encoder),
                         expected_source=_speech_source(load_speech_cache(cache_root, speech_id)),
-                        expected_params=_features_params(encoder, context, window))  # fmt: skip
+                        expected_params=_features_params(encoder, context, recipe))  # fmt: skip
     return AudioFeatures(features=loaded.arrays["features.npy"], stats=dict(loaded.metadata.get("stats") or {}))
 
 
-def ensure_features(cache_root: CacheRoot, speech_id: str, *, fps: float, encoder: AudioEncoder,
-                    encoder_cache: EncoderCache | None = None, context: int = 2, window: EncoderWindow = DEFAULT_WINDOW,
-                    verify: bool = False, force: bool = False) -> AudioFeatures:  # fmt: skip
-    """The speech's encoder features at ``fps``: read from its sub-cache when current, else
-    computed (through ``encoder_cache`` when given; ``verify`` as in :func:`encode_for_video`)
-    and written atomically. The speech cache must exist (``SpeechCacheError`` otherwise); the
-    stats stored are those of the run that built it (hit rate, seconds saved, reuse error).
+def ensure_features(cache_root: CacheRoot, speech_id: str, *, fps: float, encoder: AudioEncoder, recipe: FeatureRecipe | None = None,
+                    encoder_cache: EncoderCache | None = None, context: int = 2, verify: bool = False,
+                    force: bool = False) -> AudioFeatures:  # fmt: skip
+    """The speech's encoder features at ``fps`` made by ``recipe`` (default: official; see
+    :func:`feature_recipe`): read from its sub-cache when current, else computed and written
+    atomically. ``encoder_cache`` and ``verify`` apply to the windowed recipe (as in
+    :func:`encode_for_video`). The speech cache must exist (``SpeechCacheError`` otherwise); the
+    stats stored are those of the run that built it.
 
     Example::
 
         encoder = AudioEncoder.load()
+        features = ensure_features(storage, "intro", fps=25, encoder=encoder)   # official
         shared = open_encoder_cache(storage.root / "encoder-cache", encoder)
-        features = ensure_features(storage, "intro", fps=30, encoder=encoder, encoder_cache=shared)
+        windowed = ensure_features(storage, "intro", fps=30, encoder=encoder, recipe=WindowedRecipe(), encoder_cache=shared)
     """
     from newsmotion_engine.speech.cache import load_speech_cache
 
+    recipe = _recipe(recipe)
     speech = load_speech_cache(cache_root, speech_id)
-    target = features_dir(cache_root, speech_id, fps)
+    target = features_dir(cache_root, speech_id, fps, recipe)
 
     def compute() -> AudioFeatures:
-        return encode_for_video(speech, fps, encoder=encoder, cache=encoder_cache, context=context, window=window, verify=verify)
+        return recipe.encode(speech, fps, encoder=encoder, context=context, encoder_cache=encoder_cache, verify=verify)
 
     def build(result: AudioFeatures) -> None:
         def write(tmp: Path) -> None:
             np.save(tmp / "features.npy", result.features, allow_pickle=False)
 
         write_cache(target, write, schema=_features_schema(encoder), source=_speech_source(speech),
-                    params=_features_params(encoder, context, window),
+                    params=_features_params(encoder, context, recipe),
                     extra={"weights": encoder.weights_label, "fps": fps, "stats": result.stats})  # fmt: skip
 
-    read = lambda: load_features(cache_root, speech_id, fps=fps, encoder=encoder, context=context, window=window)  # noqa: E731
+    read = lambda: load_features(cache_root, speech_id, fps=fps, encoder=encoder, context=context, recipe=recipe)  # noqa: E731
     result, _ = ensure(target, read, build, force=force, prepare=compute)
     return result

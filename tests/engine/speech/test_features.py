@@ -1,6 +1,7 @@
 """Audio-encoder features: wav2vec2 windows resampled to video frames with context, the SimHash
 bypass (hits, near-duplicate lookup, refusal of another encoder's cache) and the features
-sub-cache (built once, stale with the speech or the encoder, nothing half-written)."""
+sub-cache (built once, stale with the speech, the encoder or the recipe, one folder per recipe,
+nothing half-written). The official recipe's own computation: test_clip_features.py."""
 
 import json
 from types import SimpleNamespace
@@ -15,6 +16,7 @@ from newsmotion_engine.speech.features import (
     DEFAULT_WINDOW,
     AudioEncoder,
     EncoderWindow,
+    WindowedRecipe,
     encode_for_video,
     ensure_features,
     features_dir,
@@ -27,6 +29,7 @@ from newsmotion_engine.speech.tts import TextSpeech
 from newsmotion_engine.speech.visemes import frame_count
 
 SR = 16000
+WINDOWED = WindowedRecipe()
 INTRO = TextSpeech("Good evening.")
 # wav2vec2's real conv strides and kernels (so 320 samples per frame), everything else tiny.
 TINY = {"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 32,
@@ -199,8 +202,8 @@ def _leftovers(folder):
 
 def test_features_sub_cache_is_built_once_beside_the_speech_cache(storage, encoder, monkeypatch):
     speech, _ = ensure_speech_cache(INTRO, storage, "intro", fps=30)
-    built = ensure_features(storage, "intro", fps=30, encoder=encoder)
-    target = features_dir(storage, "intro", 30)
+    built = ensure_features(storage, "intro", fps=30, encoder=encoder, recipe=WINDOWED)
+    target = features_dir(storage, "intro", 30, WINDOWED)
     assert target.parent == speech.path and (target / "features.npy").is_file()
     assert built.features.shape == (len(speech.visemes), 5, encoder.hidden_size)
     meta = json.loads((target / "metadata.json").read_text())
@@ -210,7 +213,7 @@ def test_features_sub_cache_is_built_once_beside_the_speech_cache(storage, encod
         raise AssertionError("a current features cache must not run the encoder")
 
     monkeypatch.setattr(encoder, "encode", no_encoder)
-    again = ensure_features(storage, "intro", fps=30, encoder=encoder)
+    again = ensure_features(storage, "intro", fps=30, encoder=encoder, recipe=WINDOWED)
     np.testing.assert_array_equal(again.features, built.features)
     assert again.stats == json.loads(json.dumps(built.stats))
 
@@ -236,8 +239,8 @@ def test_a_failed_features_build_writes_nothing(storage, encoder, monkeypatch):
 
     monkeypatch.setattr(encoder, "encode", broken)
     with pytest.raises(RuntimeError, match="encoder died"):
-        ensure_features(storage, "intro", fps=30, encoder=encoder)
-    assert not features_dir(storage, "intro", 30).exists() and not _leftovers(speech.path)
+        ensure_features(storage, "intro", fps=30, encoder=encoder, recipe=WINDOWED)
+    assert not features_dir(storage, "intro", 30, WINDOWED).exists() and not _leftovers(speech.path)
 
     monkeypatch.undo()
 
@@ -248,3 +251,36 @@ def test_a_failed_features_build_writes_nothing(storage, encoder, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         ensure_features(storage, "intro", fps=30, encoder=encoder)
     assert not features_dir(storage, "intro", 30).exists() and not _leftovers(speech.path)
+
+
+def test_each_recipe_has_its_own_sub_cache_and_a_recipe_change_invalidates_it(storage, encoder):
+    """Official (the default) and windowed features of one speech are kept side by side; a recipe
+    setting (the loudness target, the window) is part of the key, so its cache goes stale and is
+    rebuilt; the official recipe refuses an encoder cache (it has no windows to reuse)."""
+    from newsmotion_engine.speech.clip_features import OfficialRecipe
+
+    ensure_speech_cache(INTRO, storage, "intro", fps=25)
+    official = ensure_features(storage, "intro", fps=25, encoder=encoder)
+    windowed = ensure_features(storage, "intro", fps=25, encoder=encoder, recipe=WINDOWED)
+    assert features_dir(storage, "intro", 25).name == "audio-features-official-25fps"
+    assert features_dir(storage, "intro", 25, WINDOWED).name == "audio-features-windowed-25fps"
+    assert official.features.shape == windowed.features.shape and not np.allclose(official.features, windowed.features)
+    np.testing.assert_array_equal(load_features(storage, "intro", fps=25, encoder=encoder).features, official.features)
+    np.testing.assert_array_equal(load_features(storage, "intro", fps=25, encoder=encoder, recipe=WINDOWED).features,
+                                  windowed.features)  # fmt: skip
+    assert json.loads((features_dir(storage, "intro", 25) / "metadata.json").read_text())["params"]["recipe"] == "official"
+
+    quieter = OfficialRecipe(loudness_lufs=-30.0)
+    with pytest.raises(CacheStaleError):
+        load_features(storage, "intro", fps=25, encoder=encoder, recipe=quieter)
+    ensure_features(storage, "intro", fps=25, encoder=encoder, recipe=quieter)
+    assert json.loads((features_dir(storage, "intro", 25) / "metadata.json").read_text())["params"]["loudness_lufs"] == -30.0
+    with pytest.raises(CacheStaleError):
+        load_features(storage, "intro", fps=25, encoder=encoder)
+    with pytest.raises(CacheStaleError):
+        load_features(storage, "intro", fps=25, encoder=encoder, recipe=WindowedRecipe(EncoderWindow(8, 4)))
+    with pytest.raises(ValueError, match="windowed recipe only"):
+        ensure_features(storage, "intro", fps=25, encoder=encoder, force=True, encoder_cache=open_encoder_cache(storage.root / "enc", encoder))
+    assert F.feature_recipe("windowed") == WINDOWED
+    with pytest.raises(ValueError, match="official, windowed"):
+        F.feature_recipe("fast")

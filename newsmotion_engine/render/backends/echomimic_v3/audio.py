@@ -1,11 +1,13 @@
 """The speech a render performs, as the model reads it: per video frame at the model's 25 fps, the
 wav2vec2 hidden states of the ±2 neighbouring frames (``[T, 5, layers, 768]``).
 
-The features come from the speech tier (``speech/features.py``'s ``ensure_features``: wav2vec2 on the
-loudness-normalised 16 kHz speech, its CNN features interpolated to the video rate, windows clamped
-at the ends, as the official ``infer_flash.py`` prepares them); this module only shapes them for
-the model (:func:`audio_windows`), cuts a segment's frames (:func:`segment_windows`) and stands in
-zeros for a silent clip (the official unconditional pass's input).
+The features come from the speech tier's features sub-cache (``speech/features.py``'s
+``ensure_features``) with one of its recipes: ``official`` (default; ``speech/clip_features.py``:
+as the release's ``infer_flash.py`` computes them — the whole speech at -23 LUFS, wav2vec2's conv
+features interpolated to the video rate before its transformer, windows clamped at the ends) or
+``windowed`` (the SimHash-able approximation). This module only shapes them for the model
+(:func:`audio_windows`), cuts a segment's frames (:func:`segment_windows`) and stands in zeros for
+a silent clip (the official unconditional pass's input).
 """
 
 from __future__ import annotations
@@ -67,10 +69,13 @@ def segment_windows(features: np.ndarray, start: int, frames: int) -> np.ndarray
 
 
 def load_speech_audio(speech_root: str | Path, speech_id: str, *, fps: int, window: int, layers: int, channels: int,
-                      audio_model_path: str | None, build: bool = False) -> SpeechAudio:  # fmt: skip
-    """The features of speech ``speech_id`` under ``speech_root`` at ``fps``, with the speech's
-    duration and a digest of the features. ``build``: have the speech tier's feature cache build
-    them when missing or stale (what ``prepare_guidance`` does); otherwise only read them.
+                      audio_model_path: str | None, recipe: str = "official", build: bool = False) -> SpeechAudio:  # fmt: skip
+    """The features of speech ``speech_id`` under ``speech_root`` at ``fps`` made by ``recipe``
+    (``"official"`` or ``"windowed"``), with the speech's duration and a digest of the features.
+    ``build``: have the speech tier's feature cache build them when missing or stale (what
+    ``prepare_guidance`` does); otherwise only read them. Without ``audio_model_path`` the encoder
+    has random weights and the flash models' feature-extractor settings (no variance
+    normalisation: ``released/chinese-wav2vec2-base/``).
 
     Raises:
         CacheNotReadyError: (without ``build``) the features are missing, stale or damaged; the
@@ -80,19 +85,21 @@ def load_speech_audio(speech_root: str | Path, speech_id: str, *, fps: int, wind
 
     from newsmotion_engine.errors import CacheError, CacheNotReadyError
     from newsmotion_engine.speech.cache import load_speech_cache
-    from newsmotion_engine.speech.features import AudioEncoder, ensure_features, load_features
+    from newsmotion_engine.render.backends.echomimic_v3.config import AUDIO_PREPROCESSOR_FILE
+    from newsmotion_engine.speech.features import AudioEncoder, ensure_features, feature_recipe, load_features
 
     speech = load_speech_cache(speech_root, speech_id)
+    how = feature_recipe(recipe)
     # The release reads every hidden layer on its own axis; a one-layer model (the tiny preset) their mean.
-    encoder = AudioEncoder.load(audio_model_path, layers="all" if layers > 1 else "mean")
+    encoder = AudioEncoder.load(audio_model_path, layers="all" if layers > 1 else "mean", preprocessor=AUDIO_PREPROCESSOR_FILE)
     if build:
-        feats = ensure_features(speech_root, speech_id, fps=fps, encoder=encoder)
+        feats = ensure_features(speech_root, speech_id, fps=fps, encoder=encoder, recipe=how)
     else:
         try:
-            feats = load_features(speech_root, speech_id, fps=fps, encoder=encoder)
+            feats = load_features(speech_root, speech_id, fps=fps, encoder=encoder, recipe=how)
         except CacheError as exc:
             state = type(exc).__name__.removeprefix("Cache").removesuffix("Error").lower() or "not ready"
-            raise CacheNotReadyError(f"speech features of {speech_id!r} at {fps} fps", state, exc.problem,
+            raise CacheNotReadyError(f"{recipe} speech features of {speech_id!r} at {fps} fps", state, exc.problem,
                                      "run `newsmotion render ... -o speech=ID` or the backend's prepare_guidance "
                                      "(Dagster: backend_guidance_cache), which build them") from None  # fmt: skip
     a = audio_windows(feats.features, window=window, layers=layers, channels=channels, what=f"speech {speech_id!r} features")

@@ -77,7 +77,8 @@ class EchoMimicV3Backend(DiffusersBackend):
         o = self.options
         return {"steps": o.num_steps, "audio_guidance_scale": o.guidance, "batch_cfg": o.batch_cfg, "prompt": o.prompt,
                 "segment_frames": o.segment_length, "overlap_frames": o.overlap, "model_fps": o.model_fps,
-                "speech": o.speech, "speech_features": self._speech_digest(), "max_side": o.max_side,
+                "speech": o.speech, "audio_features": o.audio_features, "speech_features": self._speech_digest(),
+                "max_side": o.max_side,
                 "accelerations": o.accel_summary(),
                 "lips": "driven by the speech's audio features" if o.speech else "silent clip (no speech option)"}  # fmt: skip
 
@@ -108,8 +109,8 @@ class EchoMimicV3Backend(DiffusersBackend):
 
                 raise BadInputError(o.speech, "echomimic-v3 option speech needs speech_root, the speech cache root (the CLI sets it)")
             model_audio = o.audio_model_path or (str(Path(o.model_path) / "wav2vec2") if o.model_path and (Path(o.model_path) / "wav2vec2").is_dir() else None)
-            self._speech = load_speech_audio(o.speech_root, o.speech, fps=o.model_fps, audio_model_path=model_audio, build=build,
-                                             **self._audio_shape())  # fmt: skip
+            self._speech = load_speech_audio(o.speech_root, o.speech, fps=o.model_fps, audio_model_path=model_audio,
+                                             recipe=o.audio_features, build=build, **self._audio_shape())  # fmt: skip
         return self._speech
 
     def use_speech_audio(self, audio: SpeechAudio | None) -> None:

@@ -45,6 +45,9 @@ __all__ = ["NAME", "PRESETS", "RANDOM_WEIGHTS_LABEL", "EchoMimicV3ConfigError", 
 NAME = "echomimic-v3"
 MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR_ECHOMIMIC"
 RELEASED_FILE = Path(__file__).parent / "released" / "echomimic-v3-flash-pro.json"
+# The flash models' audio encoder's feature-extractor settings (do_normalize off), for random weights.
+AUDIO_PREPROCESSOR_FILE = Path(__file__).parent / "released" / "chinese-wav2vec2-base" / "preprocessor_config.json"
+AUDIO_FEATURE_RECIPES = ("official", "windowed")
 WAN21_COMPONENTS = "wan-animate"  # the Wan 2.1 VAE, CLIP ViT-H/14 and UMT5-XXL configs every Wan 2.1 i2v model shares
 
 
@@ -114,7 +117,13 @@ class EchoMimicV3Options(DiffusersOptions):
             format); default ``$NEWSMOTION_MODEL_DIR_ECHOMIMIC``; none -> ``preset`` with random
             weights. device / dtype: as the other diffusers backends.
         audio_model_path: the wav2vec2 folder for the speech features (default: the model
-            folder's ``wav2vec2/``; none: the feature encoder's own default).
+            folder's ``wav2vec2/``; none: wav2vec2-base with random weights and
+            ``chinese-wav2vec2-base``'s feature-extractor settings, the flash models' encoder).
+        audio_features: how the speech features are computed: ``official`` (default: as the
+            release's ``infer_flash.py`` does, the whole clip at once, -23 LUFS, the conv features
+            interpolated to the video rate before the transformer) or ``windowed`` (the speech
+            tier's SimHash-able windows at 50 Hz resampled afterwards: an approximation of the
+            official input whose windows can be reused across speeches).
     Speech:
         speech: the speech id to perform (its cache under ``speech_root``); the clip then has the
             speech's length. Unset: a silent clip of the loop's length (zero audio features).
@@ -135,6 +144,7 @@ class EchoMimicV3Options(DiffusersOptions):
     released_segment_frames: ClassVar[int] = released()["sampling"]["segment_frames"]
     default_scheduler: ClassVar[str] = "UniPCMultistepScheduler"
     audio_model_path: str | None = None
+    audio_features: str = "official"
     speech: str | None = None
     speech_root: str | None = None
     steps: int | None = None
@@ -150,6 +160,7 @@ class EchoMimicV3Options(DiffusersOptions):
     def __post_init__(self) -> None:
         self._check_choice("preset", PRESETS)
         self._check_choice("dtype", DTYPES)
+        self._check_choice("audio_features", AUDIO_FEATURE_RECIPES)
         if self.steps is not None:
             self._check_steps()
         g = self.audio_guidance_scale

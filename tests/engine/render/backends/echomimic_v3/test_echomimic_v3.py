@@ -54,8 +54,8 @@ def fake_speech(monkeypatch):
     """Speech ``hello``: 0.5 s of random features at 25 fps (13 frames of [5, 1, 768]); records the calls."""
     calls = []
 
-    def load(root, speech_id, *, fps, window, layers, channels, audio_model_path, build):
-        calls.append((root, speech_id, fps))
+    def load(root, speech_id, *, fps, window, layers, channels, audio_model_path, recipe, build):
+        calls.append((root, speech_id, fps, recipe))
         feats = np.random.default_rng(3).normal(size=(13, window, layers, channels)).astype(np.float32)
         return SpeechAudio(speech_id, feats, 0.5, "d1g35t")
 
@@ -108,7 +108,7 @@ def test_speech_sets_the_length_and_moves_the_frames(shared, fake_speech, tmp_pa
     assert b.clip_frames(loop, SPEC) == 15  # 0.5 s at 30 fps, whatever the loop's length
     out = _frames(b, loop, persona)
     assert out.shape == (15, 128, 64, 3)
-    assert b.last_render["audio"] == "d1g35t" and fake_speech[0] == ("/speech", "hello", 25)
+    assert b.last_render["audio"] == "d1g35t" and fake_speech[0] == ("/speech", "hello", 25, "official")
     assert b.describe()["speech_features"] == "d1g35t"  # the performed features are part of the render's inputs
     tele = render_clip(loop, persona, b, SPEC, tmp_path / "talk.mp4", fidelity=FidelityConfig())
     assert tele.frames == 15 and tele.pose_fidelity is None and "performs a speech" in tele.pose_fidelity_reason
@@ -176,14 +176,15 @@ def test_speech_features_come_from_the_speech_tier(monkeypatch):
     monkeypatch.setattr(speech_cache, "load_speech_cache", lambda root, sid: type("S", (), {"duration_s": 0.52})())
     monkeypatch.setattr(features.AudioEncoder, "load", staticmethod(lambda path=None, *, layers="mean", **_: asked.append(layers) or layers))
     shapes = {"mean": (14, 5, 768), "all": (14, 5, 12, 768)}
-    def read(root, sid, *, fps, encoder):
+    def read(root, sid, *, fps, encoder, recipe):
+        assert recipe.name == "official"
         if sid == "unbuilt":
             raise CacheMissingError(f"{root}/{sid}/audio-features-25fps", "does not exist")
         return features.AudioFeatures(features=np.ones(shapes[encoder], np.float32), stats={})
 
     monkeypatch.setattr(features, "ensure_features", read)
     monkeypatch.setattr(features, "load_features", read)
-    with pytest.raises(CacheNotReadyError, match="speech features of 'unbuilt' at 25 fps is missing.*newsmotion render"):
+    with pytest.raises(CacheNotReadyError, match="official speech features of 'unbuilt' at 25 fps is missing.*newsmotion render"):
         load_speech_audio("/s", "unbuilt", fps=25, window=5, layers=1, channels=768, audio_model_path=None)
     one = load_speech_audio("/s", "hello", fps=25, window=5, layers=1, channels=768, audio_model_path=None, build=True)
     assert one.features.shape == (14, 5, 1, 768) and one.duration_s == 0.52 and len(one.digest) == 16
@@ -207,3 +208,20 @@ def test_unbuilt_speech_features_are_reported_by_describe_and_refused_by_a_rende
     with pytest.raises(CacheNotReadyError, match="build them"):
         b.clip_frames(loop, SPEC)
     _with(b, speech=None)
+
+
+def test_the_official_feature_recipe_is_the_default_and_recorded(shared, fake_speech):
+    """The speech features are computed as the release computes them unless ``audio_features=windowed``
+    asks for the SimHash-able approximation; describe() (the render record's backend_info) says which."""
+    _, _, b = shared
+    assert EchoMimicV3Options.from_mapping({}).audio_features == "official"
+    assert b.describe()["audio_features"] == "official"
+    _with(b, speech="hello", speech_root="/speech")
+    b.speech_audio()
+    assert fake_speech[-1][-1] == "official"
+    _with(b, audio_features="windowed")
+    b.speech_audio()
+    assert fake_speech[-1][-1] == "windowed" and b.describe()["audio_features"] == "windowed"
+    _with(b, speech=None, audio_features="official")
+    with pytest.raises(EchoMimicV3ConfigError, match="audio_features"):
+        _backend(audio_features="fast")
