@@ -240,3 +240,13 @@ def test_a_record_from_before_pose_fidelity_is_rendered_again_and_measured(ancho
     assert again.outcome == "rendered" and again.pose_fidelity is not None
     assert again.pose_fidelity.frames_compared == 4 and again.pose_fidelity.stride == 30
     assert render_persona_loop(storage, "anchor", "nod", warp, SPEC).outcome == "skipped"
+
+
+def test_a_speech_option_names_a_speech_of_the_storage(storage):
+    from newsmotion_engine.render.job import storage_backend_options
+
+    given = {"speech": "hello", "steps": 2}
+    assert storage_backend_options(storage, given) == {"speech": "hello", "steps": 2, "speech_root": str(storage.speech_root)}
+    assert given == {"speech": "hello", "steps": 2}  # the caller's mapping is left as it was
+    assert storage_backend_options(storage, {"speech": "hello", "speech_root": "/elsewhere"})["speech_root"] == "/elsewhere"
+    assert storage_backend_options(storage, {"threads": 2}) == {"threads": 2}
