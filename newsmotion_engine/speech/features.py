@@ -196,15 +196,16 @@ class AudioEncoder:
     @classmethod
     def load(cls, model_path: str | Path | None = None, *, device: str = "cpu", layers: str | int = "mean",
              config_overrides: dict[str, Any] | None = None, seed: int = RANDOM_SEED,
-             preprocessor: str | Path | None = None) -> AudioEncoder:  # fmt: skip
+             released: str | Path | None = None) -> AudioEncoder:  # fmt: skip
         """A local wav2vec2 folder (``config.json`` + ``model.safetensors`` or
         ``pytorch_model.bin``, e.g. a download of ``facebook/wav2vec2-base-960h``), else the
-        wav2vec2-base architecture from the released config in the repo with weights drawn from
-        ``seed`` (on the CPU, so every device gets the same ones) and labelled "random weights".
-        ``config_overrides`` change the random-weight architecture (tests use a tiny one).
-        ``preprocessor``: the random-weight encoder's ``preprocessor_config.json`` (default
-        wav2vec2-base's, ``do_normalize: true``; EchoMimicV3's flash models use
-        ``chinese-wav2vec2-base``'s, which does not normalise); a model folder uses its own.
+        architecture of a released config in the repo with weights drawn from ``seed`` (on the
+        CPU, so every device gets the same ones) and labelled "random weights": ``released``, a
+        folder holding ``config.json`` and ``preprocessor_config.json`` (default
+        ``speech/released/wav2vec2-base/``, ``do_normalize: true``; the ``echomimic-v3`` backend
+        passes ``chinese-wav2vec2-base``'s, the same architecture without the variance
+        normalisation). ``config_overrides`` change the random-weight architecture (tests use a
+        tiny one). A model folder uses its own ``preprocessor_config.json``.
 
         Example::
 
@@ -214,7 +215,7 @@ class AudioEncoder:
         import torch
         from transformers import Wav2Vec2Config, Wav2Vec2Model
 
-        from newsmotion_engine.speech.released import released_json
+        from newsmotion_engine.speech.released import WAV2VEC2_BASE
 
         dev = torch.device(device)
         if dev.type == "cuda" and not torch.cuda.is_available():
@@ -227,12 +228,12 @@ class AudioEncoder:
             normalize = bool(json.loads(pre.read_text()).get("do_normalize", True)) if pre.is_file() else True
             label, identity = f"model folder {folder.name}", {"weights": "model folder", **_folder_identity(folder)}
         else:
-            config = {**released_json("config.json"), **(config_overrides or {})}
+            spec = Path(released) if released is not None else WAV2VEC2_BASE
+            config = {**json.loads((spec / "config.json").read_text()), **(config_overrides or {})}
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
                 model = Wav2Vec2Model(Wav2Vec2Config(**config))
-            pre = json.loads(Path(preprocessor).read_text()) if preprocessor is not None else released_json("preprocessor_config.json")
-            normalize = bool(pre["do_normalize"])
+            normalize = bool(json.loads((spec / "preprocessor_config.json").read_text())["do_normalize"])
             label = RANDOM_WEIGHTS_LABEL
             identity = {"weights": RANDOM_WEIGHTS_LABEL, "seed": seed, "config": sha256_json(config)}
         # eval(): no dropout, layer drop or SpecAugment masking at inference.

@@ -11,23 +11,24 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from newsmotion_engine.render.backends.echomimic_v3.config import AUDIO_PREPROCESSOR_FILE  # noqa: E402
+from newsmotion_engine.render.backends.echomimic_v3.config import AUDIO_ENCODER_RELEASED  # noqa: E402
 from newsmotion_engine.speech.clip_features import OfficialRecipe, encode_clip_at_video_rate  # noqa: E402
 from newsmotion_engine.speech.features import AudioEncoder  # noqa: E402
 from newsmotion_engine.speech.loudness import integrated_loudness  # noqa: E402
 
 from tests.engine.speech.test_features import SR, TINY, _babble, _speech  # noqa: E402
 
-# The SHA-256 of TencentGameMate/chinese-wav2vec2-base's preprocessor_config.json (160 bytes), as
-# public download manifests for EchoMimicV3 pin it.
-CHINESE_WAV2VEC2_PREPROCESSOR_SHA256 = "c1707926644954affc391ab09ccfaf470ccd80af218d11350991090711441c09"
+# The SHA-256 of TencentGameMate/chinese-wav2vec2-base's two configs, as public download
+# manifests for EchoMimicV3 pin them.
+CHINESE_WAV2VEC2_SHA256 = {"config.json": "dc2cd2f989104b9510ce9e43a343a6f1fe55aa60baa1fcfca0c5908e6590b8b6",
+                           "preprocessor_config.json": "c1707926644954affc391ab09ccfaf470ccd80af218d11350991090711441c09"}  # fmt: skip
 
 
 @pytest.fixture(scope="module", params=["wav2vec2-base", "chinese-wav2vec2-base"])
 def encoder(request):
     """Every layer kept (as EchoMimicV3 reads them); with and without the variance normalisation."""
-    pre = AUDIO_PREPROCESSOR_FILE if request.param == "chinese-wav2vec2-base" else None
-    return AudioEncoder.load(config_overrides=TINY, layers="all", preprocessor=pre)
+    released = AUDIO_ENCODER_RELEASED if request.param == "chinese-wav2vec2-base" else None
+    return AudioEncoder.load(config_overrides=TINY, layers="all", released=released)
 
 
 def _by_hand(model, x, frames, fps, normalize, context=2):
@@ -115,9 +116,20 @@ def test_the_loudness_step_makes_the_input_gain_irrelevant(encoder):
         assert not np.allclose(other_target, loud, atol=1e-3)
 
 
-def test_the_flash_encoders_released_settings_do_not_normalise():
-    data = AUDIO_PREPROCESSOR_FILE.read_bytes()
-    assert hashlib.sha256(data).hexdigest() == CHINESE_WAV2VEC2_PREPROCESSOR_SHA256
-    assert AudioEncoder.load(config_overrides=TINY, preprocessor=AUDIO_PREPROCESSOR_FILE).normalize is False
+def test_the_flash_encoder_is_wav2vec2_base_without_the_variance_normalisation():
+    """chinese-wav2vec2-base's released files (byte for byte: their published hashes) have
+    wav2vec2-base's architecture; its feature extractor does not normalise."""
+    import json
+
+    from newsmotion_engine.speech.released import released_json
+
+    for name, digest in CHINESE_WAV2VEC2_SHA256.items():
+        assert hashlib.sha256((AUDIO_ENCODER_RELEASED / name).read_bytes()).hexdigest() == digest
+    chinese, base = json.loads((AUDIO_ENCODER_RELEASED / "config.json").read_text()), released_json("config.json")
+    architecture = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "conv_dim", "conv_kernel",
+                    "conv_stride", "conv_bias", "feat_extract_norm", "do_stable_layer_norm", "num_conv_pos_embeddings",
+                    "num_conv_pos_embedding_groups", "layer_norm_eps", "hidden_act", "feat_extract_activation")  # fmt: skip
+    assert {k: chinese[k] for k in architecture} == {k: base[k] for k in architecture}
+    assert AudioEncoder.load(config_overrides=TINY, released=AUDIO_ENCODER_RELEASED).normalize is False
     assert AudioEncoder.load(config_overrides=TINY).normalize is True
     assert OfficialRecipe().params["loudness_lufs"] == -23.0

@@ -74,8 +74,8 @@ def load_speech_audio(speech_root: str | Path, speech_id: str, *, fps: int, wind
     (``"official"`` or ``"windowed"``), with the speech's duration and a digest of the features.
     ``build``: have the speech tier's feature cache build them when missing or stale (what
     ``prepare_guidance`` does); otherwise only read them. Without ``audio_model_path`` the encoder
-    has random weights and the flash models' feature-extractor settings (no variance
-    normalisation: ``released/chinese-wav2vec2-base/``).
+    is the flash models' ``chinese-wav2vec2-base`` as released (``released/chinese-wav2vec2-base/``:
+    no variance normalisation) with random weights.
 
     Raises:
         CacheNotReadyError: (without ``build``) the features are missing, stale or damaged; the
@@ -85,13 +85,13 @@ def load_speech_audio(speech_root: str | Path, speech_id: str, *, fps: int, wind
 
     from newsmotion_engine.errors import CacheError, CacheNotReadyError
     from newsmotion_engine.speech.cache import load_speech_cache
-    from newsmotion_engine.render.backends.echomimic_v3.config import AUDIO_PREPROCESSOR_FILE
+    from newsmotion_engine.render.backends.echomimic_v3.config import AUDIO_ENCODER_RELEASED
     from newsmotion_engine.speech.features import AudioEncoder, ensure_features, feature_recipe, load_features
 
     speech = load_speech_cache(speech_root, speech_id)
     how = feature_recipe(recipe)
     # The release reads every hidden layer on its own axis; a one-layer model (the tiny preset) their mean.
-    encoder = AudioEncoder.load(audio_model_path, layers="all" if layers > 1 else "mean", preprocessor=AUDIO_PREPROCESSOR_FILE)
+    encoder = AudioEncoder.load(audio_model_path, layers="all" if layers > 1 else "mean", released=AUDIO_ENCODER_RELEASED)
     if build:
         feats = ensure_features(speech_root, speech_id, fps=fps, encoder=encoder, recipe=how)
     else:

@@ -45,8 +45,8 @@ __all__ = ["NAME", "PRESETS", "RANDOM_WEIGHTS_LABEL", "EchoMimicV3ConfigError", 
 NAME = "echomimic-v3"
 MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR_ECHOMIMIC"
 RELEASED_FILE = Path(__file__).parent / "released" / "echomimic-v3-flash-pro.json"
-# The flash models' audio encoder's feature-extractor settings (do_normalize off), for random weights.
-AUDIO_PREPROCESSOR_FILE = Path(__file__).parent / "released" / "chinese-wav2vec2-base" / "preprocessor_config.json"
+# The flash models' audio encoder as released (config and feature-extractor settings: do_normalize off), for random weights.
+AUDIO_ENCODER_RELEASED = Path(__file__).parent / "released" / "chinese-wav2vec2-base"
 AUDIO_FEATURE_RECIPES = ("official", "windowed")
 WAN21_COMPONENTS = "wan-animate"  # the Wan 2.1 VAE, CLIP ViT-H/14 and UMT5-XXL configs every Wan 2.1 i2v model shares
 
@@ -117,8 +117,8 @@ class EchoMimicV3Options(DiffusersOptions):
             format); default ``$NEWSMOTION_MODEL_DIR_ECHOMIMIC``; none -> ``preset`` with random
             weights. device / dtype: as the other diffusers backends.
         audio_model_path: the wav2vec2 folder for the speech features (default: the model
-            folder's ``wav2vec2/``; none: wav2vec2-base with random weights and
-            ``chinese-wav2vec2-base``'s feature-extractor settings, the flash models' encoder).
+            folder's ``wav2vec2/``; none: ``chinese-wav2vec2-base``, the flash models' encoder, from
+            its released config with random weights).
         audio_features: how the speech features are computed: ``official`` (default: as the
             release's ``infer_flash.py`` does, the whole clip at once, -23 LUFS, the conv features
             interpolated to the video rate before the transformer) or ``windowed`` (the speech
