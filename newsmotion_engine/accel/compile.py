@@ -117,6 +117,12 @@ def _mark_step(*_: Any) -> None:
     torch.compiler.cudagraph_mark_step_begin()
 
 
+# A UNet's repeated blocks differ per level (channels, resolution) and each shape is its own
+# compiled graph: SVD's SpatioTemporalResBlock alone sees more than dynamo's default limit of 8,
+# which fails a fullgraph compile on the first render (found on the H100). Wan's equal blocks need one.
+RECOMPILE_LIMIT = 64
+
+
 def compile_blocks(model: torch.nn.Module, config: Compile = Compile()) -> dict[str, Any]:
     """Compile each repeated block of ``model`` in place (lazily; the first call compiles).
 
@@ -128,6 +134,7 @@ def compile_blocks(model: torch.nn.Module, config: Compile = Compile()) -> dict[
     (measured: "accessing tensor output of CUDAGraphs that has been overwritten").
     """
     mode = "reduce-overhead" if config.cudagraphs else None
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     _restore_gelu(model)
     if config.gelu == "sigmoid":
         setattr(model, _GELU_SWAP, _swap_gelu(model))
