@@ -5,9 +5,7 @@ failing side's error; run_sides really overlaps the two sides when asked to."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import time
 
 import pytest
 from PIL import Image
@@ -22,6 +20,7 @@ from newsmotion_engine.render.job import ensure_render_inputs
 from newsmotion_engine.render.telemetry import RenderTelemetry
 from newsmotion_engine.storage import Storage
 from newsmotion_engine.video.compare import compare_videos
+from tests.engine.render.ab_sides import Loaded, Sleeper
 
 SPEC = RenderSpec(width=90, height=160)
 NO_FIDELITY = FidelityConfig(enabled=False)  # mediapipe on every clip would triple the test's time
@@ -75,14 +74,14 @@ def test_every_mode_gives_the_same_clips_telemetry_and_comparison(anchor, tmp_pa
             assert ran["render_wall_s"] >= max(s["render_s"] for s in ran["sides"].values())
 
 
-@pytest.mark.parametrize("mode", ["streams", "processes"])  # serial: as run_sides' tests below
-def test_a_failing_side_fails_the_ab_with_its_error_and_no_comparison(anchor, mode):
+def test_a_failing_side_fails_the_ab_with_its_error_and_no_comparison(anchor):
+    # In a child process; the other modes' failures are run_sides' tests below.
     out = anchor.ab_dir("anchor", "nod")
     ab(anchor, "serial")
     (out / "b.mp4").unlink()
     (out / "b.mp4").mkdir()  # side b cannot write its clip
     with pytest.raises(BadInputError, match=r"^A/B side 'b': .*b\.mp4: output path is a folder"):
-        ab(anchor, mode, force=True)
+        ab(anchor, "processes", force=True)
     # Side a was rendered again, so the old comparison no longer described the clips: removed.
     assert not (out / "comparison.json").exists()
     assert (out / "a.mp4").is_file() and sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == [".a.mp4.lock", ".b.mp4.lock"]
@@ -100,34 +99,6 @@ def test_bad_requests_are_refused_before_anything_runs(anchor):
 
 
 # ------------------------------------------------------------------ run_sides with stand-in sides
-class Loaded:
-    closed = False
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class Sleeper:
-    """A side that sleeps in its render and returns when it ran (pickles: module-level class)."""
-
-    def __init__(self, label: str, *, fail_setup: bool = False, fail_run: bool = False, die: bool = False):
-        self.label, self.fail_setup, self.fail_run, self.die = label, fail_setup, fail_run, die
-
-    def setup(self) -> Loaded:
-        if self.fail_setup:
-            raise BadInputError(self.label, "cannot load")
-        return Loaded()
-
-    def run(self, backend: Loaded) -> tuple[float, float]:
-        if self.die:
-            os._exit(3)
-        start = time.time()
-        time.sleep(0.3)
-        if self.fail_run:
-            raise ZeroDivisionError("a bug in the render")
-        return start, time.time()
-
-
 @pytest.mark.parametrize("mode", CONCURRENCY_MODES)
 def test_sides_overlap_only_when_run_concurrently_and_a_bug_fails_its_side_only(mode):
     run = run_sides([Sleeper("a"), Sleeper("b", fail_run=True)], mode)  # each side sleeps 0.3 s
