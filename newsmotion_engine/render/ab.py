@@ -284,7 +284,7 @@ def _side_process(work: SideWork, conn: Any) -> None:
         conn.close()
 
 
-def _receive(label: str, proc: Any, conn: Any, phase: str) -> tuple[str, Any, float]:
+def _receive(proc: Any, conn: Any, phase: str) -> tuple[str, Any, float]:
     """The child's next message; a child that died without one is an error message too."""
     while not conn.poll(0.2):
         if not proc.is_alive() and not conn.poll():
@@ -313,7 +313,7 @@ def _run_processes(works: Sequence[SideWork]) -> SidesRun:
             child_end.close()
             children[work.label] = (proc, parent_end)
         for label, (proc, conn) in children.items():
-            kind, payload, seconds = _receive(label, proc, conn, "loading")
+            kind, payload, seconds = _receive(proc, conn, "loading")
             sides[label]["setup_s"] = round(seconds, 3)
             if kind == "error":
                 errors[label] = _side_error(label, record=payload)
@@ -326,7 +326,7 @@ def _run_processes(works: Sequence[SideWork]) -> SidesRun:
         for _proc, conn in children.values():
             conn.send("go")
         for label, (proc, conn) in children.items():
-            kind, payload, seconds = _receive(label, proc, conn, "rendering")
+            kind, payload, seconds = _receive(proc, conn, "rendering")
             sides[label]["render_s"] = round(seconds, 3)
             if kind == "done":
                 results[label] = payload
