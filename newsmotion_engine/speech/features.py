@@ -242,8 +242,8 @@ class AudioEncoder:
 
     def encode(self, window: np.ndarray) -> np.ndarray:
         """``[frames, hidden]`` float32 for one window of 16 kHz samples (``frames`` = the conv
-        front end's output length; ``[frames, layers, hidden]`` with ``layers="all"``). The window
-        is normalised on its own, so the output depends on its samples only: mean removed and
+        front end's output length; ``[frames, layers, hidden]`` with ``layers="all"``). When the
+        encoder normalises (``do_normalize``), the window is normalised on its own, so the output depends on its samples only: mean removed and
         divided by its standard deviation, as the feature extractor treats an input, but by no
         less than :data:`REFERENCE_STD` (the level of loudness-normalised speech). A whole
         utterance normalised at once keeps its pauses quiet; dividing a near-silent window by its
