@@ -296,7 +296,8 @@ class AudioEncoder:
         states: list[Any] = []
         # The transformer layers' inputs and outputs, recorded as Wav2Vec2Model's hidden_states
         # lists them (calling m.encoder directly returns only its last state).
-        hooks = [m.encoder.layers[0].register_forward_pre_hook(lambda _m, args: states.append(args[0])),
+        hooks = [m.encoder.layers[0].register_forward_pre_hook(
+                     lambda _m, args, kwargs: states.append(args[0] if args else kwargs["hidden_states"]), with_kwargs=True),
                  *(layer.register_forward_hook(lambda _m, _a, out: states.append(out[0] if isinstance(out, tuple) else out))
                    for layer in m.encoder.layers)]  # fmt: skip
         try:
