@@ -38,6 +38,7 @@ def render_cmd(
     """
     from newsmotion_engine.render import RenderSpec, get_backend
     from newsmotion_engine.story.format import load_story
+    from newsmotion_engine.render.lipsync import OFF_REASON
     from newsmotion_engine.render.musetalk import RANDOM_WEIGHTS_LABEL
     from newsmotion_engine.story.lips import story_lips
     from newsmotion_engine.story.render import check_story, check_story_backend, prepare_story, render_story
@@ -83,8 +84,9 @@ def render_cmd(
         console.print("MuseTalk has random weights: the redrawn lower face is noise; "
                       "--lips-option model_path=DIR (the MuseTalk 1.5 layout) gives real lips")  # fmt: skip
     lips = tele.lip_sync
-    if lips is None:
-        console.print(f"lip sync: not measured ({tele.lip_sync_reason})")
+    if lips is None:  # OFF_REASON says "not measured" itself
+        reason = tele.lip_sync_reason
+        console.print(f"lip sync: {reason}" if reason == OFF_REASON else f"lip sync: not measured ({reason})")
     else:
         console.print(f"lip sync: correlation {cell(lips['correlation'])} at offset {lips['offset_frames']} frames "
                       f"over {lips['frames_measured']} frames" + ("" if lips["meets_targets"] else f" (targets: {lips['targets']})"))  # fmt: skip

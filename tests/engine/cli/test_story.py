@@ -54,7 +54,7 @@ def test_story_render_writes_an_mp4_with_sound(capsys, storage, tmp_path, drawn_
     code, stdout, err = run(capsys, *args)
     assert code == 0, err
     assert "story evening (synth, warp)" in stdout and f"{out}: " in stdout and "in sync" in stdout
-    assert "lip sync: not measured (turned off)" in stdout
+    assert "lip sync: not measured (measuring the written clip is turned off)\n" in stdout
     assert av_sync(out, 30).in_sync and out.with_suffix(".json").is_file()
     code, stdout, _ = run(capsys, *args)
     assert code == 0 and "not rendered again" in stdout
