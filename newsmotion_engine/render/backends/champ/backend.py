@@ -74,8 +74,9 @@ class ChampBackend(DiffusersBackend):
 
         self.smpl = load_smpl_model(self.options.smpl_model)  # before the weights: a bad file fails fast
         comps = load_components(self.options)
-        if self.options.has("compile"):
-            comps.transformer._repeated_blocks = ["BasicTransformerBlock"]  # what Compile compiles in a UNet
+        # What Compile compiles in the UNet, set whatever the options at load: the accelerations
+        # can be applied to loaded components later (the benchmark switches variants that way).
+        comps.transformer._repeated_blocks = ["BasicTransformerBlock"]
         return comps
 
     def _released(self) -> None:

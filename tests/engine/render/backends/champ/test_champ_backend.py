@@ -29,13 +29,9 @@ def quick_fit(monkeypatch):
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
     """One loaded backend for the module (loading the tiny models is most of a test's time)."""
-    import importlib.util
-    from pathlib import Path
+    from newsmotion_engine.render.backends.champ.synthetic_body import write_synthetic_smpl
 
-    spec = importlib.util.spec_from_file_location("champ_synthetic_smpl", Path(__file__).with_name("conftest.py"))
-    synth = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(synth)
-    smpl = synth.write_npz(tmp_path_factory.mktemp("smpl") / "SMPL_SYNTH.npz")
+    smpl = write_synthetic_smpl(tmp_path_factory.mktemp("smpl") / "SMPL_SYNTH.npz")
     backend = get_backend("champ", smpl_model=str(smpl), **OPTS)
     backend.load()
     yield backend
@@ -44,6 +40,20 @@ def loaded(tmp_path_factory):
 
 def _kp(loop, persona):
     return retarget(loop.keypoints, persona.landmarks, persona_size=(persona.portrait.shape[1], persona.portrait.shape[0]))
+
+
+def test_compile_applies_to_components_loaded_without_it(loaded):
+    """The benchmark loads once and applies each variant's accelerations to the loaded components:
+    the UNet's repeated blocks must be known whatever the options were at load."""
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.accel.compile import Compile, compiled_block_count
+
+    assert not loaded.options.has("compile")
+    applied = registry.apply_accelerations(loaded.components, (Compile(),))
+    try:
+        assert compiled_block_count(loaded.components.transformer) > 0
+    finally:
+        registry.remove_accelerations(loaded.components, applied)
 
 
 def test_registered_and_refused_without_an_smpl_file(monkeypatch):
