@@ -68,9 +68,10 @@ __all__ = ["CONCURRENCY_MODES", "DEFAULT_AB_CONCURRENCY", "ABResult", "ABSide", 
 
 COMPARISON_NAME = "comparison.json"
 CONCURRENCY_MODES = ("serial", "streams", "processes")
-# Serial until the GPU measurement says otherwise: the lead sets this from
-# `python -m benchmarks.ab_concurrency` (benchmarks/results/ab_concurrency_*.json).
-DEFAULT_AB_CONCURRENCY = "serial"
+# The fastest of the three for the reference design's two light models on an H100 (rendering
+# wall 8.38 s vs 8.93 s serial, 9.22 s two processes; benchmarks/results/ab_concurrency_h100.json),
+# at the cost of both models resident: sides that each fill the GPU gain nothing and should run serial.
+DEFAULT_AB_CONCURRENCY = "streams"
 
 
 @dataclass(frozen=True)
