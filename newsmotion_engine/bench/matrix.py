@@ -124,10 +124,17 @@ def read_matrix(results: list[BenchResult]) -> list[MatrixRow]:
             continue
         for result in sorted(mine, key=lambda r: r.name):
             base = {"backend": entry.backend, "clip": entry.clip, "command": result.command or entry.command,
-                    "record": result.name, "device": result.device, "steps": result.data.get("steps")}  # fmt: skip
+                    "record": result.name, "device": result.device, "steps": _steps(result.data)}  # fmt: skip
             found = _from_rows(result) if result.data.get("rows") else [_from_headline(result)]
             rows.extend(MatrixRow(**base, **figures) for figures in found)
     return rows
+
+
+def _steps(data: dict[str, Any]) -> int | None:
+    """The denoising steps of both sides: the record's ``steps`` or its ``shape``'s (the zoo
+    benches keep the clip's settings there); the Wan clip records name their schedule instead."""
+    shape = data.get("shape")
+    return data.get("steps") or (shape.get("steps") if isinstance(shape, dict) else None)
 
 
 def _cell(value: Any) -> str:

@@ -10,7 +10,7 @@ def _record(name, headline=None, data=None, device="NVIDIA H100 80GB HBM3"):
 def test_rows_from_both_record_shapes_and_the_unmeasured():
     wan = _record("wan_animate_clip_h100", {"ours, 1:3 keyframes (s)": 20.0, "stock (s)": 140.0,
                                             "peak, ours (GiB)": 30.0, "peak, stock (GiB)": 50.0})
-    zoo = _record("mimicmotion_h100", data={"steps": 25, "fastest_720x1280": "batch_cfg",
+    zoo = _record("mimicmotion_h100", data={"shape": {"steps": 25, "frames": 120}, "fastest_720x1280": "batch_cfg",
                                              "rows": {"720x1280": {"stock": {"end_to_end_s": 90.0, "peak_vram_gib": 20.0},
                                                                     "batch_cfg": {"end_to_end_s": 60.0, "peak_vram_gib": 95.0}}}})
     unrelated = _record("echomimic_v3_parity")  # not a stock-vs-ours record
