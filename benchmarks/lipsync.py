@@ -1,4 +1,5 @@
-"""Lip sync of the warp backend on the sample personas speaking a sample speech.
+"""Lip sync on the sample personas speaking a sample speech: the warp backend's own lips
+(``--arm warp``) or MuseTalk 1.5's drawn over warp's silent render (``--arm musetalk``).
 
 For every sample portrait, the persona performs the idle loop (breathing, head drift; cycled to the
 speech's length) while speaking the sample speech ``weather`` (eSpeak NG through
@@ -12,15 +13,28 @@ score is only meaningful if the silent clip scores far lower.
 Targets (the issue's): correlation >= 0.6 and |offset| <= 1 frame on the sample portraits. The
 ``camera`` portrait is a profile: its mouth is seen from the side and reads narrow.
 
-Run from the repository root (CPU, about a minute per persona on 2 cores)::
+The ``musetalk`` arm renders the same clip silent with warp and passes it through the MuseTalk
+stage as ``newsmotion lips`` does (:func:`~newsmotion_engine.render.musetalk.pipeline.lip_sync_render`,
+the released architecture with random weights, on the CPU), then scores its output with the same
+:func:`~newsmotion_engine.render.lipsync.lip_sync_score`; the silent render is the control.
+Random weights redraw the lower face as noise, so the score is noise: the arm measures that the
+stage's output is scored end to end, not lip-sync quality. The stage runs well under 1 fps on
+this CPU at 720x1280 (plus the avatar's VAE encoding of every frame), so the arm takes one
+persona (``astronaut``) and the shortest sample speech, ``intro``, cut to its first
+``--seconds`` (1.0 s, "Good evening": 30 frames), a few minutes in all.
+
+Run from the repository root (CPU, about a minute per persona on 2 cores for the warp arm)::
 
     python -m benchmarks.lipsync                         # writes benchmarks/results/lipsync_warp.json
     python -m benchmarks.lipsync --json /tmp/l.json --personas astronaut
+    python -m benchmarks.lipsync --arm musetalk          # writes benchmarks/results/lipsync_musetalk_cpu.json
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -34,7 +48,13 @@ from newsmotion_engine.bench.record import RESULTS_DIR, BenchResult, write_resul
 from newsmotion_engine.guidance.choreography import author_idle
 from newsmotion_engine.persona.build import ensure_persona
 from newsmotion_engine.render import RenderSpec, get_backend, render_clip
-from newsmotion_engine.render.lipsync import TARGET_CORRELATION, TARGET_OFFSET_FRAMES, lip_sync_problems, lip_sync_score
+from newsmotion_engine.render.lipsync import (
+    TARGET_CORRELATION,
+    TARGET_OFFSET_FRAMES,
+    LipSyncError,
+    lip_sync_problems,
+    lip_sync_score,
+)
 from newsmotion_engine.samples import SAMPLE_PORTRAITS, write_sample_portrait
 from newsmotion_engine.speech.samples import SAMPLE_SPEECHES
 from newsmotion_engine.speech.visemes import visemes_from_phonemes
@@ -42,6 +62,10 @@ from newsmotion_engine.storage import Storage
 
 SPEECH = "weather"
 COMMAND = "python -m benchmarks.lipsync"
+MUSETALK_SPEECH = "intro"
+MUSETALK_SECONDS = 1.0
+MUSETALK_PERSONAS = ["astronaut"]
+NOISE_NOTE = "random weights: the score is noise; this measures that the stage's output is scored end to end"
 
 
 @dataclass
@@ -118,32 +142,148 @@ def bench_lipsync(storage: Storage, personas: list[str], *, speech_id: str = SPE
     }
 
 
+def _scored(mp4: Path, visemes: Any, **score_kw: Any) -> dict[str, Any]:
+    """The lip-sync score of ``mp4`` as a record; a clip the face mesh cannot score (a noise face
+    the mesh does not find) is recorded with the reason instead of stopping the arm."""
+    started = time.perf_counter()
+    try:
+        score = asdict(lip_sync_score(mp4, visemes, **score_kw))
+    except LipSyncError as exc:
+        score = {"correlation": None, "offset_frames": None, "error": str(exc)}
+    return {**score, "score_s": round(time.perf_counter() - started, 2)}
+
+
+def bench_lipsync_musetalk(storage: Storage, personas: list[str], opts: Any, *, speech_id: str = MUSETALK_SPEECH,
+                           seconds: float = MUSETALK_SECONDS, fps: int = 30, width: int = 720, height: int = 1280,
+                           keep: Path | None = None, log=print, **score_kw: Any) -> dict[str, Any]:  # fmt: skip
+    """The ``musetalk`` arm (module docstring): per persona, warp's silent render of the idle loop
+    for the first ``seconds`` of ``speech_id``, lip-synced by ``newsmotion lips``' MuseTalk pass
+    with ``opts`` and scored against the speech's viseme track; ``score_kw`` goes to
+    :func:`lip_sync_score` (tests pass their own ``apertures``); ``keep``: a folder to keep the
+    clips in (default: a temporary one)."""
+    from newsmotion_engine.render.musetalk.components import load_components
+    from newsmotion_engine.render.musetalk.pipeline import lip_sync_render
+    from newsmotion_engine.speech.cache import ensure_speech_cache
+
+    spoken, _ = ensure_speech_cache(SAMPLE_SPEECHES[speech_id], storage, speech_id, fps=fps)
+    frames = min(len(spoken.visemes), max(1, round(seconds * fps)))
+    # the cut's audio covers exactly ``frames`` video frames: the stage writes floor(duration * fps)
+    samples = np.asarray(spoken.audio[: math.ceil(frames * spoken.sample_rate / fps)], np.float32)
+    cut = dataclasses.replace(spoken, audio=samples, duration_s=samples.size / spoken.sample_rate,
+                              visemes=spoken.visemes.slice(0, frames))  # fmt: skip
+    guidance = idle_guidance(frames, fps)
+    spec = RenderSpec(width=width, height=height, fps=fps)
+    warp = get_backend("warp")
+    started = time.perf_counter()
+    components = load_components(opts)
+    load_s = time.perf_counter() - started
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="newsmotion-lipsync-musetalk-") as scratch:
+        tmp = keep or Path(scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
+        for name in personas:
+            persona, _ = ensure_persona(storage, name, image=write_sample_portrait(name, storage.persona_samples))
+            silent = Path(tmp) / f"{name}-silent.mp4"
+            render_clip(guidance, persona, warp, spec, silent)
+            out = Path(tmp) / f"{name}-musetalk.mp4"
+            lips = lip_sync_render(silent, guidance, persona, cut, out, opts, avatar_dir=Path(tmp) / f"{name}-avatar",
+                                   components=components, progress=lambda d, t: log(f"{name}: MuseTalk {d}/{t} frames"))  # fmt: skip
+            row = {"persona": name, "kind": SAMPLE_PORTRAITS[name].kind, "musetalk": lips.as_dict(),
+                   "score": _scored(out, cut.visemes, **score_kw),
+                   "control_silent": _scored(silent, cut.visemes, **score_kw)}  # fmt: skip
+            row["musetalk"].pop("output")  # a machine path
+            rows.append(row)
+            log(f"{name}: correlation {row['score']['correlation']} at offset {row['score']['offset_frames']} frames "
+                f"(silent control {row['control_silent']['correlation']}); {NOISE_NOTE}")  # fmt: skip
+    return {
+        "benchmark": "lipsync_musetalk",
+        "note": NOISE_NOTE,
+        "speech": {"id": speech_id, "text": SAMPLE_SPEECHES[speech_id].text, "duration_s": round(spoken.duration_s, 3),
+                   "cut_s": round(cut.duration_s, 3), "frames": frames},  # fmt: skip
+        "size": f"{width}x{height}",
+        "loop": "idle (cut to the speech's frames)",
+        "stage": {"preset": opts.preset, "device": str(components.device), "dtype": str(components.dtype).removeprefix("torch."),
+                  "batch_size": opts.batch_size, "weights": components.weights_label, "load_s": round(load_s, 2),
+                  "entry": "render.musetalk.pipeline.lip_sync_render (as `newsmotion lips`)"},  # fmt: skip
+        "targets": {"correlation": TARGET_CORRELATION, "offset_frames": TARGET_OFFSET_FRAMES},
+        "renders": rows,
+        "machine": machine_info(),
+    }
+
+
+def _figure(value: Any) -> float | int | str:
+    return "n/a" if value is None else value
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", type=Path, default=RESULTS_DIR / "lipsync_warp.json")
-    ap.add_argument("--personas", nargs="*", default=list(SAMPLE_PORTRAITS))
+    ap.add_argument("--arm", choices=["warp", "musetalk"], default="warp",
+                    help="warp's own lips, or MuseTalk's over warp's silent render (random weights)")  # fmt: skip
+    ap.add_argument("--json", type=Path, default=None, help="default: benchmarks/results/lipsync_<arm>.json (musetalk: lipsync_musetalk_cpu.json)")
+    ap.add_argument("--personas", nargs="*", default=None, help="default: every sample (warp), astronaut (musetalk)")
+    ap.add_argument("--seconds", type=float, default=MUSETALK_SECONDS, help="musetalk arm: the speech's first seconds")
+    ap.add_argument("--preset", choices=["v15", "tiny"], default="v15", help="musetalk arm: the stage's architecture")
     ap.add_argument("--storage", type=Path, default=None, help="build the sample personas here (default: a temporary folder)")
+    ap.add_argument("--keep", type=Path, default=None, help="musetalk arm: keep the silent and lip-synced clips in this folder")
     args = ap.parse_args(argv)
+    default_json = RESULTS_DIR / ("lipsync_warp.json" if args.arm == "warp" else "lipsync_musetalk_cpu.json")
+    out = args.json or default_json
     with tempfile.TemporaryDirectory(prefix="newsmotion-lipsync-store-") as tmp:
-        data = bench_lipsync(Storage(args.storage or Path(tmp)), args.personas)
+        storage = Storage(args.storage or Path(tmp))
+        if args.arm == "warp":
+            result = _warp_result(bench_lipsync(storage, args.personas or list(SAMPLE_PORTRAITS)))
+        else:
+            from newsmotion_engine.render.musetalk.config import MuseTalkOptions
+
+            opts = MuseTalkOptions(preset=args.preset, device="cpu")
+            result = _musetalk_result(bench_lipsync_musetalk(storage, args.personas or MUSETALK_PERSONAS, opts, seconds=args.seconds, keep=args.keep))
+    command = f"{COMMAND} --arm {args.arm}" if args.arm != "warp" else COMMAND
+    if args.arm == "musetalk":
+        command += f" --seconds {args.seconds}" if args.seconds != MUSETALK_SECONDS else ""
+        command += f" --preset {args.preset}" if args.preset != "v15" else ""
+    if out != default_json:
+        command += f" --json {out}"
+    write_result(out, dataclasses.replace(result, command=command))
+    print(f"wrote {out}")
+
+
+def _warp_result(data: dict[str, Any]) -> BenchResult:
     headline: dict[str, float | int | str] = {}
     for row in data["renders"]:
         s = row["score"]
-        headline[f"{row['persona']} correlation"] = s["correlation"] if s["correlation"] is not None else "n/a"
-        headline[f"{row['persona']} offset (frames)"] = s["offset_frames"] if s["offset_frames"] is not None else "n/a"
-        headline[f"{row['persona']} silent control correlation"] = row["control_silent"]["correlation"] if row["control_silent"]["correlation"] is not None else "n/a"
+        headline[f"{row['persona']} correlation"] = _figure(s["correlation"])
+        headline[f"{row['persona']} offset (frames)"] = _figure(s["offset_frames"])
+        headline[f"{row['persona']} silent control correlation"] = _figure(row["control_silent"]["correlation"])
     headline["portraits meeting both targets"] = f"{len(data['meet_targets'])}/{len(data['renders'])}"
-    result = BenchResult.now(
+    return BenchResult.now(
         "lipsync_warp",
         title=f"warp lip sync: sample personas speaking the '{data['speech']['id']}' sample speech "
         f"({data['speech']['duration_s']:.1f} s, eSpeak NG), idle loop, 720x1280, scored by mediapipe face mesh",
         device=cpu_device(),
-        command=COMMAND if args.json == RESULTS_DIR / "lipsync_warp.json" else f"{COMMAND} --json {args.json}",
+        command=COMMAND,
         headline=headline,
         data=data,
     )
-    write_result(args.json, result)
-    print(f"wrote {args.json}")
+
+
+def _musetalk_result(data: dict[str, Any]) -> BenchResult:
+    headline: dict[str, float | int | str] = {"weights": data["stage"]["weights"], "note": NOISE_NOTE}
+    for row in data["renders"]:
+        headline[f"{row['persona']} correlation (MuseTalk)"] = _figure(row["score"]["correlation"])
+        headline[f"{row['persona']} offset (frames)"] = _figure(row["score"]["offset_frames"])
+        headline[f"{row['persona']} silent control correlation"] = _figure(row["control_silent"]["correlation"])
+        headline[f"{row['persona']} stage fps"] = row["musetalk"]["stage_fps"]
+    speech = data["speech"]
+    return BenchResult.now(
+        "lipsync_musetalk_cpu",
+        title=f"MuseTalk 1.5 lips over warp's silent render ({NOISE_NOTE}): the '{speech['id']}' sample speech's "
+        f"first {speech['cut_s']:.1f} s, idle loop, {data['size']}, {data['stage']['preset']}, CPU, scored by mediapipe face mesh",
+        device=cpu_device(),
+        command=f"{COMMAND} --arm musetalk",
+        headline=headline,
+        data=data,
+        weights=data["stage"]["weights"],
+    )
 
 
 if __name__ == "__main__":
