@@ -29,13 +29,14 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import gc
 import math
 import platform
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,9 +74,11 @@ class FrameSink:
         return False
 
 
-def timed_variant(backend: Any, loop: Any, persona: Any, spec: Any, out_path: Path, *, warm_up: bool) -> dict[str, Any]:
+def timed_variant(backend: Any, loop: Any, persona: Any, spec: Any, out_path: Path, *, warm_up: bool,
+                  warm_up_options: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """One variant of a stock-vs-ours bench: the backend's configured accelerations applied through
-    the registry, a warm-up clip when ``warm_up`` (compiles), then the timed clip through
+    the registry, a warm-up clip when ``warm_up`` (compiles; with ``warm_up_options`` replacing
+    some of the backend's options for it, e.g. fewer steps), then the timed clip through
     ``render_clip`` into a :class:`FrameSink`; the accelerations removed again. Returns
     ``end_to_end_s``, ``peak_vram_gib``, ``frames_out`` and the backend's ``last_render`` stats, or
     ``error`` (one failing variant is a result; the bench goes on with the others)."""
@@ -87,7 +90,13 @@ def timed_variant(backend: Any, loop: Any, persona: Any, spec: Any, out_path: Pa
     try:
         applied = registry.apply_accelerations(comps, backend.options.accelerations)
         if warm_up:
-            render_clip(loop, persona, backend, spec, out_path, sink=FrameSink)
+            options = backend.options
+            if warm_up_options:
+                backend.options = dataclasses.replace(options, **warm_up_options)
+            try:
+                render_clip(loop, persona, backend, spec, out_path, sink=FrameSink)
+            finally:
+                backend.options = options
         peak_reset(comps.device)
         t0 = time.perf_counter()
         tele = render_clip(loop, persona, backend, spec, out_path, sink=FrameSink)

@@ -69,3 +69,31 @@ def read_lab_data(path: str | Path) -> dict[str, Any]:
     from newsmotion_engine.bench.record import read_result
 
     return read_result(Path(path)).data
+
+
+def combine_runs(paths: list[str | Path], *, same: tuple[str, ...] = ("device", "preset", "shape")) -> dict[str, Any]:
+    """One stock-vs-ours output from the records of several runs of the same bench, each holding
+    some of its variants (a model too slow for stock and ours in one device command: stock in one
+    call, ours in the next, on the same warm machine). The runs must agree on ``same`` (the card,
+    the preset, the clip); their ``rows`` are merged (a later run's variant replaces an earlier
+    one's) and each size's stock-vs-ours figures computed again. ``runs`` lists each record's time
+    and variants; the figures come only from rows measured on that card."""
+    datas = [read_lab_data(p) for p in paths]
+    first = datas[0]
+    for path, data in zip(paths[1:], datas[1:], strict=True):
+        for key in same:
+            if data.get(key) != first.get(key):
+                raise ValueError(f"{path}: {key} {data.get(key)!r} differs from {paths[0]}'s {first.get(key)!r}: "
+                                 "only runs of the same clip on the same card combine")  # fmt: skip
+    out = {k: v for k, v in first.items() if k != "rows" and not isinstance(v, (int, float)) or isinstance(v, bool)}
+    out["rows"] = {}
+    out["runs"] = []
+    for path, data in zip(paths, datas, strict=True):
+        out["runs"].append({"record": Path(path).name, "created_at": data.get("created_at"),
+                            "variants": sorted({n for rows in data.get("rows", {}).values() for n in rows})})  # fmt: skip
+        for size, rows in (data.get("rows") or {}).items():
+            merged = out["rows"].setdefault(size, {})
+            merged.update({n: r for n, r in rows.items() if "skipped" not in r or n not in merged})
+    for size, rows in out["rows"].items():
+        stock_vs_ours(out, size, rows)
+    return out

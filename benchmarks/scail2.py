@@ -22,11 +22,19 @@ Example (from the repository root)::
 
     python -m benchmarks.scail2 --steps 4 --json benchmarks/results/scail2_h100.json
     python -m benchmarks.scail2 --preset tiny --sizes 64x128 --frames 13 --steps 2   # CPU check
+
+Stock and ours of the 14B model do not fit one 10-minute device command together: run stock in one
+call and ours in the next on the same warm machine, then join the two records::
+
+    python -m benchmarks.scail2 --steps 2 --variants stock --json /tmp/scail2_stock.json
+    python -m benchmarks.scail2 --steps 2 --variants batch_cfg+fp8+compile+fp8_attention --warm-up-steps 1 --json /tmp/scail2_ours.json
+    python -m benchmarks.scail2 --combine /tmp/scail2_stock.json /tmp/scail2_ours.json --json benchmarks/results/scail2_h100.json
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import platform
 import tempfile
@@ -37,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.lab_record import stock_vs_ours, top_level_figures, write_lab_result
+from benchmarks.lab_record import combine_runs, stock_vs_ours, top_level_figures, write_lab_result
 
 __all__ = ["VARIANTS", "bench_scail2"]
 
@@ -60,8 +68,10 @@ def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
 
 def bench_scail2(preset: str = "14b", *, sizes: Sequence[tuple[int, int]] = ((720, 1280),), frames: int = 120, steps: int = 40,
                  variants: Sequence[str] | None = None, device: str = "auto", budget_s: float | None = None,
-                 json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
+                 warm_up_steps: int | None = None, json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
     """Run the benchmark (module docstring); the JSON is rewritten after every measurement.
+    ``warm_up_steps``: ours' warm-up render takes this many steps instead of ``steps`` (it only
+    has to compile every segment's shapes, which the step count does not change).
 
     Keys: ``rows`` (size -> variant -> seconds, peak VRAM, segments, passes), and per size
     ``clip_{W}x{H}_s_stock``, ``clip_{W}x{H}_s`` (the fastest "ours"), ``fastest_{W}x{H}`` and
@@ -121,7 +131,11 @@ def bench_scail2(preset: str = "14b", *, sizes: Sequence[tuple[int, int]] = ((72
                     row: dict[str, Any] = {"model_size": list(model_size(width, height)),
                                            "settings": [c.describe() for c in backend.options.accelerations]}  # fmt: skip
                     # a warm-up for ours (compiles); stock runs once, as the official script does
-                    row.update(timed_variant(backend, loop, persona, spec, tmp / "clip.mp4", warm_up=name != "stock"))
+                    warm = {"steps": warm_up_steps} if warm_up_steps and name != "stock" else None
+                    row.update(timed_variant(backend, loop, persona, spec, tmp / "clip.mp4", warm_up=name != "stock",
+                                             warm_up_options=warm))  # fmt: skip
+                    if warm:
+                        row["warm_up_steps"] = warm_up_steps
                     rows[name] = row
                     log(f"{key} {name}: {row}")
                     write()
@@ -144,8 +158,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--variants", default=None, help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--budget-s", type=float, default=None)
+    parser.add_argument("--warm-up-steps", type=int, default=None, help="ours' warm-up render's steps (it only compiles)")
+    parser.add_argument("--combine", nargs="+", metavar="RUN_JSON",
+                        help="join the records of runs that each measured some variants (same card, clip, preset) into --json")
     parser.add_argument("--json", default=None)
     a = parser.parse_args(argv)
+    if a.combine:
+        joined = combine_runs(a.combine)
+        if a.json:
+            write_lab_result(a.json, joined, title=f"scail-2 {joined.get('preset')}: a {joined['shape']['frames']}-frame clip, "
+                             f"stock vs ours ({len(a.combine)} runs on one card)", headline=top_level_figures(joined))  # fmt: skip
+        print(json.dumps(top_level_figures(joined)))
+        return
     sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
     bench_scail2(a.preset, sizes=sizes, frames=a.frames, steps=a.steps,  # type: ignore[arg-type]
                  variants=a.variants.split(",") if a.variants else None, budget_s=a.budget_s, json_path=a.json)  # fmt: skip
