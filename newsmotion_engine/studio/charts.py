@@ -183,14 +183,14 @@ def speedup_chart(results: list[BenchResult]) -> Chart | None:
             ax.text(v, y, f" {v:.2f}x", va="center", fontsize=7.5, color=_TEXT)
         ax.invert_yaxis()
         ax.set_ylim(len(bars) - 0.5, -0.5)
-        ax.set_xlabel("speed-up vs stock diffusers (1.0 = stock; green faster, red slower)")
+        ax.set_xlabel("speed-up vs stock (1.0 = stock; green faster, red slower)")
         ax.set_xlim(0, max(values) * 1.15)
         ax.tick_params(axis="y", labelsize=7.5)
     return _render(
         fig, "speedups", "Speed-ups vs stock",
         "Each committed benchmarks/results record's headline speed-up, then every variants.*.speedup_vs_stock (the "
-        "first of joined runs), 14B architecture with random "
-        "weights, each on the card its record names (tiny/smoke-preset checks left out: they time toy shapes).",
+        "first of joined runs), random weights, each at the architecture and on the card its record names "
+        "(tiny/smoke-preset checks left out: they time toy shapes).",
     )
 
 
