@@ -19,13 +19,16 @@ from pathlib import Path
 from newsmotion_engine.errors import InvalidIdError
 from newsmotion_engine.ids import validate_id
 
-__all__ = ["STORAGE_ENV", "SPEECH_FOLDERS", "SPEECH_INBOX", "SPEECH_SOURCES", "Storage", "validate_speech_id"]
+__all__ = ["STORAGE_ENV", "SPEECH_CLIPS", "SPEECH_FOLDERS", "SPEECH_INBOX", "SPEECH_SOURCES", "Storage", "validate_speech_id"]
 
 STORAGE_ENV = "NEWSMOTION_STORAGE"
 # Folders under speech/ beside the per-id caches.
 SPEECH_INBOX = "inbox"
 SPEECH_SOURCES = "sources"
-SPEECH_FOLDERS = (SPEECH_INBOX, SPEECH_SOURCES)
+# What audio-driven backends derive from audio that is no speech cache (a story's assembled
+# speech), one folder per audio digest: speech/clips/{digest}/ (speech/features.py).
+SPEECH_CLIPS = "clips"
+SPEECH_FOLDERS = (SPEECH_INBOX, SPEECH_SOURCES, SPEECH_CLIPS)
 
 
 def validate_speech_id(speech_id: str) -> str:
@@ -125,8 +128,8 @@ class Storage:
     # ---------------------------------------------------------------- speech
     @property
     def speech_root(self) -> Path:
-        """``speech/``: one cache folder per speech id (``speech/{id}/``), beside ``inbox/`` and
-        ``sources/`` (names :data:`SPEECH_FOLDERS`, so never speech ids)."""
+        """``speech/``: one cache folder per speech id (``speech/{id}/``), beside ``inbox/``,
+        ``sources/`` and ``clips/`` (names :data:`SPEECH_FOLDERS`, so never speech ids)."""
         return self.root / "speech"
 
     def speech_dir(self, speech_id: str) -> Path:

@@ -29,7 +29,10 @@ Speech: ``frames(..., visemes=track)`` hands a backend the mouth shapes to perfo
 :class:`~newsmotion_engine.speech.visemes.VisemeTrack` frame per frame it yields. A backend whose
 class attribute ``moves_lips`` is ``True`` opens and shapes the mouth from it; the others accept the
 keyword and ignore it (``moves_lips = False``), so every backend can be driven the same way and the
-render's telemetry says whether the lips moved.
+render's telemetry says whether the lips moved. ``frames(..., speech=track)`` hands it the sound
+itself, a :class:`~newsmotion_engine.speech.audio.SpeechTrack` exactly as long as the clip
+(:func:`check_speech`): a backend whose class attribute ``hears_speech`` is ``True`` (audio-driven,
+``echomimic-v3``) performs it; the others accept the keyword and ignore it.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from newsmotion_engine.errors import (
 from newsmotion_engine.video.spec import BACKGROUND_CHROMA_GREEN, MAX_KEYFRAME_RATIO
 
 if TYPE_CHECKING:  # the speech package is not needed to render silent clips
+    from newsmotion_engine.speech.audio import SpeechTrack
     from newsmotion_engine.speech.visemes import VisemeTrack
 
 __all__ = [
@@ -68,11 +72,14 @@ __all__ = [
     "BackendOptions",
     "InvalidSpecError",
     "RenderSpec",
+    "SpeechMismatchError",
     "UnknownBackendError",
     "VisemeMismatchError",
     "available_backends",
+    "check_speech",
     "check_visemes",
     "get_backend",
+    "hears_speech",
     "moves_lips",
     "own_clip_frames",
     "register_backend",
@@ -114,6 +121,33 @@ def check_visemes(visemes: VisemeTrack | None, frames: int, *, what: str = "clip
             f"viseme track has {len(visemes)} frames for a {frames}-frame {what}: "
             "give one viseme frame per rendered frame (VisemeTrack.slice(start, stop) cuts a speech's track)"
         )
+
+
+class SpeechMismatchError(NewsmotionError, ValueError):
+    """A speech track that does not fit the clip it should drive (another duration)."""
+
+
+def check_speech(speech: SpeechTrack | None, frames: int, fps: int, *, what: str = "clip") -> None:
+    """Refuse a speech track that is not exactly ``frames / fps`` seconds (``None`` passes).
+
+    Raises:
+        SpeechMismatchError: another sample count, with both durations and how to fix it.
+    """
+    if speech is None:
+        return
+    expected = round(frames / fps * speech.sample_rate)
+    if len(speech.samples) != expected:
+        raise SpeechMismatchError(
+            f"speech track {speech.label!r} has {len(speech.samples)} samples ({speech.duration_s:.3f} s) for a "
+            f"{frames}-frame {what} at {fps} fps ({expected} samples): give exactly the clip's duration of audio "
+            "(pad with silence or cut it to the clip)"
+        )
+
+
+def hears_speech(backend: Any) -> bool:
+    """Whether ``backend`` performs a speech track's audio (its ``hears_speech`` class attribute;
+    a backend without one does not)."""
+    return bool(getattr(backend, "hears_speech", False))
 
 
 def moves_lips(backend: Any) -> bool:
@@ -303,14 +337,15 @@ class Backend(Protocol):
     frame, in order, each a fresh array the consumer may keep. It must not hold the whole clip,
     and it never builds caches: it raises :class:`BackendCacheError` when a sub-cache that
     ``prepare_guidance`` / ``prepare_persona`` build is missing or stale.
-    Attributes ``name`` (the registry name), ``needs`` (:class:`BackendNeeds`) and ``moves_lips``
-    (whether ``frames`` performs a viseme track; ``False`` backends accept and ignore it) are
-    read-only class attributes.
+    Attributes ``name`` (the registry name), ``needs`` (:class:`BackendNeeds`), ``moves_lips``
+    (whether ``frames`` performs a viseme track) and ``hears_speech`` (whether it performs a speech
+    track's audio) are read-only class attributes; ``False`` backends accept and ignore the keyword.
     """
 
     name: str
     needs: BackendNeeds
     moves_lips: ClassVar[bool]
+    hears_speech: ClassVar[bool]
 
     def load(self) -> None:
         """Load weights / prepare process-wide state. Idempotent."""
@@ -327,12 +362,14 @@ class Backend(Protocol):
         ...
 
     def frames(
-        self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec, *, visemes: VisemeTrack | None = None
+        self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec, *, visemes: VisemeTrack | None = None,
+        speech: SpeechTrack | None = None,
     ) -> Iterator[np.ndarray]:
         """Yield the clip's frames. ``keypoints`` is the retargeted pose ``[T, 133, 3]`` in the
         persona canvas' normalized coordinates (see ``retarget``). ``visemes``: the mouth shapes
         to perform, ``T`` frames (:func:`check_visemes`), or ``None`` for a silent clip; a backend
-        with ``moves_lips = False`` ignores it."""
+        with ``moves_lips = False`` ignores it. ``speech``: the clip's sound, ``T / spec.fps``
+        seconds (:func:`check_speech`); a backend with ``hears_speech = False`` ignores it."""
         ...
 
     def close(self) -> None:

@@ -21,9 +21,10 @@ it would push the sample peak above ``peak_ceiling_dbfs`` (-1 dBFS), so normalis
 
 from __future__ import annotations
 
+import hashlib
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +66,45 @@ class Speech:
     original_sample_rate: int | None = None
     original_channels: int | None = None
     gain_db: float = 0.0
+
+
+@dataclass(frozen=True, eq=False)
+class SpeechTrack:
+    """The sound a render performs, handed to a backend that hears audio with the frames it should
+    speak (``frames(..., speech=track)``, :func:`~newsmotion_engine.render.base.check_speech`).
+
+    ``samples``: float32 mono at 16 kHz, exactly as long as the clip. ``label``: where it came
+    from, for records (``"story evening_news"``). ``cache_root``: a speech root under which a
+    backend may keep what it derives from the audio (its encoder features, under
+    ``clips/{digest}/``); ``None``: derived data is computed and not kept. ``digest``: sha256 of the
+    rate and the samples (what those caches are keyed on).
+
+    Example::
+
+        track = SpeechTrack(story_speech.audio, label="story evening", cache_root=storage.speech_root)
+        backend.frames(clip, persona, keypoints, spec, speech=track)
+    """
+
+    samples: np.ndarray
+    label: str
+    cache_root: Path | None = None
+    sample_rate: int = SPEECH_SAMPLE_RATE
+    digest: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        samples = np.ascontiguousarray(self.samples, dtype=np.float32)
+        if samples.ndim != 1 or samples.size == 0:
+            raise ValueError(f"a speech track is mono samples [N > 0], got shape {list(samples.shape)}")
+        if self.sample_rate != SPEECH_SAMPLE_RATE:
+            raise ValueError(f"a speech track is at {SPEECH_SAMPLE_RATE} Hz, got {self.sample_rate} Hz (load it with load_speech)")
+        digest = hashlib.sha256(f"speech track rate={self.sample_rate}".encode())
+        digest.update(samples.tobytes())
+        object.__setattr__(self, "samples", samples)
+        object.__setattr__(self, "digest", digest.hexdigest())
+
+    @property
+    def duration_s(self) -> float:
+        return self.samples.shape[0] / self.sample_rate
 
 
 @dataclass(frozen=True)

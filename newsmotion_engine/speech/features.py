@@ -47,7 +47,10 @@ encoder maps to the same output, not lip quality.
 params — its name and version, the window or the loudness target — as params, the run's stats),
 written atomically through :mod:`newsmotion_engine.cachedir`; one folder per recipe, so both
 recipes' features can be kept; another speech cache, encoder or recipe setting makes it stale
-and it is rebuilt.
+and it is rebuilt. Audio that is no speech cache (a story's assembled speech, handed to a backend
+as a :class:`~newsmotion_engine.speech.audio.SpeechTrack`) gets the same sub-cache keyed on its
+samples' digest, ``<speech root>/clips/<digest>/audio-features-<recipe>-<fps>fps/``
+(:func:`ensure_clip_features`).
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ from newsmotion_engine.cachedir import ArraySpec, CacheSchema, ensure, read_cach
 from newsmotion_engine.errors import BadInputError, CacheStaleError
 from newsmotion_engine.speech.audio import DEFAULT_TARGET_DBFS, SPEECH_SAMPLE_RATE
 from newsmotion_engine.speech.sources import CacheRoot
+from newsmotion_engine.storage import SPEECH_CLIPS
 from newsmotion_engine.speech.simhash import EncoderCache, SimHasher, hamming, log_mel
 from newsmotion_engine.speech.visemes import frame_count
 
@@ -74,8 +78,10 @@ __all__ = [
     "DEFAULT_MAX_DISTANCE",
     "FeatureRecipe",
     "WindowedRecipe",
+    "clip_features_dir",
     "cosine_distance",
     "encode_for_video",
+    "ensure_clip_features",
     "ensure_features",
     "feature_recipe",
     "features_dir",
@@ -601,12 +607,30 @@ def features_dir(cache_root: CacheRoot, speech_id: str, fps: float, recipe: Feat
     per recipe, so both can be kept."""
     from newsmotion_engine.speech.cache import speech_dir
 
-    return speech_dir(cache_root, speech_id) / f"audio-features-{_recipe(recipe).name}-{fps:g}fps"
+    return speech_dir(cache_root, speech_id) / _features_folder(fps, recipe)
+
+
+def clip_features_dir(cache_root: CacheRoot, audio: Any, fps: float, recipe: FeatureRecipe | None = None) -> Path:
+    """``<speech root>/clips/<digest>/audio-features-<recipe>-<fps>fps``: the features of audio that
+    is no speech cache (a :class:`~newsmotion_engine.speech.audio.SpeechTrack`, e.g. a story's
+    assembled speech), keyed on its ``digest`` so equal audio shares them."""
+    from newsmotion_engine.speech.sources import speech_root
+
+    return speech_root(cache_root) / SPEECH_CLIPS / audio.digest[:32] / _features_folder(fps, recipe)
+
+
+def _features_folder(fps: float, recipe: FeatureRecipe | None) -> str:
+    return f"audio-features-{_recipe(recipe).name}-{fps:g}fps"
 
 
 def _speech_source(speech: Any) -> dict[str, str]:
     """The features' source: the speech cache's digest (its content and provenance)."""
     return {"kind": "speech-cache", "digest": speech.digest}
+
+
+def _audio_source(audio: Any) -> dict[str, str]:
+    """The features' source for audio that is no speech cache: its samples' digest."""
+    return {"kind": "audio", "digest": audio.digest}
 
 
 def _features_params(encoder: AudioEncoder, context: int, recipe: FeatureRecipe) -> dict[str, Any]:
@@ -621,8 +645,13 @@ def load_features(cache_root: CacheRoot, speech_id: str, *, fps: float, encoder:
     from newsmotion_engine.speech.cache import load_speech_cache
 
     recipe = _recipe(recipe)
-    loaded = read_cache(features_dir(cache_root, speech_id, fps, recipe), _features_schema(encoder),
-                        expected_source=_speech_source(load_speech_cache(cache_root, speech_id)),
+    return _read_features(features_dir(cache_root, speech_id, fps, recipe), _speech_source(load_speech_cache(cache_root, speech_id)),
+                          encoder=encoder, context=context, recipe=recipe)  # fmt: skip
+
+
+def _read_features(target: Path, source: dict[str, str], *, encoder: AudioEncoder, context: int,
+                   recipe: FeatureRecipe) -> AudioFeatures:  # fmt: skip
+    loaded = read_cache(target, _features_schema(encoder), expected_source=source,
                         expected_params=_features_params(encoder, context, recipe))  # fmt: skip
     return AudioFeatures(features=loaded.arrays["features.npy"], stats=dict(loaded.metadata.get("stats") or {}))
 
@@ -647,7 +676,33 @@ def ensure_features(cache_root: CacheRoot, speech_id: str, *, fps: float, encode
 
     recipe = _recipe(recipe)
     speech = load_speech_cache(cache_root, speech_id)
-    target = features_dir(cache_root, speech_id, fps, recipe)
+    return _ensure_features_in(features_dir(cache_root, speech_id, fps, recipe), speech, _speech_source(speech), fps=fps,
+                               encoder=encoder, recipe=recipe, encoder_cache=encoder_cache, context=context, verify=verify,
+                               force=force)  # fmt: skip
+
+
+def ensure_clip_features(cache_root: CacheRoot, audio: Any, *, fps: float, encoder: AudioEncoder,
+                         recipe: FeatureRecipe | None = None, context: int = 2, force: bool = False) -> AudioFeatures:  # fmt: skip
+    """As :func:`ensure_features`, for audio that is no speech cache: ``audio`` has 16 kHz
+    ``samples`` and a ``digest`` (a :class:`~newsmotion_engine.speech.audio.SpeechTrack`); the
+    sub-cache is :func:`clip_features_dir`, its source the audio's digest.
+
+    Example::
+
+        track = SpeechTrack(story_speech.audio, label="story evening")
+        features = ensure_clip_features(storage, track, fps=25, encoder=AudioEncoder.load(layers="all"))
+    """
+    recipe = _recipe(recipe)
+    return _ensure_features_in(clip_features_dir(cache_root, audio, fps, recipe), audio, _audio_source(audio), fps=fps,
+                               encoder=encoder, recipe=recipe, encoder_cache=None, context=context, verify=False,
+                               force=force)  # fmt: skip
+
+
+def _ensure_features_in(target: Path, speech: Any, source: dict[str, str], *, fps: float, encoder: AudioEncoder,
+                        recipe: FeatureRecipe, encoder_cache: EncoderCache | None, context: int, verify: bool,
+                        force: bool) -> AudioFeatures:  # fmt: skip
+    """The features of ``speech`` (anything :func:`speech_samples` reads) in the sub-cache ``target``
+    whose source is ``source``: read when current, else computed and written atomically."""
 
     def compute() -> AudioFeatures:
         return recipe.encode(speech, fps, encoder=encoder, context=context, encoder_cache=encoder_cache, verify=verify)
@@ -656,10 +711,10 @@ def ensure_features(cache_root: CacheRoot, speech_id: str, *, fps: float, encode
         def write(tmp: Path) -> None:
             np.save(tmp / "features.npy", result.features, allow_pickle=False)
 
-        write_cache(target, write, schema=_features_schema(encoder), source=_speech_source(speech),
+        write_cache(target, write, schema=_features_schema(encoder), source=source,
                     params=_features_params(encoder, context, recipe),
                     extra={"weights": encoder.weights_label, "fps": fps, "stats": result.stats})  # fmt: skip
 
-    read = lambda: load_features(cache_root, speech_id, fps=fps, encoder=encoder, context=context, recipe=recipe)  # noqa: E731
+    read = lambda: _read_features(target, source, encoder=encoder, context=context, recipe=recipe)  # noqa: E731
     result, _ = ensure(target, read, build, force=force, prepare=compute)
     return result

@@ -7,8 +7,11 @@ story's input digest (the story file, its audio files, the speech, the persona a
 the backend's identity, the spec, and with MuseTalk lips the stage's options) is recorded, and a
 story whose mp4 on disk records the same digest is not rendered again.
 
-Lips: the backend's own from the viseme track (default), or MuseTalk 1.5's drawn over the
-backend's silent frames before the mux (``lips=MuseTalkOptions(...)``, :mod:`.lips`).
+Lips: the backend's own (default) — from the viseme track (``visemes=``, warp), or, for an
+audio-driven backend (``hears_speech``: echomimic-v3), from the story's assembled speech itself
+(``speech=``, a :class:`~newsmotion_engine.speech.audio.SpeechTrack` whose derived features are
+cached under ``speech/clips/{digest}/``) — or MuseTalk 1.5's drawn over the backend's silent frames
+before the mux (``lips=MuseTalkOptions(...)``, :mod:`.lips`).
 
 Example::
 
@@ -40,11 +43,11 @@ from newsmotion_engine.guidance.cache import GuidanceCache, check_loop_exists, e
 from newsmotion_engine.guidance.choreography import author_idle
 from newsmotion_engine.ids import validate_id
 from newsmotion_engine.persona.cache import PersonaCache
-from newsmotion_engine.render.base import Backend, RenderSpec, moves_lips
+from newsmotion_engine.render.base import Backend, RenderSpec, hears_speech, moves_lips
 from newsmotion_engine.render.clip import retargeted_keypoints
 from newsmotion_engine.render.lipsync import OFF_REASON, measure_lip_sync
 from newsmotion_engine.render.musetalk.config import MuseTalkOptions
-from newsmotion_engine.speech.audio import write_wav
+from newsmotion_engine.speech.audio import SpeechTrack, write_wav
 from newsmotion_engine.render.job import (
     OnStep,
     Progress,
@@ -119,7 +122,8 @@ def stored_story(storage: Storage, story_id: str, persona_id: str | None = None)
 
 def check_story_backend(backend: Backend) -> None:
     """Refuse a backend that renders loops from per-loop sub-caches (the Wan models' pose latents,
-    driving clips, ...): a story's timeline is no cached loop, so it follows keypoints alone.
+    driving clips, ...): a story's timeline is no cached loop, so it follows keypoints alone (warp)
+    or needs no loop at all (echomimic-v3, which hears the story's speech).
 
     Raises:
         NewsmotionError: naming the backend and what it needs.
@@ -128,7 +132,7 @@ def check_story_backend(backend: Backend) -> None:
     if extra:
         raise NewsmotionError(f"backend {backend.name!r} cannot render a story: it renders cached loops "
                               f"({', '.join(extra)} per loop), a story is a new timeline of keypoints; use a "
-                              "backend that follows keypoints alone (warp)")  # fmt: skip
+                              "backend that needs keypoints alone (warp, echomimic-v3)")  # fmt: skip
 
 
 def check_story(storage: Storage, story: Story) -> None:
@@ -301,6 +305,8 @@ def render_story(
     with render_lock(out):
         if not force and (recorded := _current(out, digest)) is not None:
             return dataclasses.replace(recorded, outcome="skipped")
+        if build:  # a backend's persona sub-cache (echomimic-v3's latents and tokens; none for warp)
+            backend.prepare_persona(inputs.persona, spec)
         musetalk = None
         if lips is not None:
             from newsmotion_engine.render.musetalk.components import load_components
@@ -308,12 +314,15 @@ def render_story(
             musetalk = MuseTalkLips(lips, lips_components if lips_components is not None else load_components(lips),
                                     story_avatar_dir(storage, story.persona_id, story.story_id, backend.name),
                                     _input_digest(inputs, backend, spec))  # fmt: skip
-        return _render(inputs, backend, spec, out, digest, progress, encoder, lip_sync, musetalk, on_step)
+        # An audio-driven backend hears the speech itself (with MuseTalk lips it renders silent, as every backend does).
+        heard = SpeechTrack(inputs.speech.audio, label=f"story {story.story_id}", cache_root=storage.speech_root,
+                            sample_rate=inputs.speech.sample_rate) if lips is None else None  # fmt: skip
+        return _render(inputs, backend, spec, out, digest, progress, encoder, lip_sync, musetalk, heard, on_step)
 
 
 def _render(inputs: StoryInputs, backend: Backend, spec: RenderSpec, out: Path, digest: str,
             progress: Progress | None, encoder: str, lip_sync: bool, musetalk: MuseTalkLips | None,
-            on_step: OnStep | None) -> StoryTelemetry:  # fmt: skip
+            heard: SpeechTrack | None, on_step: OnStep | None) -> StoryTelemetry:  # fmt: skip
     story, speech = inputs.story, inputs.speech
     t_start = t0 = time.perf_counter()
     timeline = plan_story(inputs, spec)
@@ -329,13 +338,14 @@ def _render(inputs: StoryInputs, backend: Backend, spec: RenderSpec, out: Path, 
     with tempfile.TemporaryDirectory(prefix="newsmotion-story-") as tmp:
         wav = Path(tmp) / "speech.wav"
         write_wav(wav, speech.audio, speech.sample_rate)
+        # Asked before the encoder opens: a backend that checks its inputs when called refuses here.
+        visemes = speech.visemes if musetalk is None else None
+        frames = iter(backend.frames(clip, inputs.persona, kp, spec, visemes=visemes, speech=heard))
         with contextlib.ExitStack() as stack:
             enc = stack.enter_context(VideoEncoder(out, spec.width, spec.height, spec.fps, encoder=encoder, audio=wav))
             # With MuseTalk the backend renders silent into held frames, which then go through the stage.
             held = stack.enter_context(HeldFrames(total, spec.width, spec.height)) if musetalk is not None else None
             write = held.write if held is not None else enc.write
-            visemes = speech.visemes if musetalk is None else None
-            frames = iter(backend.frames(clip, inputs.persona, kp, spec, visemes=visemes))
             while True:
                 t0 = time.perf_counter()
                 try:
@@ -360,6 +370,8 @@ def _render(inputs: StoryInputs, backend: Backend, spec: RenderSpec, out: Path, 
     else:
         lips, lips_reason = None, OFF_REASON
 
+    # What moved the backend's lips: the viseme track, or the speech's audio for a backend that hears it.
+    lips_from = "visemes" if moves_lips(backend) else "speech audio" if heard is not None and hears_speech(backend) else None
     canvas = persona_canvas(inputs.persona)
     joins = join_smoothness(timeline, canvas)
     jumps = joint_jumps(kp, canvas)
@@ -379,7 +391,7 @@ def _render(inputs: StoryInputs, backend: Backend, spec: RenderSpec, out: Path, 
         persona_id=story.persona_id,
         backend=backend.name,
         backend_info=backend.describe(),
-        moves_lips=moves_lips(backend) if lips_record is None else lips_record["redrawn"] > 0,
+        moves_lips=bool(lips_from) if lips_record is None else lips_record["redrawn"] > 0,
         frames=done,
         fps=spec.fps,
         width=spec.width,
@@ -402,6 +414,7 @@ def _render(inputs: StoryInputs, backend: Backend, spec: RenderSpec, out: Path, 
         lip_sync=dataclasses.asdict(lips) if lips is not None else None,
         lip_sync_reason=lips_reason,
         lips="backend" if lips_record is None else "musetalk",
+        lips_from="musetalk" if lips_record is not None else lips_from,
         musetalk=lips_record,
     )
     try:

@@ -43,7 +43,9 @@ class StoryTelemetry:
     (1.0 = real time). ``lip_sync``: the lip-sync score of the written mp4 against the story's
     viseme track (:class:`~newsmotion_engine.render.telemetry.LipSync` as a dict, measured after
     ``wall_s``), or ``None`` with ``lip_sync_reason``. ``lips``: whose lips the clip has,
-    ``"backend"`` (the backend's own, from the viseme track) or ``"musetalk"``, then ``musetalk``
+    ``"backend"`` (the backend's own) or ``"musetalk"``; ``lips_from``: what moved them,
+    ``"visemes"`` (the story's viseme track: warp), ``"speech audio"`` (an audio-driven backend heard
+    the story's speech: echomimic-v3), ``"musetalk"``, or ``None`` (they did not move). With MuseTalk, ``musetalk``
     says how: its weights (``"random weights"`` without a model folder), frames redrawn, the avatar
     sub-cache built or reused, timings and options (:func:`newsmotion_engine.story.lips.lip_sync_story`).
     """
@@ -75,6 +77,7 @@ class StoryTelemetry:
     lip_sync: dict[str, Any] | None = None
     lip_sync_reason: str | None = None
     lips: str = "backend"
+    lips_from: str | None = None
     musetalk: dict[str, Any] | None = None
     outcome: str = "rendered"
     schema_version: int = SCHEMA_VERSION
@@ -86,8 +89,10 @@ class StoryTelemetry:
 
     @property
     def lips_label(self) -> str:
-        """``"backend"``, or ``"musetalk (WEIGHTS)"``."""
-        return f"musetalk ({self.musetalk['weights']})" if self.lips == "musetalk" and self.musetalk else self.lips
+        """``"backend"``, ``"backend (from the speech audio)"`` or ``"musetalk (WEIGHTS)"``."""
+        if self.lips == "musetalk" and self.musetalk:
+            return f"musetalk ({self.musetalk['weights']})"
+        return f"{self.lips} (from the speech audio)" if self.lips_from == "speech audio" else self.lips
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -7,20 +7,26 @@ as the release's ``infer_flash.py`` computes them — the whole speech at -23 LU
 features interpolated to the video rate before its transformer, windows clamped at the ends) or
 ``windowed`` (the SimHash-able approximation). This module only shapes them for the model
 (:func:`audio_windows`), cuts a segment's frames (:func:`segment_windows`) and stands in zeros for
-a silent clip (the official unconditional pass's input).
+a silent clip (the official unconditional pass's input). A speech handed to the render as a
+:class:`~newsmotion_engine.speech.audio.SpeechTrack` (a story's) gets the same recipe through the
+speech tier's feature sub-cache keyed on its audio's digest (:func:`track_speech_audio`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from newsmotion_engine.errors import NewsmotionError
 
-__all__ = ["EchoMimicAudioError", "SpeechAudio", "audio_windows", "load_speech_audio", "segment_windows", "silent_audio"]
+if TYPE_CHECKING:
+    from newsmotion_engine.speech.audio import SpeechTrack
+
+__all__ = ["EchoMimicAudioError", "SpeechAudio", "audio_encoder", "audio_windows", "load_speech_audio", "segment_windows",
+           "silent_audio", "track_speech_audio"]
 
 
 class EchoMimicAudioError(NewsmotionError, ValueError):
@@ -73,25 +79,19 @@ def load_speech_audio(speech_root: str | Path, speech_id: str, *, fps: int, wind
     """The features of speech ``speech_id`` under ``speech_root`` at ``fps`` made by ``recipe``
     (``"official"`` or ``"windowed"``), with the speech's duration and a digest of the features.
     ``build``: have the speech tier's feature cache build them when missing or stale (what
-    ``prepare_guidance`` does); otherwise only read them. Without ``audio_model_path`` the encoder
-    is the flash models' ``chinese-wav2vec2-base`` as released (``released/chinese-wav2vec2-base/``:
-    no variance normalisation) with random weights.
+    ``prepare_guidance`` does); otherwise only read them. The encoder: :func:`audio_encoder`.
 
     Raises:
         CacheNotReadyError: (without ``build``) the features are missing, stale or damaged; the
             message says how to build them.
     """
-    import hashlib
-
     from newsmotion_engine.errors import CacheError, CacheNotReadyError
     from newsmotion_engine.speech.cache import load_speech_cache
-    from newsmotion_engine.render.backends.echomimic_v3.config import AUDIO_ENCODER_RELEASED
-    from newsmotion_engine.speech.features import AudioEncoder, ensure_features, feature_recipe, load_features
+    from newsmotion_engine.speech.features import ensure_features, feature_recipe, load_features
 
     speech = load_speech_cache(speech_root, speech_id)
     how = feature_recipe(recipe)
-    # The release reads every hidden layer on its own axis; a one-layer model (the tiny preset) their mean.
-    encoder = AudioEncoder.load(audio_model_path, layers="all" if layers > 1 else "mean", released=AUDIO_ENCODER_RELEASED)
+    encoder = audio_encoder(audio_model_path, layers)
     if build:
         feats = ensure_features(speech_root, speech_id, fps=fps, encoder=encoder, recipe=how)
     else:
@@ -103,4 +103,39 @@ def load_speech_audio(speech_root: str | Path, speech_id: str, *, fps: int, wind
                                      "run `newsmotion render ... -o speech=ID` or the backend's prepare_guidance "
                                      "(Dagster: backend_guidance_cache), which build them") from None  # fmt: skip
     a = audio_windows(feats.features, window=window, layers=layers, channels=channels, what=f"speech {speech_id!r} features")
-    return SpeechAudio(speech_id, a, float(speech.duration_s), hashlib.sha256(a.tobytes()).hexdigest()[:16])
+    return SpeechAudio(speech_id, a, float(speech.duration_s), _features_digest(a))
+
+
+def track_speech_audio(track: SpeechTrack, *, fps: int, window: int, layers: int, channels: int, encoder: Any,
+                       recipe: str = "official") -> SpeechAudio:  # fmt: skip
+    """The features of a speech track (a story's speech, handed to the render) at ``fps`` made by
+    ``recipe`` with ``encoder`` (:func:`audio_encoder`), through the speech tier's feature
+    sub-cache keyed on the track's digest (:func:`~newsmotion_engine.speech.features.ensure_clip_features`
+    under ``track.cache_root``: built once, then read); a track without a ``cache_root`` is encoded
+    and nothing is kept."""
+    from newsmotion_engine.speech.features import ensure_clip_features, feature_recipe
+
+    how = feature_recipe(recipe)
+    if track.cache_root is not None:
+        feats = ensure_clip_features(track.cache_root, track, fps=fps, encoder=encoder, recipe=how)
+    else:
+        feats = how.encode(track, fps, encoder=encoder, context=2, encoder_cache=None, verify=False)
+    a = audio_windows(feats.features, window=window, layers=layers, channels=channels, what=f"speech track {track.label!r} features")
+    return SpeechAudio(None, a, track.duration_s, _features_digest(a))
+
+
+def audio_encoder(audio_model_path: str | None, layers: int) -> Any:
+    """The speech features' wav2vec2 (:class:`~newsmotion_engine.speech.features.AudioEncoder`):
+    the folder ``audio_model_path``, else the flash models' ``chinese-wav2vec2-base`` as released
+    (``released/chinese-wav2vec2-base/``: no variance normalisation) with random weights."""
+    from newsmotion_engine.render.backends.echomimic_v3.config import AUDIO_ENCODER_RELEASED
+    from newsmotion_engine.speech.features import AudioEncoder
+
+    # The release reads every hidden layer on its own axis; a one-layer model (the tiny preset) their mean.
+    return AudioEncoder.load(audio_model_path, layers="all" if layers > 1 else "mean", released=AUDIO_ENCODER_RELEASED)
+
+
+def _features_digest(features: np.ndarray) -> str:
+    import hashlib
+
+    return hashlib.sha256(features.tobytes()).hexdigest()[:16]

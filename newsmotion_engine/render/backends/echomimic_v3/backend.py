@@ -1,9 +1,14 @@
 """The ``echomimic-v3`` backend: EchoMimicV3 flash-pro (audio-driven talking head on
 Wan2.1-Fun-1.3B-InP) on the :class:`~..wan.diffusers_backend.DiffusersBackend` base.
 
-A render performs a speech (the ``speech`` option: a speech id of the speech cache) with the
-persona's portrait, to the speech's length (:meth:`EchoMimicV3Backend.clip_frames`; without a
-speech, a silent clip of the loop's length). The loop's pose is not an input of this model.
+A render performs a speech with the persona's portrait: either the ``speech`` option (a speech id
+of the speech cache; the clip has the speech's length, :meth:`EchoMimicV3Backend.clip_frames`) or
+the speech track handed to the render (``frames(..., speech=track)``, ``hears_speech``: a story's
+assembled speech, exactly as long as the clip; its features are made by the same recipe and cached
+by the audio's digest). Both at once are refused (:class:`~.config.EchoMimicV3ConfigError`): which
+one to perform would be a guess. Without either, a silent clip of the loop's length (zero audio
+features). The loop's pose is not an input of this model. What drove the mouth is in
+``describe()["last_render"]["mouth"]``.
 
 Per clip: the model renders ``n = round(frames * 25 / fps)`` frames at its own size
 (:meth:`~.config.EchoMimicV3Options.model_size`) in segments (:func:`..wan.segments.plan_segments`,
@@ -26,10 +31,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from newsmotion_engine.render.base import BackendNeeds, InvalidSpecError, RenderSpec
+from newsmotion_engine.render.base import BackendNeeds, InvalidSpecError, RenderSpec, check_speech
 from newsmotion_engine.render.backends.echomimic_v3 import caches as C
-from newsmotion_engine.render.backends.echomimic_v3.audio import SpeechAudio, load_speech_audio, segment_windows, silent_audio
-from newsmotion_engine.render.backends.echomimic_v3.config import NAME, EchoMimicV3Options
+from newsmotion_engine.render.backends.echomimic_v3.audio import (
+    SpeechAudio,
+    audio_encoder,
+    load_speech_audio,
+    segment_windows,
+    silent_audio,
+    track_speech_audio,
+)
+from newsmotion_engine.render.backends.echomimic_v3.config import NAME, EchoMimicV3ConfigError, EchoMimicV3Options
 from newsmotion_engine.render.backends.wan import segments
 from newsmotion_engine.render.backends.wan.diffusers_backend import DiffusersBackend, DiffusersOOMError
 
@@ -51,9 +63,10 @@ class EchoMimicV3Backend(DiffusersBackend):
     warns_few_steps = False  # flash-pro is released for 8 steps
 
     name: ClassVar[str] = NAME
-    # It performs no viseme track (the ``visemes`` keyword is ignored): its mouth follows the
-    # ``speech`` option's audio features (describe()["lips"]).
+    # It performs no viseme track (the ``visemes`` keyword is ignored): its mouth follows audio
+    # features, of the ``speech`` option or of the speech track a render is handed.
     moves_lips: ClassVar[bool] = False
+    hears_speech: ClassVar[bool] = True
     needs: ClassVar[BackendNeeds] = BackendNeeds(guidance=frozenset({"keypoints"}),
                                                  persona=frozenset({"portrait", "person_mask", "first_condition", "image_tokens", "prompt_embeds"}))  # fmt: skip
     options_class: ClassVar[type] = EchoMimicV3Options
@@ -64,6 +77,9 @@ class EchoMimicV3Backend(DiffusersBackend):
         super().__init__(options)
         self._speech: SpeechAudio | None = None
         self._given_speech: SpeechAudio | None = None
+        # The speech track of the render in progress (frames(speech=)) and its features, or None.
+        self._heard: tuple[Any, SpeechAudio] | None = None
+        self._track_encoder: Any = None  # wav2vec2 for speech tracks, built on the first one (seconds on a CPU)
 
     def _load_components(self) -> Any:
         from newsmotion_engine.render.backends.echomimic_v3.components import load_render_components
@@ -72,6 +88,8 @@ class EchoMimicV3Backend(DiffusersBackend):
 
     def _released(self) -> None:
         self._speech = self._given_speech
+        self._heard = None
+        self._track_encoder = None
 
     def _settings(self) -> dict[str, Any]:
         o = self.options
@@ -80,7 +98,8 @@ class EchoMimicV3Backend(DiffusersBackend):
                 "speech": o.speech, "audio_features": o.audio_features, "speech_features": self._speech_digest(),
                 "max_side": o.max_side,
                 "accelerations": o.accel_summary(),
-                "lips": "driven by the speech's audio features" if o.speech else "silent clip (no speech option)"}  # fmt: skip
+                "lips": (f"driven by speech {o.speech!r}'s audio features" if o.speech else
+                         "driven by the speech track a render is handed (a story's speech); silent without one")}  # fmt: skip
 
     def _check_spec(self, spec: RenderSpec) -> None:
         super()._check_spec(spec)
@@ -108,8 +127,7 @@ class EchoMimicV3Backend(DiffusersBackend):
                 from newsmotion_engine.errors import BadInputError
 
                 raise BadInputError(o.speech, "echomimic-v3 option speech needs speech_root, the speech cache root (the CLI sets it)")
-            model_audio = o.audio_model_path or (str(Path(o.model_path) / "wav2vec2") if o.model_path and (Path(o.model_path) / "wav2vec2").is_dir() else None)
-            self._speech = load_speech_audio(o.speech_root, o.speech, fps=o.model_fps, audio_model_path=model_audio,
+            self._speech = load_speech_audio(o.speech_root, o.speech, fps=o.model_fps, audio_model_path=self._audio_model_path(),
                                              recipe=o.audio_features, build=build, **self._audio_shape())  # fmt: skip
         return self._speech
 
@@ -131,6 +149,56 @@ class EchoMimicV3Backend(DiffusersBackend):
         except (CacheNotReadyError, CacheError) as exc:  # the features, or the speech cache itself
             return f"not ready: {exc}"
         return speech.digest if speech is not None else None
+
+    def frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec, *, visemes: Any = None,
+               speech: Any = None) -> Iterator[np.ndarray]:  # fmt: skip
+        """As the base class' ``frames``; ``speech`` (a
+        :class:`~newsmotion_engine.speech.audio.SpeechTrack` of exactly ``len(keypoints) / spec.fps``
+        seconds) is performed: its features are computed (or read from their cache) here, before
+        any frame, and the clip has ``len(keypoints)`` frames.
+
+        Raises:
+            EchoMimicV3ConfigError: a speech track while the ``speech`` option (or
+                :meth:`use_speech_audio`) already names one.
+            SpeechMismatchError: a track of another duration than the clip.
+        """
+        self.load()
+        self._heard = None if speech is None else (speech, self._hear(speech, len(keypoints), spec))
+        return super().frames(guidance, persona, keypoints, spec, visemes=visemes)
+
+    def _hear(self, track: Any, frames: int, spec: RenderSpec) -> SpeechAudio:
+        o = self.options
+        if o.speech is not None or self._given_speech is not None:
+            given = f"option speech={o.speech!r}" if o.speech is not None else "the features given by use_speech_audio"
+            raise EchoMimicV3ConfigError(
+                f"{NAME}: {given} and the speech track {track.label!r} handed to the render are two speeches for one "
+                "clip; a story brings its own speech: drop -o speech (or render the speech option alone with `newsmotion render`)"
+            )
+        check_speech(track, frames, spec.fps)
+        shape = self._audio_shape()
+        if self._track_encoder is None:
+            self._track_encoder = audio_encoder(self._audio_model_path(), shape["layers"])
+        return track_speech_audio(track, fps=o.model_fps, encoder=self._track_encoder, recipe=o.audio_features, **shape)
+
+    def _audio_model_path(self) -> str | None:
+        """The wav2vec2 folder: the option, else the model folder's ``wav2vec2/``, else None (random weights)."""
+        o = self.options
+        if o.audio_model_path:
+            return o.audio_model_path
+        return str(Path(o.model_path) / "wav2vec2") if o.model_path and (Path(o.model_path) / "wav2vec2").is_dir() else None
+
+    def _mouth(self, speech: SpeechAudio) -> dict[str, Any]:
+        """What drives this render's mouth, for its record."""
+        o = self.options
+        if self._heard is not None:
+            track = self._heard[0]
+            return {"driven_by": "speech track", "label": track.label, "audio_digest": track.digest[:16],
+                    "duration_s": round(track.duration_s, 3), "features": speech.digest, "recipe": o.audio_features}  # fmt: skip
+        if speech.digest is None:
+            return {"driven_by": "silence (zero audio features)"}
+        if self._given_speech is not None:
+            return {"driven_by": "given features (use_speech_audio)", "features": speech.digest}
+        return {"driven_by": "speech option", "speech": o.speech, "features": speech.digest, "recipe": o.audio_features}
 
     def clip_frames(self, guidance: Any, spec: RenderSpec) -> int:
         """How many frames the clip has at ``spec.fps``: the speech's length, or the loop's without a speech."""
@@ -183,11 +251,11 @@ class EchoMimicV3Backend(DiffusersBackend):
         import cv2
 
         o = self.options
-        out_frames = self.clip_frames(guidance, spec)
+        out_frames = len(keypoints) if self._heard is not None else self.clip_frames(guidance, spec)
         n = max(1, round(out_frames * o.model_fps / spec.fps))
         index = retime_indices(out_frames, n, o.model_fps, spec.fps)
         pa = self.load_persona(persona, spec)  # raises BackendCacheError before any denoising
-        speech = self.speech_audio() or silent_audio(n, **self._audio_shape())
+        speech = (self._heard[1] if self._heard is not None else self.speech_audio()) or silent_audio(n, **self._audio_shape())
         model = self._segment_frames(pa, speech, n, spec)
         current, frame = -1, None
         for k in index:
@@ -215,7 +283,7 @@ class EchoMimicV3Backend(DiffusersBackend):
         held: torch.Tensor | None = None  # the previous segment's last `ov` frames, [ov, H, W, 3] in [0, 1]
         emitted, stats = 0, {"segments": plan.segments, "segment_frames": plan.segment_frames, "overlap_frames": ov,
                              "model_frames": n, "model_size": list(o.model_size(spec.width, spec.height)),
-                             "audio": speech.digest or "silence", "denoise_s": 0.0, "decode_s": 0.0,
+                             "audio": speech.digest or "silence", "mouth": self._mouth(speech), "denoise_s": 0.0, "decode_s": 0.0,
                              "teacache_skipped": 0}  # fmt: skip
         self.last_render = stats
         for k in range(plan.segments):

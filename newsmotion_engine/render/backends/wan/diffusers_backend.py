@@ -82,6 +82,8 @@ class DiffusersBackend:
     driven_by_clip: ClassVar[bool] = False
     # Pose-driven models: a viseme track is accepted and ignored (an audio-driven subclass says True).
     moves_lips: ClassVar[bool] = False
+    # Nor is a speech track heard (the audio-driven subclass, echomimic-v3, says True).
+    hears_speech: ClassVar[bool] = False
     # Whether few sampling steps without a distillation LoRA is a mistake worth a warning (the Wan
     # models' lightx2v-style LoRAs); a model released for few steps, or one no Wan LoRA fits, says no.
     warns_few_steps: ClassVar[bool] = True
@@ -327,10 +329,11 @@ class DiffusersBackend:
 
     # ------------------------------------------------------------------ render
     def frames(
-        self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec, *, visemes: Any = None
+        self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec, *, visemes: Any = None, speech: Any = None
     ) -> Iterator[np.ndarray]:
         """Yield the clip's frames (uint8 RGB ``[H, W, 3]``), one segment decoded at a time.
-        ``visemes`` is ignored unless the subclass ``moves_lips`` (see :class:`~newsmotion_engine.render.base.Backend`).
+        ``visemes`` and ``speech`` are ignored here (see :class:`~newsmotion_engine.render.base.Backend`):
+        the audio-driven subclass reads ``speech`` in its own ``frames``.
 
         Raises:
             BackendCacheError: a sub-cache is missing, stale, or at another size (call

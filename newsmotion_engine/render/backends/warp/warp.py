@@ -201,6 +201,7 @@ class WarpBackend:
 
     name = "warp"
     moves_lips = True
+    hears_speech = False  # its mouth follows the viseme track; a speech track is accepted and ignored
     needs = BackendNeeds(
         guidance=frozenset({"keypoints"}),
         persona=frozenset({"portrait", "person_mask", "face_mask", "landmarks"}),
@@ -536,12 +537,13 @@ class WarpBackend:
         return out
 
     def frames(
-        self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec, *, visemes: Any = None
+        self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec, *, visemes: Any = None, speech: Any = None
     ) -> Iterator[np.ndarray]:
         """Yield ``len(keypoints)`` uint8 RGB ``[spec.height, spec.width, 3]`` frames.
 
         ``keypoints``: the retargeted pose ``[T, 133, 3]`` normalized to the persona's canvas.
-        ``visemes``: a viseme track of ``T`` frames, or ``None`` for a silent clip.
+        ``visemes``: a viseme track of ``T`` frames, or ``None`` for a silent clip. ``speech``
+        (the audio itself) is ignored: the lips follow ``visemes``.
         """
         if not self._loaded:
             self.load()
