@@ -25,11 +25,12 @@ def render_cmd(
     height: Annotated[int, typer.Option(help="Output height (even).")] = 1280,
     force: Annotated[bool, typer.Option("--force", help="Render even when the clip is current (same inputs).")] = False,
     lip_sync: Annotated[bool, typer.Option("--lip-sync/--no-lip-sync", help="Score the clip's lip sync (needs mediapipe).")] = True,
-    lips: Annotated[str, typer.Option("--lips", help="backend | musetalk: the backend's own (from the speech's visemes) or MuseTalk 1.5's drawn over the backend's silent frames (docs/musetalk.md).")] = "backend",
+    lips: Annotated[str, typer.Option("--lips", help="backend | musetalk: the backend's own (from the speech's visemes; echomimic-v3: from its audio) or MuseTalk 1.5's drawn over the backend's silent frames (docs/musetalk.md).")] = "backend",
     lips_option: Annotated[Optional[list[str]], typer.Option("--lips-option", help="MuseTalk option KEY=VALUE (as `newsmotion lips -o`): model_path, preset, device, dtype, batch_size, extra_margin, seed.")] = None,
 ) -> None:
     """Render a story: the speech (built from the story's text or audio when needed), the gesture
-    loops chained with blended joins, lips from the speech, the audio muxed as AAC.
+    loops chained with blended joins, lips from the speech (its visemes, or its audio for an
+    audio-driven backend: echomimic-v3), the audio muxed as AAC.
 
     Missing or stale persona, loop and speech caches are built first, each as a visible step; a
     story whose inputs did not change is not rendered again. With `--lips musetalk` the backend

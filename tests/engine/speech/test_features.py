@@ -284,3 +284,25 @@ def test_each_recipe_has_its_own_sub_cache_and_a_recipe_change_invalidates_it(st
     assert F.feature_recipe("windowed") == WINDOWED
     with pytest.raises(ValueError, match="official, windowed"):
         F.feature_recipe("fast")
+
+
+def test_audio_that_is_no_speech_cache_gets_its_features_cached_by_its_digest(storage, encoder, monkeypatch):
+    """A story's assembled speech (a SpeechTrack): the official recipe's features under
+    speech/clips/{digest}/, read back while the audio is the same; other audio, another folder."""
+    from newsmotion_engine.speech.audio import SpeechTrack
+    from newsmotion_engine.speech.features import clip_features_dir, ensure_clip_features
+    from newsmotion_engine.speech.sources import list_speech_ids
+
+    track = SpeechTrack(_babble(0.6), label="story evening")
+    built = ensure_clip_features(storage, track, fps=25, encoder=encoder)
+    target = clip_features_dir(storage, track, 25)
+    assert target.parent.parent == storage.speech_root / "clips" and target.parent.name == track.digest[:32]
+    assert built.features.shape == (frame_count(0.6, 25), 5, encoder.hidden_size) and built.stats["recipe"] == "official"
+    meta = json.loads((target / "metadata.json").read_text())
+    assert meta["source"] == {"kind": "audio", "digest": track.digest}
+    assert list_speech_ids(storage) == []  # clips/ is no speech
+
+    monkeypatch.setattr(encoder, "encode_at_frames", lambda *a: (_ for _ in ()).throw(AssertionError("cache must be read")))
+    again = ensure_clip_features(storage, SpeechTrack(_babble(0.6), label="the same audio again"), fps=25, encoder=encoder)
+    np.testing.assert_array_equal(again.features, built.features)
+    assert clip_features_dir(storage, SpeechTrack(_babble(0.6, seed=1), label="other"), 25) != target
