@@ -72,6 +72,7 @@ __all__ = [
     "BackendOptions",
     "InvalidSpecError",
     "RenderSpec",
+    "SpeechConflictError",
     "SpeechMismatchError",
     "UnknownBackendError",
     "VisemeMismatchError",
@@ -82,6 +83,7 @@ __all__ = [
     "hears_speech",
     "moves_lips",
     "own_clip_frames",
+    "refuse_second_speech",
     "register_backend",
     "validate_options",
 ]
@@ -141,6 +143,28 @@ def check_speech(speech: SpeechTrack | None, frames: int, fps: int, *, what: str
             f"speech track {speech.label!r} has {len(speech.samples)} samples ({speech.duration_s:.3f} s) for a "
             f"{frames}-frame {what} at {fps} fps ({expected} samples): give exactly the clip's duration of audio "
             "(pad with silence or cut it to the clip)"
+        )
+
+
+class SpeechConflictError(BackendOptionError):
+    """A speech track handed to a backend that performs a speech of its own (an option)."""
+
+
+def refuse_second_speech(backend: Any, heard: str) -> None:
+    """Refuse handing ``heard`` (what the render would perform, e.g. ``"the story's speech"``) to a
+    backend that already performs a speech of its own: its ``own_speech()`` method says which
+    (echomimic-v3: its ``speech`` option), or None; a backend without the method has none.
+
+    Raises:
+        SpeechConflictError: naming both speeches and how to fix it.
+    """
+    method = getattr(backend, "own_speech", None)
+    own = method() if callable(method) else None
+    if own is not None:
+        raise SpeechConflictError(
+            f"backend {backend.name!r} performs {own} and would be handed {heard}: two speeches for one clip; "
+            "drop the backend's speech option (-o speech=...) to perform the render's, or render that speech alone "
+            "with `newsmotion render ... -o speech=ID`"
         )
 
 

@@ -43,7 +43,7 @@ from newsmotion_engine.guidance.cache import GuidanceCache, check_loop_exists, e
 from newsmotion_engine.guidance.choreography import author_idle
 from newsmotion_engine.ids import validate_id
 from newsmotion_engine.persona.cache import PersonaCache
-from newsmotion_engine.render.base import Backend, RenderSpec, hears_speech, moves_lips
+from newsmotion_engine.render.base import Backend, RenderSpec, hears_speech, moves_lips, refuse_second_speech
 from newsmotion_engine.render.clip import retargeted_keypoints
 from newsmotion_engine.render.lipsync import OFF_REASON, measure_lip_sync
 from newsmotion_engine.render.musetalk.config import MuseTalkOptions
@@ -123,16 +123,20 @@ def stored_story(storage: Storage, story_id: str, persona_id: str | None = None)
 def check_story_backend(backend: Backend) -> None:
     """Refuse a backend that renders loops from per-loop sub-caches (the Wan models' pose latents,
     driving clips, ...): a story's timeline is no cached loop, so it follows keypoints alone (warp)
-    or needs no loop at all (echomimic-v3, which hears the story's speech).
+    or needs no loop at all (echomimic-v3, which hears the story's speech). A backend that hears
+    speech must not be set to perform a speech of its own (echomimic-v3's ``-o speech``).
 
     Raises:
         NewsmotionError: naming the backend and what it needs.
+        SpeechConflictError: the backend would perform its own speech instead of the story's.
     """
     extra = sorted(set(getattr(getattr(backend, "needs", None), "guidance", frozenset())) - {"keypoints"})
     if extra:
         raise NewsmotionError(f"backend {backend.name!r} cannot render a story: it renders cached loops "
                               f"({', '.join(extra)} per loop), a story is a new timeline of keypoints; use a "
                               "backend that needs keypoints alone (warp, echomimic-v3)")  # fmt: skip
+    if hears_speech(backend):
+        refuse_second_speech(backend, "the story's speech")
 
 
 def check_story(storage: Storage, story: Story) -> None:

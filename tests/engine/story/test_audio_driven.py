@@ -20,7 +20,8 @@ pytest.importorskip("diffusers")
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 from newsmotion_engine.render import RenderSpec, get_backend  # noqa: E402
-from newsmotion_engine.render.backends.echomimic_v3.config import EchoMimicV3ConfigError  # noqa: E402
+from newsmotion_engine.render.base import SpeechConflictError  # noqa: E402
+from newsmotion_engine.speech.audio import SpeechTrack  # noqa: E402
 from newsmotion_engine.story.format import parse_story  # noqa: E402
 from newsmotion_engine.story.render import StoryInputs, check_story_backend, render_story  # noqa: E402
 from newsmotion_engine.story.speech import assemble_speech  # noqa: E402
@@ -101,6 +102,11 @@ def test_a_story_renders_with_echomimic_v3_hearing_its_speech(storage, short_sto
 def test_the_speech_option_and_a_story_speech_at_once_are_refused(storage, short_story, tmp_path):
     out = tmp_path / "both.mp4"
     backend = _echomimic(speech="hello", speech_root=str(storage.speech_root))
-    with pytest.raises(EchoMimicV3ConfigError, match=r"option speech='hello' and the speech track 'story short'.*drop -o speech"):
+    conflict = r"'echomimic-v3' performs speech 'hello' \(its speech option\) and would be handed {}: two speeches.*-o speech"
+    with pytest.raises(SpeechConflictError, match=conflict.format("the story's speech")):
         render_story(storage, short_story.story, backend, SPEC, inputs=short_story, out_path=out, lip_sync=False)
-    assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
+    assert list(tmp_path.iterdir()) == []
+    # Called directly, the backend refuses too, before any frame.
+    track = SpeechTrack(short_story.speech.audio, label="story short")
+    with pytest.raises(SpeechConflictError, match=conflict.format("the speech track 'story short'")):
+        backend.frames(None, short_story.persona, np.zeros((21, 133, 3), np.float32), SPEC, speech=track)

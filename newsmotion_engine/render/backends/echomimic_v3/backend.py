@@ -5,7 +5,7 @@ A render performs a speech with the persona's portrait: either the ``speech`` op
 of the speech cache; the clip has the speech's length, :meth:`EchoMimicV3Backend.clip_frames`) or
 the speech track handed to the render (``frames(..., speech=track)``, ``hears_speech``: a story's
 assembled speech, exactly as long as the clip; its features are made by the same recipe and cached
-by the audio's digest). Both at once are refused (:class:`~.config.EchoMimicV3ConfigError`): which
+by the audio's digest). Both at once are refused (``render.base.SpeechConflictError``): which
 one to perform would be a guess. Without either, a silent clip of the loop's length (zero audio
 features). The loop's pose is not an input of this model. What drove the mouth is in
 ``describe()["last_render"]["mouth"]``.
@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from newsmotion_engine.render.base import BackendNeeds, InvalidSpecError, RenderSpec, check_speech
+from newsmotion_engine.render.base import BackendNeeds, InvalidSpecError, RenderSpec, check_speech, refuse_second_speech
 from newsmotion_engine.render.backends.echomimic_v3 import caches as C
 from newsmotion_engine.render.backends.echomimic_v3.audio import (
     SpeechAudio,
@@ -41,7 +41,7 @@ from newsmotion_engine.render.backends.echomimic_v3.audio import (
     silent_audio,
     track_speech_audio,
 )
-from newsmotion_engine.render.backends.echomimic_v3.config import NAME, EchoMimicV3ConfigError, EchoMimicV3Options
+from newsmotion_engine.render.backends.echomimic_v3.config import NAME, EchoMimicV3Options
 from newsmotion_engine.render.backends.wan import segments
 from newsmotion_engine.render.backends.wan.diffusers_backend import DiffusersBackend, DiffusersOOMError
 
@@ -158,23 +158,27 @@ class EchoMimicV3Backend(DiffusersBackend):
         any frame, and the clip has ``len(keypoints)`` frames.
 
         Raises:
-            EchoMimicV3ConfigError: a speech track while the ``speech`` option (or
-                :meth:`use_speech_audio`) already names one.
+            SpeechConflictError: a speech track while the ``speech`` option (or
+                :meth:`use_speech_audio`) already names one (:meth:`own_speech`).
             SpeechMismatchError: a track of another duration than the clip.
         """
+        if speech is not None:  # refused before the model loads
+            refuse_second_speech(self, f"the speech track {speech.label!r}")
+            check_speech(speech, len(keypoints), spec.fps)
         self.load()
-        self._heard = None if speech is None else (speech, self._hear(speech, len(keypoints), spec))
+        self._heard = None if speech is None else (speech, self._features_of(speech))
         return super().frames(guidance, persona, keypoints, spec, visemes=visemes)
 
-    def _hear(self, track: Any, frames: int, spec: RenderSpec) -> SpeechAudio:
+    def own_speech(self) -> str | None:
+        """The speech this backend performs whatever a render hands it (the ``speech`` option, or
+        features given by :meth:`use_speech_audio`), or None (see ``render.base.refuse_second_speech``)."""
+        if self.options.speech is not None:
+            return f"speech {self.options.speech!r} (its speech option)"
+        return "features given by use_speech_audio" if self._given_speech is not None else None
+
+    def _features_of(self, track: Any) -> SpeechAudio:
+        """A speech track's features for this model (the configured recipe; cached by the audio's digest)."""
         o = self.options
-        if o.speech is not None or self._given_speech is not None:
-            given = f"option speech={o.speech!r}" if o.speech is not None else "the features given by use_speech_audio"
-            raise EchoMimicV3ConfigError(
-                f"{NAME}: {given} and the speech track {track.label!r} handed to the render are two speeches for one "
-                "clip; a story brings its own speech: drop -o speech (or render the speech option alone with `newsmotion render`)"
-            )
-        check_speech(track, frames, spec.fps)
         shape = self._audio_shape()
         if self._track_encoder is None:
             self._track_encoder = audio_encoder(self._audio_model_path(), shape["layers"])
