@@ -96,6 +96,8 @@ class EchoMimicV3Backend(DiffusersBackend):
         return {"steps": o.num_steps, "audio_guidance_scale": o.guidance, "batch_cfg": o.batch_cfg, "prompt": o.prompt,
                 "segment_frames": o.segment_length, "overlap_frames": o.overlap, "model_fps": o.model_fps,
                 "speech": o.speech, "audio_features": o.audio_features, "speech_features": self._speech_digest(),
+                # A speech track's features are made at render time: the encoder is part of what the frames depend on.
+                "audio_encoder": self._audio_model_path() or "chinese-wav2vec2-base, random weights",
                 "max_side": o.max_side,
                 "accelerations": o.accel_summary(),
                 "lips": (f"driven by speech {o.speech!r}'s audio features" if o.speech else
