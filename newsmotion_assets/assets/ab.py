@@ -35,7 +35,7 @@ class ABComparisonConfig(dg.Config):
     b_backend: str = "wan-animate-2"
     b_options: dict[str, Any] = {}
     force: bool = False
-    concurrency: str = DEFAULT_AB_CONCURRENCY  # one of CONCURRENCY_MODES (run_ab refuses others)
+    concurrency: str = DEFAULT_AB_CONCURRENCY  # "auto" (choose_concurrency) or one of CONCURRENCY_MODES
 
 
 @dg.asset(

@@ -21,7 +21,7 @@ also a CUDA context per process); serial needs the larger of the two. Whether tw
 anything from sharing one GPU depends on how much of it each fills: ``python -m
 benchmarks.ab_concurrency`` measures the two light models of the reference design, and
 ``python -m benchmarks.animate2 --part multistream`` two 1.3B sides at 720x1280. The default,
-:data:`DEFAULT_AB_CONCURRENCY`, follows those measurements.
+:data:`DEFAULT_AB_CONCURRENCY` ``"auto"``, follows those measurements (:func:`choose_concurrency`).
 
 Whatever the mode, the clips, their telemetry and ``comparison.json`` are the same, except for
 the record of how it ran (``comparison.json``'s ``concurrency``: mode, whole wall, rendering wall
@@ -64,14 +64,33 @@ from newsmotion_engine.storage import Storage
 from newsmotion_engine.video.compare import VideoComparison, compare_videos
 
 __all__ = ["CONCURRENCY_MODES", "DEFAULT_AB_CONCURRENCY", "ABResult", "ABSide", "SideWork", "SidesRun", "SidesTiming",
-           "run_ab", "run_sides"]  # fmt: skip
+           "choose_concurrency", "run_ab", "run_sides"]  # fmt: skip
 
 COMPARISON_NAME = "comparison.json"
 CONCURRENCY_MODES = ("serial", "streams", "processes")
-# The fastest of the three for the reference design's two light models on an H100 (rendering
-# wall 8.38 s vs 8.93 s serial, 9.22 s two processes; benchmarks/results/ab_concurrency_h100.json),
-# at the cost of both models resident: sides that each fill the GPU gain nothing and should run serial.
-DEFAULT_AB_CONCURRENCY = "streams"
+# "auto" picks per pair (choose_concurrency): what the GPU measurements found fastest.
+DEFAULT_AB_CONCURRENCY = "auto"
+# Sides measured light enough to share a GPU: echomimic-v3 (1.3B, one preset) and the Wan
+# backends' small presets; warp runs on the CPU.
+_LIGHT_BACKENDS = frozenset({"warp", "echomimic-v3"})
+_LIGHT_PRESETS = frozenset({"tiny", "1.3b"})
+
+
+def choose_concurrency(a: "ABSide", b: "ABSide") -> str:
+    """``"auto"``'s choice for a pair: two streams when both sides are light (echomimic-v3, warp,
+    or a ``tiny`` / ``1.3b`` preset without a model folder), serial otherwise.
+
+    Measured: two light models on an H100 render 1.065x faster on two streams than serial (8.38 s
+    vs 8.93 s; two processes 0.97x; ``benchmarks/results/ab_concurrency_h100.json``). Two sides that
+    each fill the GPU gain nothing (1.00x; ``wan_animate_2_multistream_h200.json``) and would hold
+    both models at once, which two 14B models do not fit on an 80 GB card."""
+
+    def light(side: ABSide) -> bool:
+        if side.backend in _LIGHT_BACKENDS:
+            return True
+        return not side.options.get("model_path") and str(side.options.get("preset", "")).lower() in _LIGHT_PRESETS
+
+    return "streams" if light(a) and light(b) else "serial"
 
 
 @dataclass(frozen=True)
@@ -396,7 +415,8 @@ def run_ab(storage: Storage, persona_id: str, loop_id: str, a: ABSide, b: ABSide
            concurrency: str = DEFAULT_AB_CONCURRENCY, fidelity: FidelityConfig = FidelityConfig(),
            log: Callable[[str], None] = lambda _msg: None) -> ABResult:  # fmt: skip
     """Render both sides (``concurrency``: ``"serial"``, ``"streams"`` or ``"processes"``, see
-    the module docstring), compare, write ``comparison.json`` (atomically).
+    the module docstring, or ``"auto"``: :func:`choose_concurrency`'s pick for the pair), compare,
+    write ``comparison.json`` (atomically).
 
     Bad labels, an unknown mode, either side's backend options and unknown ids raise before
     anything is loaded or written; a side failing later raises its error (module docstring).
@@ -405,8 +425,11 @@ def run_ab(storage: Storage, persona_id: str, loop_id: str, a: ABSide, b: ABSide
     out_dir = storage.ab_dir(persona_id, loop_id)
     if a.label == b.label:
         raise BadInputError(Path(out_dir), f"both A/B sides are labelled {a.label!r}; give two labels")
+    if concurrency == "auto":
+        concurrency = choose_concurrency(a, b)
+        log(f"concurrency auto -> {concurrency}")
     if concurrency not in CONCURRENCY_MODES:
-        raise BadInputError(Path(out_dir), f"A/B concurrency {concurrency!r}: use one of {', '.join(CONCURRENCY_MODES)}")
+        raise BadInputError(Path(out_dir), f"A/B concurrency {concurrency!r}: use auto or one of {', '.join(CONCURRENCY_MODES)}")
     works = [_RenderSide(s, storage, persona_id, loop_id, spec, out_dir / f"{s.label}.mp4", force, fidelity) for s in (a, b)]
     for work in works:
         work.backend()  # both sides' options validated before any load

@@ -14,7 +14,7 @@ from skimage import data
 from newsmotion_engine.errors import BadInputError, NewsmotionError
 from newsmotion_engine.persona.sources import install_source
 from newsmotion_engine.render import RenderSpec
-from newsmotion_engine.render.ab import CONCURRENCY_MODES, ABSide, run_ab, run_sides
+from newsmotion_engine.render.ab import CONCURRENCY_MODES, ABSide, choose_concurrency, run_ab, run_sides
 from newsmotion_engine.render.fidelity import FidelityConfig
 from newsmotion_engine.render.job import ensure_render_inputs
 from newsmotion_engine.render.telemetry import RenderTelemetry
@@ -89,7 +89,7 @@ def test_a_failing_side_fails_the_ab_with_its_error_and_no_comparison(anchor):
 
 def test_bad_requests_are_refused_before_anything_runs(anchor):
     out = anchor.ab_dir("anchor", "nod")
-    with pytest.raises(BadInputError, match="concurrency 'threads': use one of serial, streams, processes"):
+    with pytest.raises(BadInputError, match="concurrency 'threads': use auto or one of serial, streams, processes"):
         ab(anchor, "threads")
     with pytest.raises(NewsmotionError, match="margin"):
         run_ab(anchor, "anchor", "nod", A, ABSide("b", "warp", {"margin": -1}), SPEC, concurrency="processes")
@@ -149,3 +149,21 @@ def test_streams_render_each_side_on_its_own_cuda_stream():
     run = run_sides([StreamSide("a"), StreamSide("b")], "streams")
     default = torch.cuda.default_stream().cuda_stream
     assert len({run.results["a"], run.results["b"], default}) == 3
+
+
+def test_auto_shares_the_gpu_only_between_light_sides():
+    """Two light models measured 1.065x on two streams; two that each fill the GPU gain nothing and
+    would hold both models at once (two 14B models do not fit an 80 GB card): serial."""
+    echo = ABSide("echo", "echomimic-v3", {"speech": "intro"})
+    small = ABSide("small", "wan-animate-2", {"preset": "1.3b"})
+    assert choose_concurrency(echo, small) == "streams"
+    assert choose_concurrency(A, B) == "streams"  # warp runs on the CPU
+    assert choose_concurrency(ABSide("v1", "wan-animate"), ABSide("v2", "wan-animate-2")) == "serial"  # the released 14B models
+    assert choose_concurrency(echo, ABSide("big", "wan-animate-2", {"preset": "1.3b", "model_path": "/models/x"})) == "serial"
+    assert choose_concurrency(echo, ABSide("m", "mimicmotion")) == "serial"  # not measured: the safe choice
+
+
+def test_auto_records_the_mode_it_chose(anchor):
+    result = run_ab(anchor, "anchor", "nod", A, B, SPEC, concurrency="auto", fidelity=NO_FIDELITY, force=True)
+    assert result.timing.mode == "streams"
+    assert json.loads(result.path.read_text())["concurrency"]["mode"] == "streams"
