@@ -43,7 +43,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -59,6 +58,7 @@ from newsmotion_engine.render.job import (
     render_persona_loop,
     storage_backend_options,
 )
+from newsmotion_engine.render.read_ahead import on_stream
 from newsmotion_engine.render.telemetry import RenderTelemetry
 from newsmotion_engine.storage import Storage
 from newsmotion_engine.video.compare import VideoComparison, compare_videos
@@ -81,7 +81,8 @@ def choose_concurrency(a: "ABSide", b: "ABSide") -> str:
     or a ``tiny`` / ``1.3b`` preset without a model folder), serial otherwise.
 
     Measured: two light models on an H100 render 1.065x faster on two streams than serial (8.38 s
-    vs 8.93 s; two processes 0.97x; ``benchmarks/results/ab_concurrency_h100.json``). Two sides that
+    vs 8.93 s; two processes 0.97x; ``benchmarks/results/ab_concurrency_h100.json``; that run's
+    GPU work still shared the default stream, see docs/ab.md). Two sides that
     each fill the GPU gain nothing (1.00x; ``wan_animate_2_multistream_h200.json``) and would hold
     both models at once, which two 14B models do not fit on an 80 GB card."""
 
@@ -184,7 +185,7 @@ def _timed_run(work: SideWork, backend: Backend, timing: dict[str, dict[str, flo
     t0 = time.perf_counter()
     try:
         stream = _side_stream(backend)
-        with _on_stream(stream):
+        with on_stream(stream):  # read-ahead's worker carries it over
             result = work.run(backend)
             if stream is not None:
                 stream.synchronize()  # its queued work belongs to this side's time
@@ -203,14 +204,6 @@ def _side_stream(backend: Backend) -> Any:
 
     torch.cuda.synchronize(device)
     return torch.cuda.Stream(device)
-
-
-def _on_stream(stream: Any) -> Any:
-    if stream is None:
-        return nullcontext()
-    import torch
-
-    return torch.cuda.stream(stream)
 
 
 def _timing(mode: str, t0: float, sides: dict[str, dict[str, float]], render_wall_s: float) -> SidesTiming:

@@ -11,14 +11,19 @@ The queue holds at most ``limit`` items (a segment's frames plus what the consum
 closing the consumer stops the worker after the item it is making (GPU work cannot be interrupted
 mid-call) and closes the source; an exception in the source is raised in the consumer's thread.
 
-Thread-local state does not travel: the source sets its own ``torch.no_grad()`` (the Wan backends
-do), and CUDA-graph trees, recorded per thread, are not used with it (the backends keep a render
-in the caller's thread when compile records CUDA graphs).
+Thread-local state does not travel by itself: the source sets its own ``torch.no_grad()`` (the Wan
+backends do), and CUDA-graph trees, recorded per thread, are not used with it (the backends keep a
+render in the caller's thread when compile records CUDA graphs). The current CUDA stream is
+carried over: the worker runs on the stream that was current where ``read_ahead`` was called, so a
+render on its own stream (an A/B side, ``render/ab.py``) keeps its GPU work there instead of the
+default stream, which would serialize it with every other stream.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,10 +42,28 @@ class _End:
     error: BaseException | None = None
 
 
+def current_cuda_stream() -> object | None:
+    """The calling thread's current CUDA stream, or None where torch is not imported or CUDA not
+    initialized (nothing to carry: no import here, so CPU-only callers never load torch)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda.current_stream()
+
+
+def on_stream(stream: object | None) -> contextlib.AbstractContextManager:
+    """``torch.cuda.stream(stream)``, or nothing for None."""
+    if stream is None:
+        return contextlib.nullcontext()
+    return sys.modules["torch"].cuda.stream(stream)
+
+
 def read_ahead(source: Iterator[T], limit: int, *, name: str = "read-ahead") -> Iterator[T]:
-    """Yield ``source``'s items, produced on a worker thread up to ``limit`` ahead."""
+    """Yield ``source``'s items, produced on a worker thread up to ``limit`` ahead (on the CUDA
+    stream current here, see the module docstring)."""
     if limit < 1:
         raise ValueError(f"read_ahead limit {limit}: use 1 or more")
+    stream = current_cuda_stream()
     items: queue.Queue = queue.Queue(maxsize=limit)
     stop = threading.Event()
 
@@ -55,9 +78,10 @@ def read_ahead(source: Iterator[T], limit: int, *, name: str = "read-ahead") -> 
 
     def work() -> None:
         try:
-            for item in source:
-                if not put(item):
-                    return
+            with on_stream(stream):
+                for item in source:
+                    if not put(item):
+                        return
             put(_End())
         except BaseException as exc:  # everything reaches the consumer, which re-raises it
             put(_End(exc))

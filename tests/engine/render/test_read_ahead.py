@@ -58,3 +58,32 @@ def test_closing_stops_the_worker_and_closes_the_source():
 def test_limit_must_be_positive():
     with pytest.raises(ValueError):
         next(read_ahead(iter([1]), 0))
+
+
+def test_the_worker_runs_on_the_callers_cuda_stream(monkeypatch):
+    """A render on its own CUDA stream (an A/B side) keeps its GPU work there: the stream current
+    where read_ahead is called is entered by the worker thread (stand-ins: no GPU here)."""
+    import contextlib
+
+    from newsmotion_engine.render import read_ahead as module
+
+    entered = []
+
+    @contextlib.contextmanager
+    def on_stream(stream):
+        entered.append((stream, threading.current_thread().name))
+        yield
+
+    monkeypatch.setattr(module, "current_cuda_stream", lambda: "side-b-stream")
+    monkeypatch.setattr(module, "on_stream", on_stream)
+    assert list(read_ahead(iter(range(3)), 2, name="side-b")) == [0, 1, 2]
+    assert entered == [("side-b-stream", "side-b")]
+
+
+def test_without_torch_imported_there_is_no_stream_to_carry(monkeypatch):
+    import sys
+
+    from newsmotion_engine.render.read_ahead import current_cuda_stream
+
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert current_cuda_stream() is None
