@@ -69,7 +69,9 @@ class RendererResource(dg.ConfigurableResource):
     """Which backend renders, with what settings, at what output size, and where.
 
     ``options`` is the backend's own configuration as data (e.g. ``{"threads": 2}`` for warp);
-    unknown keys are rejected by the backend with a clear error.
+    unknown keys are rejected by the backend with a clear error. A ``speech`` option
+    (echomimic-v3) names a speech of the storage: its ``speech_root`` is filled in, as the CLI does,
+    from the storage of ``$NEWSMOTION_STORAGE`` (the default ``storage`` resource's) unless given.
 
     ``lips`` (stories only): ``"backend"``, the backend's own lips from the speech, or
     ``"musetalk"``, MuseTalk 1.5 drawn over the backend's silent frames, with ``lips_options``
@@ -183,9 +185,12 @@ class RendererResource(dg.ConfigurableResource):
         )  # fmt: skip
 
     def _load(self) -> Backend:
-        key = _key(self.backend, self.options)
+        from newsmotion_engine.render.job import storage_backend_options
+
+        options = storage_backend_options(Storage.from_env(), self.options)
+        key = _key(self.backend, options)
         if key not in _WARM:
-            backend = get_backend(self.backend, **self.options)
+            backend = get_backend(self.backend, **options)
             backend.load()
             _WARM[key] = backend
         return _WARM[key]

@@ -60,3 +60,17 @@ def test_wan_animate_tiny_builds_its_sub_caches_once(upstream_caches, storage):
         again = dg.materialize([backend_guidance_cache], partition_key="nod", instance=instance, resources=resources)
         meta = _meta(again, "backend_guidance_cache")
         assert (meta["built"], meta["reused"]) == (0, 1)
+
+
+def test_a_speech_option_reads_the_storage_speeches(monkeypatch, tmp_path):
+    """echomimic-v3's `speech` names a speech of the storage: the resource fills `speech_root` as
+    the CLI does, so a Dagster render needs no path in its options."""
+    from newsmotion_assets.resources import release_warm_backends
+    from newsmotion_engine.storage import Storage
+
+    monkeypatch.setenv("NEWSMOTION_STORAGE", str(tmp_path / "store"))
+    renderer = RendererResource(backend="echomimic-v3", options={"preset": "tiny", "speech": "intro", "device": "cpu"})
+    try:
+        assert renderer.loaded.options.speech_root == str(Storage(tmp_path / "store").speech_root)
+    finally:
+        release_warm_backends()
