@@ -298,27 +298,17 @@ class AudioEncoder:
         x = np.asarray(samples, dtype=np.float32).reshape(-1)
         if x.size < RECEPTIVE_SAMPLES:
             x = np.pad(x, (0, RECEPTIVE_SAMPLES - x.size))
-        m = self.model
-        states: list[Any] = []
-        # The transformer layers' inputs and outputs, recorded as Wav2Vec2Model's hidden_states
-        # lists them (calling m.encoder directly returns only its last state).
-        hooks = [m.encoder.layers[0].register_forward_pre_hook(
-                     lambda _m, args, kwargs: states.append(args[0] if args else kwargs["hidden_states"]), with_kwargs=True),
-                 *(layer.register_forward_hook(lambda _m, _a, out: states.append(out[0] if isinstance(out, tuple) else out))
-                   for layer in m.encoder.layers)]  # fmt: skip
+        # The model's own forward (its hidden_states, pre- or post-norm alike) with the conv front
+        # end's output swapped for its interpolation: what the release's subclass does with seq_len.
+        # No time masking runs: SpecAugment only applies in training.
+        hook = self.model.feature_extractor.register_forward_hook(
+            lambda _m, _args, conv: F.interpolate(conv, size=frames, mode="linear", align_corners=True))  # fmt: skip
         try:
             with torch.inference_mode():
-                conv = m.feature_extractor(torch.from_numpy(x)[None].to(self.device))  # [1, channels, 50 Hz frames]
-                conv = F.interpolate(conv, size=frames, mode="linear", align_corners=True)
-                # No time masking: SpecAugment only applies in training.
-                projected, _ = m.feature_projection(conv.transpose(1, 2))
-                last = m.encoder(projected).last_hidden_state
-                if m.config.do_stable_layer_norm:
-                    states[-1] = last  # the pre-norm models list the normed output last
-                return self._pick_layers(states, last).float().cpu().numpy()
+                out = self.model(torch.from_numpy(x)[None].to(self.device), output_hidden_states=self.layers != "last")
+                return self._pick_layers(out.hidden_states, out.last_hidden_state).float().cpu().numpy()
         finally:
-            for hook in hooks:
-                hook.remove()
+            hook.remove()
 
 
 def _check_folder(folder: Path) -> None:
