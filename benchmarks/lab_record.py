@@ -85,7 +85,8 @@ def combine_runs(paths: list[str | Path], *, same: tuple[str, ...] = ("device", 
             if data.get(key) != first.get(key):
                 raise ValueError(f"{path}: {key} {data.get(key)!r} differs from {paths[0]}'s {first.get(key)!r}: "
                                  "only runs of the same clip on the same card combine")  # fmt: skip
-    out = {k: v for k, v in first.items() if k != "rows" and not isinstance(v, (int, float)) or isinstance(v, bool)}
+    # The first run's settings; its figures (numbers) are recomputed from the merged rows below.
+    out = {k: v for k, v in first.items() if k != "rows" and (isinstance(v, bool) or not isinstance(v, (int, float)))}
     out["rows"] = {}
     out["runs"] = []
     for path, data in zip(paths, datas, strict=True):

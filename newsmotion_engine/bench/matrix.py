@@ -50,9 +50,10 @@ ENTRIES = (
     MatrixEntry("mimicmotion", r"^mimicmotion_", "120 frames for 720x1280 (576x1024 framed)",
                 "python -m benchmarks.mimicmotion --json benchmarks/results/mimicmotion_<card>.json"),
     MatrixEntry("champ", r"^champ_", "120 frames for 720x1280 (512x912 framed)",
-                "python -m benchmarks.champ --smpl SMPL_NEUTRAL.pkl --json benchmarks/results/champ_<card>.json"),
+                "python -m benchmarks.champ --smpl SMPL_NEUTRAL.pkl (or synthetic) --json benchmarks/results/champ_<card>.json"),
     MatrixEntry("scail-2", r"^scail2_", "120 frames for 720x1280 (704x1280 framed)",
-                "python -m benchmarks.scail2 --steps 4 --json benchmarks/results/scail2_<card>.json"),
+                "python -m benchmarks.scail2 --steps 2 --variants stock, then --variants batch_cfg+fp8+compile+fp8_attention "
+                "--warm-up-steps 1 (one command each), then --combine the two records"),
 )  # fmt: skip
 
 
