@@ -55,8 +55,14 @@ def check_model_folder(path: Path) -> None:
             raise BadInputError(path / sub, "has no weight file (*.safetensors); the download is incomplete")
 
 
+def vae_dtype(opts: EchoMimicV3Options) -> str:
+    """The VAE runs in the render dtype, as the official inference does (``vae.to(weight_dtype)`` in
+    ``infer_flash_pro.py``; bfloat16 by default), not in Wan's float32."""
+    return opts.dtype
+
+
 def model_identity(opts: EchoMimicV3Options, device: Any) -> dict[str, Any]:
-    return _wan.model_identity(opts, device, model=NAME)  # type: ignore[arg-type]
+    return _wan.model_identity(opts, device, model=NAME, vae_dtype=vae_dtype(opts))  # type: ignore[arg-type]
 
 
 class RenderComponents(_wan.RenderComponents):
@@ -125,7 +131,7 @@ def build_transformer(opts: EchoMimicV3Options, device: Any, dtype: Any):
 def load_render_components(opts: EchoMimicV3Options) -> RenderComponents:
     """Transformer + VAE + scheduler config on the configured device (no CLIP, no text encoder)."""
     return _wan.assemble_render_components(opts, RenderComponents, check_folder=check_model_folder, identity=model_identity,
-                                           scheduler_config=scheduler_config, build=build_transformer)  # fmt: skip
+                                           scheduler_config=scheduler_config, build=build_transformer, vae_dtype=vae_dtype(opts))  # fmt: skip
 
 
 def load_image_encoder(opts: EchoMimicV3Options, device: Any):

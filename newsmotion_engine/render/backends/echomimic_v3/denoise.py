@@ -68,8 +68,9 @@ def denoise_segment(transformer: Any, scheduler: Any, condition: torch.Tensor, i
 
 
 def decode(vae: Any, latents: torch.Tensor) -> torch.Tensor:
-    """Normalized latents -> ``[1, 3, F, H, W]`` pixels in [-1, 1] (the Wan VAE, float32)."""
+    """Normalized latents -> ``[1, 3, F, H, W]`` pixels in [-1, 1] (the Wan VAE, in its own dtype:
+    the render dtype, as the official inference runs it)."""
     from diffusers.modular_pipelines.wan_animate_2.denoise import decode_vae
 
     with torch.no_grad():
-        return decode_vae(vae, latents.to(torch.float32))
+        return decode_vae(vae, latents)  # cast to the VAE's dtype there

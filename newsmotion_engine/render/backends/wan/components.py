@@ -132,9 +132,10 @@ def scheduler_class(config: Mapping[str, Any], default: str, where: Path | str =
     return cls
 
 
-def model_identity(opts: Any, device: Any, model: str | None = None) -> dict[str, Any]:
+def model_identity(opts: Any, device: Any, model: str | None = None, vae_dtype: str = VAE_DTYPE) -> dict[str, Any]:
     """What caches built with these weights are keyed on (JSON-able, with a ``digest``); ``model``
-    names the architecture of a preset's random weights where it is not wan-animate's."""
+    names the architecture of a preset's random weights where it is not wan-animate's; ``vae_dtype``
+    the dtype the backend's VAE runs in."""
     if opts.model_path:
         root = Path(opts.model_path)
         configs, files = {}, {}
@@ -148,7 +149,7 @@ def model_identity(opts: Any, device: Any, model: str | None = None) -> dict[str
     else:
         ident = {"weights": RANDOM_WEIGHTS_LABEL, **({"model": model} if model else {}), "preset": opts.preset,
                  "seed": RANDOM_SEED, "init_device": getattr(device, "type", str(device))}  # fmt: skip
-    ident["vae_dtype"] = VAE_DTYPE  # the cached latents were VAE-encoded in this dtype
+    ident["vae_dtype"] = vae_dtype  # the cached latents were VAE-encoded in this dtype
     return {**ident, "digest": sha256_json(ident)[:16]}
 
 
@@ -263,23 +264,23 @@ def scheduler_config(opts: Any) -> dict[str, Any]:
 
 def assemble_render_components(opts: Any, components: type, *, check_folder: Callable[[Path], None],
                                identity: Callable[[Any, Any], dict[str, Any]], scheduler_config: Callable[[Any], dict[str, Any]],
-                               build: Callable[[Any, Any, Any], Any]) -> Any:  # fmt: skip
+                               build: Callable[[Any, Any, Any], Any], vae_dtype: str = VAE_DTYPE) -> Any:  # fmt: skip
     """``components(transformer, vae, scheduler config, identity, device, dtype, vae dtype)`` on
     the configured device, the folder checked first (``check_folder``) when there is one; ``build``
-    makes the transformer. Both Wan backends load through this."""
+    makes the transformer; ``vae_dtype`` is the VAE's (a name; ``identity`` must key on the same).
+    Every Wan-based backend loads through this."""
     if opts.model_path:
         check_folder(Path(opts.model_path))
     scheduler = scheduler_config(opts)  # checked before the weights load
     device = resolve_device(opts.device)
     dtype = torch_dtype(opts.dtype)
-    # float32 as Wan runs it (bf16 moves the decoded pixels); the 14B VAE's weights are 0.47 GiB in fp32.
-    vae_dtype = torch_dtype(VAE_DTYPE)
+    # float32 by default, as Wan runs it (bf16 moves the decoded pixels); the 14B VAE's weights are 0.47 GiB in fp32.
     ident = identity(opts, device)
     transformer = build(opts, device, dtype)
     # LoRAs fused here, before the registry applies any acceleration: FP8 quantizes the fused weights.
     ident = fuse_loras(transformer, getattr(opts, "lora", ()), ident)
-    vae = build_vae(opts, device, vae_dtype)
-    return components(transformer, vae, scheduler, ident, device, dtype, vae_dtype)
+    vae = build_vae(opts, device, torch_dtype(vae_dtype))
+    return components(transformer, vae, scheduler, ident, device, dtype, torch_dtype(vae_dtype))
 
 
 def build_image_encoder(opts: Any, device: Any):

@@ -225,3 +225,15 @@ def test_the_official_feature_recipe_is_the_default_and_recorded(shared, fake_sp
     _with(b, speech=None, audio_features="official")
     with pytest.raises(EchoMimicV3ConfigError, match="audio_features"):
         _backend(audio_features="fast")
+
+
+def test_the_vae_runs_in_the_render_dtype_as_the_official_inference_does():
+    """``infer_flash_pro.py`` moves its VAE to ``weight_dtype``; the Wan backends keep float32. The
+    persona cache is keyed on the VAE dtype, so a bf16 and a float32 render never share latents."""
+    from newsmotion_engine.render.backends.echomimic_v3.components import load_render_components, model_identity
+
+    comps = load_render_components(EchoMimicV3Options(preset="tiny", device="cpu", dtype="bfloat16"))
+    assert comps.vae_dtype == torch.bfloat16 and {p.dtype for p in comps.vae.parameters()} == {torch.bfloat16}
+    assert comps.identity["vae_dtype"] == "bfloat16"
+    f32 = model_identity(EchoMimicV3Options(preset="tiny", device="cpu", dtype="float32"), torch.device("cpu"))
+    assert f32["vae_dtype"] == "float32" and f32["digest"] != comps.identity["digest"]
