@@ -269,7 +269,7 @@ def bench_lipsync_echomimic(storage: Storage, personas: list[str], *, preset: st
     track = SpeechTrack(cut.audio, label=f"sample speech {speech_id}, first {cut.duration_s:.2f} s",
                         cache_root=storage.speech_root)  # fmt: skip
     started = time.perf_counter()
-    backend.use_speech_audio(backend._features_of(track))
+    backend.use_speech_audio(backend.speech_features(track))
     features_s = time.perf_counter() - started
     random_weights = backend.describe().get("weights") == RANDOM_WEIGHTS_LABEL
     note = ECHOMIMIC_NOTE if random_weights else "weights from a model folder: the score measures the backend's lip sync"

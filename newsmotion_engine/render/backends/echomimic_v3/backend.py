@@ -168,7 +168,7 @@ class EchoMimicV3Backend(DiffusersBackend):
             refuse_second_speech(self, f"the speech track {speech.label!r}")
             check_speech(speech, len(keypoints), spec.fps)
         self.load()
-        self._heard = None if speech is None else (speech, self._features_of(speech))
+        self._heard = None if speech is None else (speech, self.speech_features(speech))
         return super().frames(guidance, persona, keypoints, spec, visemes=visemes)
 
     def own_speech(self) -> str | None:
@@ -178,7 +178,7 @@ class EchoMimicV3Backend(DiffusersBackend):
             return f"speech {self.options.speech!r} (its speech option)"
         return "features given by use_speech_audio" if self._given_speech is not None else None
 
-    def _features_of(self, track: Any) -> SpeechAudio:
+    def speech_features(self, track: Any) -> SpeechAudio:
         """A speech track's features for this model (the configured recipe; cached by the audio's digest)."""
         o = self.options
         shape = self._audio_shape()
