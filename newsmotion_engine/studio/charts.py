@@ -46,6 +46,7 @@ TREND_FIGURES = 2
 
 _BG, _PANEL, _TEXT, _MUTED, _GRID = "#14161b", "#1c1f26", "#e6e8ee", "#9aa3b2", "#2c313c"
 _PALETTE = ("#4cc2ff", "#ffb547", "#7ee787", "#ff7b9c", "#b69cff", "#5ad1c4")
+_PALETTE_GREY = _MUTED
 _STYLE = {
     "figure.facecolor": _BG, "axes.facecolor": _PANEL, "axes.edgecolor": _GRID, "axes.labelcolor": _TEXT,
     "text.color": _TEXT, "xtick.color": _MUTED, "ytick.color": _MUTED, "grid.color": _GRID,
@@ -137,13 +138,29 @@ def _later_run(result: BenchResult, path: tuple[str, ...]) -> bool:
     return len(path) > 1 and path[1] != next(iter(runs))
 
 
+APPROXIMATION = " (approximation)"  # a bar's label suffix: the variant changes the picture, not only the speed
+
+
+def _approximate(variant: Any) -> bool:
+    """Whether a record's variant is an approximation: it says ``approximate``, or a setting under it
+    is marked ``experimental`` (e.g. block-sparse attention); exact variants carry neither."""
+    return isinstance(variant, dict) and any(
+        (path[-1] == "approximate" or path[-1] == "experimental") and value is True for path, value in _walk(variant) if path)
+
+
+def _at(data: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for key in path:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
 def speedup_bars(results: list[BenchResult]) -> list[tuple[str, float]]:
     """``[(label, speed-up)]``, toy presets left out: first each record's headline speed-ups (a
     headline figure whose label says "speed-up"; the figures the docs quote, e.g. a whole clip vs
     stock), then the acceleration matrix's rows no headline quoted
     (:mod:`~newsmotion_engine.bench.matrix`), then every ``...variants.{name}.speedup_vs_stock`` in the records' data (the first of
     joined runs only); the label is the record's name, the path to ``variants`` when there is one,
-    and the variant."""
+    and the variant, with :data:`APPROXIMATION` after a variant that is one (:func:`_approximate`)."""
     real = _real_results(results)
     bars: list[tuple[str, float]] = []
     quoted: set[str] = set()
@@ -162,7 +179,8 @@ def speedup_bars(results: list[BenchResult]) -> list[tuple[str, float]]:
                 if _later_run(result, path):
                     continue
                 where = ".".join(path[:-3])
-                bars.append((f"{result.name}{' ' + where if where else ''} · {path[-2]}", float(value)))
+                mark = APPROXIMATION if _approximate(_at(result.data, path[:-1])) else ""
+                bars.append((f"{result.name}{' ' + where if where else ''} · {path[-2]}{mark}", float(value)))
     return bars
 
 
@@ -176,14 +194,15 @@ def speedup_chart(results: list[BenchResult]) -> Chart | None:
         ax = fig.add_subplot()
         names = [b[0] for b in bars]
         values = [b[1] for b in bars]
-        colors = [_PALETTE[2] if v >= 1.0 else _PALETTE[3] for v in values]
+        # approximations in grey: faster, but what they draw needs real weights to judge
+        colors = [_PALETTE_GREY if n.endswith(APPROXIMATION) else _PALETTE[2] if v >= 1.0 else _PALETTE[3] for n, v in zip(names, values)]
         _barh(ax, names, values, color=colors, height=0.65)
         ax.axvline(1.0, color=_TEXT, linewidth=1, linestyle="--")
         for y, v in enumerate(values):
             ax.text(v, y, f" {v:.2f}x", va="center", fontsize=7.5, color=_TEXT)
         ax.invert_yaxis()
         ax.set_ylim(len(bars) - 0.5, -0.5)
-        ax.set_xlabel("speed-up vs stock (1.0 = stock; green faster, red slower)")
+        ax.set_xlabel("speed-up vs stock (dashed = stock; red slower; grey approximate)")
         ax.set_xlim(0, max(values) * 1.15)
         ax.tick_params(axis="y", labelsize=7.5)
     return _render(

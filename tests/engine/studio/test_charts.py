@@ -72,3 +72,16 @@ def test_speedup_bars_show_the_matrix_rows_no_headline_quotes():
                       data={"fastest_720x1280": "batch_cfg", "rows": {"720x1280": {"stock": {"end_to_end_s": 90.0},
                                                                                    "batch_cfg": {"end_to_end_s": 60.0}}}})
     assert speedup_bars([zoo]) == [("mimicmotion_h100 · mimicmotion stock vs ours (size 720x1280)", 1.5)]
+
+
+def test_approximations_are_labelled_and_exact_variants_are_not():
+    """A variant that says ``approximate`` or carries an ``experimental`` setting (block-sparse
+    attention) gets the label suffix and a grey bar; an exact one does not."""
+    data = {"preset": "14b", "forward": {"variants": {
+        "all": {"speedup_vs_stock": 1.4, "setup": {"fp8": {"mode": "auto"}}},
+        "all_sparse50": {"speedup_vs_stock": 2.1, "setup": {"sparse_attention": {"experimental": True}}},
+        "teacache": {"speedup_vs_stock": 1.8, "approximate": True},
+        "exact": {"speedup_vs_stock": 1.2, "approximate": False}}}}  # fmt: skip
+    labels = [label for label, _ in C.speedup_bars([_record("sparse_h200", data)])]
+    assert labels == ["sparse_h200 forward · all", "sparse_h200 forward · all_sparse50" + C.APPROXIMATION,
+                      "sparse_h200 forward · teacache" + C.APPROXIMATION, "sparse_h200 forward · exact"]  # fmt: skip
