@@ -133,9 +133,25 @@ def read_matrix(results: list[BenchResult]) -> list[MatrixRow]:
 
 def _steps(data: dict[str, Any]) -> int | None:
     """The denoising steps of both sides: the record's ``steps`` or its ``shape``'s (the zoo
-    benches keep the clip's settings there); the Wan clip records name their schedule instead."""
+    benches keep the clip's settings there), else the steps of the schedule the wan-animate-2 clip
+    records name in ours' options (``steps`` unset: the schedule's own count)."""
     shape = data.get("shape")
-    return data.get("steps") or (shape.get("steps") if isinstance(shape, dict) else None)
+    found = data.get("steps") or (shape.get("steps") if isinstance(shape, dict) else None)
+    return found or _schedule_steps(data)
+
+
+def _schedule_steps(data: dict[str, Any]) -> int | None:
+    ours = (data.get("clip") or {}).get("ours") or data.get("ours") or {}  # a joined clip record, or a clip-ours run
+    options = ours.get("options") or {}
+    steps, schedule = options.get("steps"), options.get("schedule")
+    if steps not in (None, "None"):  # the bench writes the options as strings
+        return int(steps)
+    if schedule in (None, "None"):
+        return None
+    from newsmotion_engine.render.backends.wan_animate_2.config import SCHEDULES
+
+    spec = SCHEDULES.get(schedule)
+    return spec.steps if spec else None
 
 
 def _cell(value: Any) -> str:

@@ -40,3 +40,13 @@ def test_the_scorecard_carries_the_measured_matrix_rows(storage, tmp_path):
     frame = build_scorecard(storage, [tmp_path])
     matrix = frame[frame["kind"] == "matrix"]
     assert list(matrix["backend"]) == ["wan-animate"] and list(matrix["speedup"]) == [7.0]  # unmeasured backends: no row
+
+
+def test_a_wan_animate_2_record_gives_its_schedules_steps():
+    """The wan-animate-2 clip records name a schedule in ours' options (as strings), not a step count."""
+    joined = _record("wan_animate_2_clip_h200", {"ours (s)": 200.0, "stock (s)": 390.0},
+                     data={"clip": {"ours": {"options": {"schedule": "distilled", "steps": "None"}}}}, device="NVIDIA H200")
+    ours_only = _record("wan_animate_2_clip_h100", {"clip (s)": 208.0}, data={"ours": {"options": {"schedule": "base", "steps": "None"}}})
+    given = _record("wan_animate_2_clip_h100", {"clip (s)": 208.0}, data={"ours": {"options": {"schedule": "base", "steps": "8"}}})
+    steps = lambda rec: [r for r in read_matrix([rec]) if r.backend == "wan-animate-2"][0].steps  # noqa: E731
+    assert (steps(joined), steps(ours_only), steps(given)) == (10, 40, 8)
