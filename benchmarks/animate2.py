@@ -56,6 +56,7 @@ import numpy as np
 
 from newsmotion_engine.bench.timing import gib, peak_gib, peak_reset, sync, time_calls
 
+from benchmarks.kernel_profile import gpu_busy_and_copy_ms, kernel_totals
 from benchmarks.lab_record import read_lab_data, top_level_figures, write_lab_result
 
 __all__ = ["bench_animate2", "main"]
@@ -464,17 +465,6 @@ def _clip_inputs(width: int, height: int, frames: int, root: Path):
     return bench_inputs(width, height, frames, root)
 
 
-def kernel_totals(events: Any, name_chars: int = 120) -> list[tuple[str, tuple[float, int]]]:
-    """Profiler kernel events summed by name (cut to ``name_chars``): ``(name, (ms, count))``,
-    the largest total first."""
-    by_name: dict[str, list[float]] = {}
-    for e in events:
-        row = by_name.setdefault(e.name[:name_chars], [0.0, 0])
-        row[0] += e.time_range.elapsed_us() / 1e3
-        row[1] += 1
-    return sorted(((n, (ms, int(c))) for n, (ms, c) in by_name.items()), key=lambda item: -item[1][0])
-
-
 def _profile_forward(comps: Any, geom: Any, kv: Any) -> dict[str, Any]:
     """One cached forward (random inputs, ``kv`` a filled segment cache) under torch.profiler:
     wall ms, the GPU's busy ms (union of kernel intervals), copy ms, and the kernels by total
@@ -502,17 +492,10 @@ def _profile_forward(comps: Any, geom: Any, kv: Any) -> dict[str, Any]:
         run()
     wall_ms = (time.perf_counter() - t0) * 1e3
     kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
-    copies = [e for e in kernels if "memcpy" in e.name.lower() or "memset" in e.name.lower()]
-    compute = [e for e in kernels if e not in copies]
-    spans = sorted((e.time_range.start, e.time_range.end) for e in compute)
-    busy, end = 0.0, -math.inf
-    for a, b in spans:  # union of intervals (us)
-        if b > end:
-            busy += b - max(a, end)
-            end = b
+    busy_ms, copy_ms = gpu_busy_and_copy_ms(kernels)  # busy: the union of the compute kernels' intervals
     top = kernel_totals(kernels)[:30]
-    return {"forward_ms": round(plain_ms, 1), "profiled_wall_ms": round(wall_ms, 1), "gpu_busy_ms": round(busy / 1e3, 1),
-            "copy_ms": round(sum(e.time_range.elapsed_us() for e in copies) / 1e3, 1),
+    return {"forward_ms": round(plain_ms, 1), "profiled_wall_ms": round(wall_ms, 1), "gpu_busy_ms": round(busy_ms, 1),
+            "copy_ms": round(copy_ms, 1),
             "kernels": [{"name": n, "ms": round(ms, 2), "count": c} for n, (ms, c) in top]}  # fmt: skip
 
 

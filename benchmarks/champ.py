@@ -23,6 +23,14 @@ Example (from the repository root)::
     python -m benchmarks.champ --smpl ~/models/SMPL_NEUTRAL.pkl --json benchmarks/results/champ_h100.json
     python -m benchmarks.champ --smpl synthetic --json benchmarks/results/champ_h100.json   # no SMPL file: a box body
     python -m benchmarks.champ --smpl SMPL.npz --preset tiny --sizes 64x128 --frames 9 --steps 2   # CPU check
+
+``--profile-steps N``: after each variant's timed clip, one more clip at N steps under
+``torch.profiler`` (:func:`benchmarks.clip.profile_clip`), as the row's ``profile``: GPU busy ms,
+copy ms, the top kernels and ms per category (attention / gemm / conv / norm / elementwise-triton /
+copy / other; :mod:`benchmarks.kernel_profile`). The timed figures do not include it. Timing and
+kernel breakdown in one device call::
+
+    bash benchmarks/device_gpu.sh zoo 540 "champ --smpl synthetic --variants stock,conditional --profile-steps 1 --budget-s 400"
 """
 
 from __future__ import annotations
@@ -50,9 +58,10 @@ def _variant_options(name: str) -> dict[str, Any]:
             "conditional+compile": {"accelerations": (Compile(),)}}[name]  # fmt: skip
 
 
-def _timed_render(backend: Any, loop: Any, persona: Any, spec: Any, out: Path) -> dict[str, Any]:
-    """One warm-up render, then one timed; the row of figures."""
-    from benchmarks.clip import FrameSink
+def _timed_render(backend: Any, loop: Any, persona: Any, spec: Any, out: Path, profile_steps: int | None = None) -> dict[str, Any]:
+    """One warm-up render, then one timed; the row of figures. ``profile_steps``: then one more at
+    this many steps under the profiler (the row's ``profile``; not in the timed figures)."""
+    from benchmarks.clip import FrameSink, profile_clip
     from newsmotion_engine.bench.timing import peak_gib, peak_reset
     from newsmotion_engine.render.clip import render_clip
 
@@ -61,19 +70,23 @@ def _timed_render(backend: Any, loop: Any, persona: Any, spec: Any, out: Path) -
     t0 = time.perf_counter()
     tele = render_clip(loop, persona, backend, spec, out, sink=FrameSink)
     stats = tele.backend_info.get("last_render", {})
-    return {"end_to_end_s": round(time.perf_counter() - t0, 2), "peak_vram_gib": peak_gib(backend.components.device),
-            "frames_out": tele.frames, "windows": stats.get("windows"), "maps_s": stats.get("maps_s"),
-            "denoise_s": stats.get("denoise_s")}  # fmt: skip
+    row = {"end_to_end_s": round(time.perf_counter() - t0, 2), "peak_vram_gib": peak_gib(backend.components.device),
+           "frames_out": tele.frames, "windows": stats.get("windows"), "maps_s": stats.get("maps_s"),
+           "denoise_s": stats.get("denoise_s")}  # fmt: skip
+    if profile_steps:
+        row["profile"] = profile_clip(backend, loop, persona, spec, out, {"steps": profile_steps})
+    return row
 
 
 def bench_champ(smpl_model: str | Path, preset: str = "champ", *, sizes: Sequence[tuple[int, int]] = ((720, 1280),),
                 frames: int = 120, steps: int = 20, variants: Sequence[str] | None = None, device: str = "auto",
-                dtype: str = "bfloat16", model_width: int = 512, budget_s: float | None = None,
+                dtype: str = "bfloat16", model_width: int = 512, budget_s: float | None = None, profile_steps: int | None = None,
                 json_path: str | Path | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
     """Run the benchmark (module docstring); the JSON is rewritten after every measurement.
 
     Keys: ``rows`` (size -> variant -> seconds, peak VRAM, windows, map / denoise seconds), and per
     size ``clip_{W}x{H}_s_stock``, ``clip_{W}x{H}_s`` (the fastest "ours") and ``speedup_{W}x{H}``.
+    ``profile_steps``: each row's ``profile`` (a clip at this many steps under the profiler, after the timed one).
     """
     import torch
 
@@ -126,7 +139,7 @@ def bench_champ(smpl_model: str | Path, preset: str = "champ", *, sizes: Sequenc
                 applied = None
                 try:
                     applied = registry.apply_accelerations(backend.components, backend.options.accelerations)
-                    row.update(_timed_render(backend, loop, persona, spec, tmp / "clip.mp4"))
+                    row.update(_timed_render(backend, loop, persona, spec, tmp / "clip.mp4", profile_steps))
                 except Exception as exc:  # one failing variant is a result; the others still run
                     row["error"] = f"{type(exc).__name__}: {exc}"[:500]
                 finally:
@@ -158,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--variants", default=None, help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--budget-s", type=float, default=None)
+    parser.add_argument("--profile-steps", type=int, default=None,
+                        help="after each timed clip, one more at N steps under torch.profiler (the row's kernel breakdown)")
     parser.add_argument("--json", default=None)
     a = parser.parse_args(argv)
     if not a.smpl:
@@ -169,7 +184,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         smpl = str(write_synthetic_smpl(Path(tempfile.mkdtemp(prefix="newsmotion-smpl-")) / "SMPL_SYNTH.npz"))
     bench_champ(smpl, a.preset, sizes=sizes, frames=a.frames, steps=a.steps, dtype=a.dtype, model_width=a.model_width,  # type: ignore[arg-type]
-                variants=a.variants.split(",") if a.variants else None, budget_s=a.budget_s, json_path=a.json)  # fmt: skip
+                variants=a.variants.split(",") if a.variants else None, budget_s=a.budget_s,
+                profile_steps=a.profile_steps, json_path=a.json)  # fmt: skip
 
 
 if __name__ == "__main__":

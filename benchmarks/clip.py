@@ -48,7 +48,7 @@ from newsmotion_engine.bench.timing import peak_gib, peak_reset, sync
 
 from benchmarks.lab_record import top_level_figures, write_lab_result
 
-__all__ = ["CLIP_VARIANTS", "FrameSink", "bench_clip", "timed_variant"]
+__all__ = ["CLIP_VARIANTS", "FrameSink", "bench_clip", "profile_clip", "timed_variant"]
 
 Log = Callable[[str], None]
 
@@ -74,14 +74,42 @@ class FrameSink:
         return False
 
 
+def profile_clip(backend: Any, loop: Any, persona: Any, spec: Any, out_path: Path, options: Mapping[str, Any] | None = None,
+                 *, top: int = 20) -> dict[str, Any]:  # fmt: skip
+    """One more clip through ``render_clip`` (into a :class:`FrameSink`) under ``torch.profiler``,
+    with ``options`` replacing some of the backend's options for it (e.g. ``{"steps": 1}``: the
+    kernels of one step, not a whole render's worth of events). Run it after the timed clip, with
+    the variant's accelerations still applied; the timed figure never includes the profiler.
+    Returns :func:`benchmarks.kernel_profile.profile_call`'s summary plus ``options`` and
+    ``frames_out``, or ``{"options", "error"}`` (a failed profile never spoils the timed row)."""
+    from benchmarks.kernel_profile import profile_call
+    from newsmotion_engine.render.clip import render_clip
+
+    saved = backend.options
+    opts = dict(options or {})
+    try:
+        if opts:
+            backend.options = dataclasses.replace(saved, **opts)
+        tele, summary = profile_call(lambda: render_clip(loop, persona, backend, spec, out_path, sink=FrameSink), top=top)
+        return {**summary, "options": opts, "frames_out": tele.frames}
+    except Exception as exc:
+        return {"options": opts, "error": f"{type(exc).__name__}: {exc}"[:500]}
+    finally:
+        backend.options = saved
+
+
 def timed_variant(backend: Any, loop: Any, persona: Any, spec: Any, out_path: Path, *, warm_up: bool,
-                  warm_up_options: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+                  warm_up_options: Mapping[str, Any] | None = None,
+                  profile_options: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """One variant of a stock-vs-ours bench: the backend's configured accelerations applied through
     the registry, a warm-up clip when ``warm_up`` (compiles; with ``warm_up_options`` replacing
     some of the backend's options for it, e.g. fewer steps), then the timed clip through
     ``render_clip`` into a :class:`FrameSink`; the accelerations removed again. Returns
     ``end_to_end_s``, ``peak_vram_gib``, ``frames_out`` and the backend's ``last_render`` stats, or
-    ``error`` (one failing variant is a result; the bench goes on with the others)."""
+    ``error`` (one failing variant is a result; the bench goes on with the others).
+    ``profile_options`` (e.g. ``{"steps": 1}``; ``{}`` keeps the options): after the timed clip,
+    one more clip with these overrides under the profiler, as ``row["profile"]``
+    (:func:`profile_clip`); the timed figures are measured before it and do not include it."""
     from newsmotion_engine.accel import registry
     from newsmotion_engine.render.clip import render_clip
 
@@ -100,8 +128,11 @@ def timed_variant(backend: Any, loop: Any, persona: Any, spec: Any, out_path: Pa
         peak_reset(comps.device)
         t0 = time.perf_counter()
         tele = render_clip(loop, persona, backend, spec, out_path, sink=FrameSink)
-        return {"end_to_end_s": round(time.perf_counter() - t0, 2), "peak_vram_gib": peak_gib(comps.device),
-                "frames_out": tele.frames, **tele.backend_info.get("last_render", {})}  # fmt: skip
+        row = {"end_to_end_s": round(time.perf_counter() - t0, 2), "peak_vram_gib": peak_gib(comps.device),
+               "frames_out": tele.frames, **tele.backend_info.get("last_render", {})}  # fmt: skip
+        if profile_options is not None:
+            row["profile"] = profile_clip(backend, loop, persona, spec, out_path, profile_options)
+        return row
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
     finally:

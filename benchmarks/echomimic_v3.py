@@ -20,6 +20,14 @@ Example (from the repository root)::
 
     python -m benchmarks.echomimic_v3 --json benchmarks/results/echomimic_v3_h100.json
     python -m benchmarks.echomimic_v3 --preset tiny --sizes 64x128 --seconds 0.6 --steps 2   # CPU check
+
+``--profile-steps N``: after each variant's timed clip, one more clip at N steps under
+``torch.profiler`` (:func:`benchmarks.clip.profile_clip`), as the row's ``profile``: GPU busy ms,
+copy ms, the top kernels and ms per category (attention / gemm / conv / norm / elementwise-triton /
+copy / other; :mod:`benchmarks.kernel_profile`). The timed figures do not include it. Timing and
+kernel breakdown in one device call::
+
+    bash benchmarks/device_gpu.sh zoo 570 "echomimic_v3 --sizes 768x768 --variants stock,batch_cfg+fp8+compile+fp8_attention --profile-steps 1 --budget-s 450"
 """
 
 from __future__ import annotations
@@ -68,16 +76,18 @@ VARIANTS = ("stock", "batch_cfg", "batch_cfg+teacache", "batch_cfg+fp8+compile",
 
 def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int]] = ((768, 768), (720, 1280)),
                     seconds: float = 10.0, steps: int = 8, variants: Sequence[str] | None = None, device: str = "auto",
-                    budget_s: float | None = None, json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
+                    budget_s: float | None = None, profile_steps: int | None = None, json_path: str | Path | None = None,
+                    log: Log = print) -> dict[str, Any]:  # fmt: skip
     """Run the benchmark (module docstring); the JSON is rewritten after every measurement.
 
     Keys: ``rows`` (size -> variant -> seconds, peak VRAM, segments, model size), and per size
     ``clip_{W}x{H}_s_stock``, ``clip_{W}x{H}_s`` (the fastest "ours") and ``speedup_{W}x{H}``.
+    ``profile_steps``: each row's ``profile`` (a clip at this many steps under the profiler, after the timed one).
     """
     import diffusers
     import torch
 
-    from benchmarks.clip import FrameSink
+    from benchmarks.clip import FrameSink, profile_clip
     from benchmarks.gpu import bench_inputs
     from newsmotion_engine.bench.timing import peak_gib, peak_reset
     from newsmotion_engine.render.backends.echomimic_v3.audio import SpeechAudio
@@ -148,6 +158,8 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
                     row.update(end_to_end_s=round(time.perf_counter() - t0, 2), peak_vram_gib=peak_gib(comps.device),
                                frames_out=tele.frames, segments=stats.get("segments"), denoise_s=stats.get("denoise_s"),
                                decode_s=stats.get("decode_s"), teacache_skipped=stats.get("teacache_skipped"))  # fmt: skip
+                    if profile_steps:  # after the timed clip, accelerations still applied; not in the timed figures
+                        row["profile"] = profile_clip(backend, loop, persona, spec, tmp / "clip.mp4", {"steps": profile_steps})
                 except Exception as exc:  # one failing variant is a result; the others still run
                     row["error"] = f"{type(exc).__name__}: {exc}"[:500]
                 finally:
@@ -173,11 +185,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--variants", default=None, help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--budget-s", type=float, default=None)
+    parser.add_argument("--profile-steps", type=int, default=None,
+                        help="after each timed clip, one more at N steps under torch.profiler (the row's kernel breakdown)")
     parser.add_argument("--json", default=None)
     a = parser.parse_args(argv)
     sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
     bench_echomimic(a.preset, sizes=sizes, seconds=a.seconds, steps=a.steps,  # type: ignore[arg-type]
-                    variants=a.variants.split(",") if a.variants else None, budget_s=a.budget_s, json_path=a.json)  # fmt: skip
+                    variants=a.variants.split(",") if a.variants else None, budget_s=a.budget_s,
+                    profile_steps=a.profile_steps, json_path=a.json)  # fmt: skip
 
 
 if __name__ == "__main__":

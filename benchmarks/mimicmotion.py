@@ -22,6 +22,14 @@ Example (from the repository root)::
 
     python -m benchmarks.mimicmotion --json benchmarks/results/mimicmotion_h100.json
     python -m benchmarks.mimicmotion --preset tiny --sizes 80x128 --frames 9 --steps 2   # CPU check
+
+``--profile-steps N``: after each variant's timed clip, one more clip at N steps under
+``torch.profiler`` (:func:`benchmarks.clip.profile_clip`), as the row's ``profile``: GPU busy ms,
+copy ms, the top kernels and ms per category (attention / gemm / conv / norm / elementwise-triton /
+copy / other; :mod:`benchmarks.kernel_profile`). The timed figures do not include it. Timing and
+kernel breakdown in one device call::
+
+    bash benchmarks/device_gpu.sh zoo 540 "mimicmotion --variants stock,batch_cfg+compile --profile-steps 1 --budget-s 400"
 """
 
 from __future__ import annotations
@@ -56,19 +64,21 @@ def _variants(cuda: bool) -> dict[str, tuple[dict[str, Any], int]]:
 
 def bench_mimicmotion(preset: str = "svd-xt-1.1", *, sizes: Sequence[tuple[int, int]] = ((720, 1280),), frames: int = 120,
                       steps: int = 25, variants: Sequence[str] | None = None, device: str = "auto", dtype: str = "bfloat16",
-                      budget_s: float | None = None, json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
+                      budget_s: float | None = None, profile_steps: int | None = None, json_path: str | Path | None = None,
+                      log: Log = print) -> dict[str, Any]:  # fmt: skip
     """Run the benchmark (module docstring); the JSON is rewritten after every measurement.
 
     Keys: ``rows`` (size -> variant -> seconds, peak VRAM, windows, UNet calls, native size), and
     per size ``clip_{W}x{H}_s_stock``, ``clip_{W}x{H}_s`` (the fastest every-frame "ours"),
-    ``speedup_{W}x{H}`` and, when measured, ``speedup_{W}x{H}_keyframes2``.
+    ``speedup_{W}x{H}`` and, when measured, ``speedup_{W}x{H}_keyframes2``. ``profile_steps``: each
+    row's ``profile`` (a clip at this many steps under the profiler, after the timed one).
     """
     import dataclasses
 
     import diffusers
     import torch
 
-    from benchmarks.clip import FrameSink
+    from benchmarks.clip import FrameSink, profile_clip
     from benchmarks.gpu import bench_inputs
     from newsmotion_engine.accel import registry
     from newsmotion_engine.bench.timing import peak_gib, peak_reset
@@ -132,6 +142,8 @@ def bench_mimicmotion(preset: str = "svd-xt-1.1", *, sizes: Sequence[tuple[int, 
                                frames_out=tele.frames, windows=stats.get("windows"), unet_calls=stats.get("unet_calls"),
                                denoise_s=stats.get("denoise_s"), decode_s=stats.get("decode_s"),
                                pose_draw_s=stats.get("pose_draw_s"))  # fmt: skip
+                    if profile_steps:  # after the timed clip, accelerations still applied; not in the timed figures
+                        row["profile"] = profile_clip(backend, loop, persona, spec, tmp / "clip.mp4", {"steps": profile_steps})
                 except Exception as exc:  # one failing variant is a result; the others still run
                     row["error"] = f"{type(exc).__name__}: {exc}"[:500]
                 finally:
@@ -170,11 +182,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--variants", default=None, help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--budget-s", type=float, default=None)
+    parser.add_argument("--profile-steps", type=int, default=None,
+                        help="after each timed clip, one more at N steps under torch.profiler (the row's kernel breakdown)")
     parser.add_argument("--json", default=None)
     a = parser.parse_args(argv)
     sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
     bench_mimicmotion(a.preset, sizes=sizes, frames=a.frames, steps=a.steps, dtype=a.dtype,  # type: ignore[arg-type]
-                      variants=a.variants.split(",") if a.variants else None, budget_s=a.budget_s, json_path=a.json)  # fmt: skip
+                      variants=a.variants.split(",") if a.variants else None, budget_s=a.budget_s,
+                      profile_steps=a.profile_steps, json_path=a.json)  # fmt: skip
 
 
 if __name__ == "__main__":

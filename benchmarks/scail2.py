@@ -29,6 +29,14 @@ call and ours in the next on the same warm machine, then join the two records::
     python -m benchmarks.scail2 --steps 2 --variants stock --json /tmp/scail2_stock.json
     python -m benchmarks.scail2 --steps 2 --variants batch_cfg+fp8+compile+fp8_attention --warm-up-steps 1 --json /tmp/scail2_ours.json
     python -m benchmarks.scail2 --combine /tmp/scail2_stock.json /tmp/scail2_ours.json --json benchmarks/results/scail2_h100.json
+
+``--profile-steps N``: after each variant's timed clip, one more clip at N steps under
+``torch.profiler`` (:func:`benchmarks.clip.profile_clip`), as the row's ``profile``: GPU busy ms,
+copy ms, the top kernels and ms per category (attention / gemm / conv / norm / elementwise-triton /
+copy / other; :mod:`benchmarks.kernel_profile`). The timed figures do not include it. Timing and
+kernel breakdown in one device call::
+
+    bash benchmarks/device_gpu.sh zoo 570 "scail2 --steps 2 --variants batch_cfg+fp8+compile+fp8_attention --warm-up-steps 1 --profile-steps 1 --budget-s 540"
 """
 
 from __future__ import annotations
@@ -68,10 +76,13 @@ def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
 
 def bench_scail2(preset: str = "14b", *, sizes: Sequence[tuple[int, int]] = ((720, 1280),), frames: int = 120, steps: int = 40,
                  variants: Sequence[str] | None = None, device: str = "auto", budget_s: float | None = None,
-                 warm_up_steps: int | None = None, json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
+                 warm_up_steps: int | None = None, profile_steps: int | None = None, json_path: str | Path | None = None,
+                 log: Log = print) -> dict[str, Any]:  # fmt: skip
     """Run the benchmark (module docstring); the JSON is rewritten after every measurement.
     ``warm_up_steps``: ours' warm-up render takes this many steps instead of ``steps`` (it only
     has to compile every segment's shapes, which the step count does not change).
+    ``profile_steps``: after each timed clip, one more at this many steps under the profiler
+    (the row's ``profile``; module docstring).
 
     Keys: ``rows`` (size -> variant -> seconds, peak VRAM, segments, passes), and per size
     ``clip_{W}x{H}_s_stock``, ``clip_{W}x{H}_s`` (the fastest "ours"), ``fastest_{W}x{H}`` and
@@ -133,7 +144,8 @@ def bench_scail2(preset: str = "14b", *, sizes: Sequence[tuple[int, int]] = ((72
                     # a warm-up for ours (compiles); stock runs once, as the official script does
                     warm = {"steps": warm_up_steps} if warm_up_steps and name != "stock" else None
                     row.update(timed_variant(backend, loop, persona, spec, tmp / "clip.mp4", warm_up=name != "stock",
-                                             warm_up_options=warm))  # fmt: skip
+                                             warm_up_options=warm,
+                                             profile_options={"steps": profile_steps} if profile_steps else None))  # fmt: skip
                     if warm:
                         row["warm_up_steps"] = warm_up_steps
                     rows[name] = row
@@ -159,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--variants", default=None, help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--budget-s", type=float, default=None)
     parser.add_argument("--warm-up-steps", type=int, default=None, help="ours' warm-up render's steps (it only compiles)")
+    parser.add_argument("--profile-steps", type=int, default=None,
+                        help="after each timed clip, one more at N steps under torch.profiler (the row's kernel breakdown)")
     parser.add_argument("--combine", nargs="+", metavar="RUN_JSON",
                         help="join the records of runs that each measured some variants (same card, clip, preset) into --json")
     parser.add_argument("--json", default=None)
@@ -172,7 +186,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
     bench_scail2(a.preset, sizes=sizes, frames=a.frames, steps=a.steps,  # type: ignore[arg-type]
-                 variants=a.variants.split(",") if a.variants else None, budget_s=a.budget_s, json_path=a.json)  # fmt: skip
+                 variants=a.variants.split(",") if a.variants else None, budget_s=a.budget_s, warm_up_steps=a.warm_up_steps,
+                 profile_steps=a.profile_steps, json_path=a.json)  # fmt: skip
 
 
 if __name__ == "__main__":
