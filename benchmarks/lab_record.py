@@ -50,9 +50,10 @@ def top_level_figures(data: Mapping[str, Any], limit: int = 8) -> dict[str, floa
 
 def stock_vs_ours(result: dict[str, Any], key: str, rows: Mapping[str, Mapping[str, Any]], *, seconds: str = "end_to_end_s") -> None:
     """Add one size's figures to a stock-vs-ours bench ``result``: ``clip_{key}_s_stock``,
-    ``clip_{key}_s`` (the fastest variant that is not ``stock``), ``fastest_{key}`` and
-    ``speedup_{key}``, from the measured ``rows`` (variant -> row with ``seconds``)."""
-    done = {n: r for n, r in rows.items() if seconds in r}
+    ``clip_{key}_s`` (the fastest variant that is not ``stock`` nor ``approximate``: the headline
+    is exact), ``fastest_{key}`` and ``speedup_{key}``, from the measured ``rows`` (variant -> row
+    with ``seconds``)."""
+    done = {n: r for n, r in rows.items() if seconds in r and not r.get("approximate")}
     if "stock" in done:
         result[f"clip_{key}_s_stock"] = done["stock"][seconds]
     ours = {n: r for n, r in done.items() if n != "stock"}
