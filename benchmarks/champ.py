@@ -24,13 +24,10 @@ Example (from the repository root)::
     python -m benchmarks.champ --smpl synthetic --json benchmarks/results/champ_h100.json   # no SMPL file: a box body
     python -m benchmarks.champ --smpl SMPL.npz --preset tiny --sizes 64x128 --frames 9 --steps 2   # CPU check
 
-``--profile-steps N``: after each variant's timed clip, one more clip at N steps under
-``torch.profiler`` (:func:`benchmarks.clip.profile_clip`), as the row's ``profile``: GPU busy ms,
-copy ms, the top kernels and ms per category (attention / gemm / conv / norm / elementwise-triton /
-copy / other; :mod:`benchmarks.kernel_profile`). The timed figures do not include it. Timing and
-kernel breakdown in one device call::
+``--profile-steps N``: each row also gets a kernel breakdown of one more clip at N steps
+(:func:`benchmarks.clip.profile_clip`, :mod:`benchmarks.kernel_profile`), not in the timed figures::
 
-    bash benchmarks/device_gpu.sh zoo 540 "champ --smpl synthetic --variants stock,conditional --profile-steps 1 --budget-s 400"
+    bash benchmarks/device_gpu.sh zoo 540 "champ --smpl synthetic --variants stock,conditional+compile --profile-steps 1 --budget-s 400"
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import gc
@@ -36,7 +37,7 @@ import math
 import platform
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ from newsmotion_engine.bench.timing import peak_gib, peak_reset, sync
 
 from benchmarks.lab_record import top_level_figures, write_lab_result
 
-__all__ = ["CLIP_VARIANTS", "FrameSink", "bench_clip", "profile_clip", "timed_variant"]
+__all__ = ["CLIP_VARIANTS", "FrameSink", "bench_clip", "options_replaced", "profile_clip", "timed_variant"]
 
 Log = Callable[[str], None]
 
@@ -74,6 +75,19 @@ class FrameSink:
         return False
 
 
+@contextlib.contextmanager
+def options_replaced(backend: Any, options: Mapping[str, Any] | None) -> Iterator[None]:
+    """The backend's options with ``options`` replacing some of them (e.g. fewer steps for a
+    warm-up or a profiled clip) inside the block, the configured ones back after it."""
+    saved = backend.options
+    if options:
+        backend.options = dataclasses.replace(saved, **options)
+    try:
+        yield
+    finally:
+        backend.options = saved
+
+
 def profile_clip(backend: Any, loop: Any, persona: Any, spec: Any, out_path: Path, options: Mapping[str, Any] | None = None,
                  *, top: int = 20) -> dict[str, Any]:  # fmt: skip
     """One more clip through ``render_clip`` (into a :class:`FrameSink`) under ``torch.profiler``,
@@ -85,17 +99,13 @@ def profile_clip(backend: Any, loop: Any, persona: Any, spec: Any, out_path: Pat
     from benchmarks.kernel_profile import profile_call
     from newsmotion_engine.render.clip import render_clip
 
-    saved = backend.options
     opts = dict(options or {})
     try:
-        if opts:
-            backend.options = dataclasses.replace(saved, **opts)
-        tele, summary = profile_call(lambda: render_clip(loop, persona, backend, spec, out_path, sink=FrameSink), top=top)
+        with options_replaced(backend, opts):
+            tele, summary = profile_call(lambda: render_clip(loop, persona, backend, spec, out_path, sink=FrameSink), top=top)
         return {**summary, "options": opts, "frames_out": tele.frames}
     except Exception as exc:
         return {"options": opts, "error": f"{type(exc).__name__}: {exc}"[:500]}
-    finally:
-        backend.options = saved
 
 
 def timed_variant(backend: Any, loop: Any, persona: Any, spec: Any, out_path: Path, *, warm_up: bool,
@@ -118,13 +128,8 @@ def timed_variant(backend: Any, loop: Any, persona: Any, spec: Any, out_path: Pa
     try:
         applied = registry.apply_accelerations(comps, backend.options.accelerations)
         if warm_up:
-            options = backend.options
-            if warm_up_options:
-                backend.options = dataclasses.replace(options, **warm_up_options)
-            try:
+            with options_replaced(backend, warm_up_options):
                 render_clip(loop, persona, backend, spec, out_path, sink=FrameSink)
-            finally:
-                backend.options = options
         peak_reset(comps.device)
         t0 = time.perf_counter()
         tele = render_clip(loop, persona, backend, spec, out_path, sink=FrameSink)

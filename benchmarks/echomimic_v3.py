@@ -21,11 +21,8 @@ Example (from the repository root)::
     python -m benchmarks.echomimic_v3 --json benchmarks/results/echomimic_v3_h100.json
     python -m benchmarks.echomimic_v3 --preset tiny --sizes 64x128 --seconds 0.6 --steps 2   # CPU check
 
-``--profile-steps N``: after each variant's timed clip, one more clip at N steps under
-``torch.profiler`` (:func:`benchmarks.clip.profile_clip`), as the row's ``profile``: GPU busy ms,
-copy ms, the top kernels and ms per category (attention / gemm / conv / norm / elementwise-triton /
-copy / other; :mod:`benchmarks.kernel_profile`). The timed figures do not include it. Timing and
-kernel breakdown in one device call::
+``--profile-steps N``: each row also gets a kernel breakdown of one more clip at N steps
+(:func:`benchmarks.clip.profile_clip`, :mod:`benchmarks.kernel_profile`), not in the timed figures::
 
     bash benchmarks/device_gpu.sh zoo 570 "echomimic_v3 --sizes 768x768 --variants stock,batch_cfg+fp8+compile+fp8_attention --profile-steps 1 --budget-s 450"
 """

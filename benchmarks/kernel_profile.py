@@ -90,13 +90,17 @@ def is_copy(name: str) -> bool:
     return "memcpy" in low or "memset" in low
 
 
-def kernel_totals(events: Any, name_chars: int = 120) -> list[tuple[str, tuple[float, int]]]:
-    """Profiler kernel events summed by name (cut to ``name_chars``): ``(name, (ms, count))``,
-    the largest total first."""
+def _kernel_ms(e: Any) -> float:
+    return e.time_range.elapsed_us() / 1e3
+
+
+def kernel_totals(events: Any, name_chars: int = 120, ms: Callable[[Any], float] = _kernel_ms) -> list[tuple[str, tuple[float, int]]]:
+    """Profiler events summed by name (cut to ``name_chars``): ``(name, (ms, count))``, the largest
+    total first; ``ms`` is an event's time (default: a kernel's duration)."""
     by_name: dict[str, list[float]] = {}
     for e in events:
         row = by_name.setdefault(e.name[:name_chars], [0.0, 0])
-        row[0] += e.time_range.elapsed_us() / 1e3
+        row[0] += ms(e)
         row[1] += 1
     return sorted(((n, (ms, int(c))) for n, (ms, c) in by_name.items()), key=lambda item: -item[1][0])
 
@@ -162,13 +166,8 @@ def profile_call(fn: Callable[[], Any], *, top: int = 20, name_chars: int = 120)
         totals = kernel_totals(kernels, name_chars)
         summary.update(source="CUDA kernels", gpu_busy_ms=round(busy, 1), copy_ms=round(copy, 1))
     else:
-        by_name: dict[str, list[float]] = {}
-        for e in events:
-            if e.device_type == DeviceType.CPU:
-                row = by_name.setdefault(e.name[:name_chars], [0.0, 0])
-                row[0] += e.self_cpu_time_total / 1e3
-                row[1] += 1
-        totals = sorted(((n, (ms, int(c))) for n, (ms, c) in by_name.items()), key=lambda item: -item[1][0])
+        cpu_ops = [e for e in events if e.device_type == DeviceType.CPU]
+        totals = kernel_totals(cpu_ops, name_chars, ms=lambda e: e.self_cpu_time_total / 1e3)
         summary.update(source="no CUDA: CPU operators, self CPU time", gpu_busy_ms=None, copy_ms=None)
     rows, cats = _rows(totals, top)
     summary.update(total_ms=round(sum(ms for _, (ms, _) in totals), 1), count=sum(c for _, (_, c) in totals),

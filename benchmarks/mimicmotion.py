@@ -23,11 +23,8 @@ Example (from the repository root)::
     python -m benchmarks.mimicmotion --json benchmarks/results/mimicmotion_h100.json
     python -m benchmarks.mimicmotion --preset tiny --sizes 80x128 --frames 9 --steps 2   # CPU check
 
-``--profile-steps N``: after each variant's timed clip, one more clip at N steps under
-``torch.profiler`` (:func:`benchmarks.clip.profile_clip`), as the row's ``profile``: GPU busy ms,
-copy ms, the top kernels and ms per category (attention / gemm / conv / norm / elementwise-triton /
-copy / other; :mod:`benchmarks.kernel_profile`). The timed figures do not include it. Timing and
-kernel breakdown in one device call::
+``--profile-steps N``: each row also gets a kernel breakdown of one more clip at N steps
+(:func:`benchmarks.clip.profile_clip`, :mod:`benchmarks.kernel_profile`), not in the timed figures::
 
     bash benchmarks/device_gpu.sh zoo 540 "mimicmotion --variants stock,batch_cfg+compile --profile-steps 1 --budget-s 400"
 """

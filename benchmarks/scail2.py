@@ -30,11 +30,8 @@ call and ours in the next on the same warm machine, then join the two records::
     python -m benchmarks.scail2 --steps 2 --variants batch_cfg+fp8+compile+fp8_attention --warm-up-steps 1 --json /tmp/scail2_ours.json
     python -m benchmarks.scail2 --combine /tmp/scail2_stock.json /tmp/scail2_ours.json --json benchmarks/results/scail2_h100.json
 
-``--profile-steps N``: after each variant's timed clip, one more clip at N steps under
-``torch.profiler`` (:func:`benchmarks.clip.profile_clip`), as the row's ``profile``: GPU busy ms,
-copy ms, the top kernels and ms per category (attention / gemm / conv / norm / elementwise-triton /
-copy / other; :mod:`benchmarks.kernel_profile`). The timed figures do not include it. Timing and
-kernel breakdown in one device call::
+``--profile-steps N``: each row also gets a kernel breakdown of one more clip at N steps
+(:func:`benchmarks.clip.profile_clip`, :mod:`benchmarks.kernel_profile`), not in the timed figures::
 
     bash benchmarks/device_gpu.sh zoo 570 "scail2 --steps 2 --variants batch_cfg+fp8+compile+fp8_attention --warm-up-steps 1 --profile-steps 1 --budget-s 540"
 """
