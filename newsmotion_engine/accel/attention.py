@@ -7,7 +7,9 @@ FLOPs, so the attention kernel decides the speed. The config :class:`Attention` 
 - ``"sdpa"``: PyTorch's ``scaled_dot_product_attention`` with its own backend choice (stock);
 - ``"cudnn"`` / ``"flash"``: force the cuDNN or the flash SDPA backend (diffusers' dispatcher);
 - ``"fp8-triton"``: the self-attention layers (``attn1``) use :func:`fp8_attention`, the kernel
-  below; the small cross-attentions stay on SDPA.
+  below; the small cross-attentions stay on SDPA;
+- ``"fp8-cudnn"``: the self-attention layers use cuDNN's FP8 flash attention
+  (:mod:`newsmotion_engine.accel.attention_cudnn`, needs the ``nvidia-cudnn-frontend`` package).
 
 The kernel is a FlashAttention-2 style forward (Dao 2023, https://arxiv.org/abs/2307.08691) with
 SageAttention's quantization ideas (Zhang et al. https://arxiv.org/abs/2410.02367 and
@@ -72,7 +74,8 @@ __all__ = [
     "set_attention",
 ]
 
-ATTENTION_KINDS = ("sdpa", "cudnn", "flash", "fp8-triton")
+ATTENTION_KINDS = ("sdpa", "cudnn", "flash", "fp8-triton", "fp8-cudnn")
+FP8_KERNELS = ("fp8-triton", "fp8-cudnn")  # the kinds that replace the self-attention processors
 ATTENTION_PREPS = ("fused", "torch")
 _DIFFUSERS_BACKEND = {"sdpa": "native", "cudnn": "_native_cudnn", "flash": "_native_flash"}
 E4M3_MAX = 448.0
@@ -184,7 +187,24 @@ def register_fp8_processor(model_class: str, factory: Any, *, blocks_attr: str) 
 
 
 def _fp8_processor(model: Any) -> tuple[Any, str]:
-    return _FP8_PROCESSORS.get(type(model).__name__, (lambda config: Fp8SelfAttnProcessor(config.variant), "attn1"))
+    return _FP8_PROCESSORS.get(type(model).__name__, (_default_processor, "attn1"))
+
+
+def _default_processor(config: Attention) -> Any:
+    if config.kernel == "fp8-cudnn":
+        from newsmotion_engine.accel.attention_cudnn import CudnnFp8SelfAttnProcessor
+
+        return CudnnFp8SelfAttnProcessor()
+    return Fp8SelfAttnProcessor(config.variant)
+
+
+def kernel_supported(kernel: str) -> tuple[bool, str]:
+    """Whether the 8-bit attention ``kernel`` (one of :data:`FP8_KERNELS`) can run here, and why not."""
+    if kernel == "fp8-cudnn":
+        from newsmotion_engine.accel.attention_cudnn import cudnn_fp8_supported
+
+        return cudnn_fp8_supported()
+    return fp8_attention_supported()
 
 
 def set_attention(model: Any, config: Attention) -> tuple[dict[str, Any], PreviousAttention]:
@@ -194,10 +214,10 @@ def set_attention(model: Any, config: Attention) -> tuple[dict[str, Any], Previo
     Raises:
         AttentionUnavailableError: ``"fp8-triton"`` where the kernel cannot run (no Hopper GPU).
     """
-    if config.kernel == "fp8-triton":
-        ok, why = fp8_attention_supported()
+    if config.kernel in FP8_KERNELS:
+        ok, why = kernel_supported(config.kernel)
         if not ok:
-            raise AttentionUnavailableError(f"attention='fp8-triton' cannot run: {why}; use attention='sdpa' or 'cudnn'")
+            raise AttentionUnavailableError(f"attention={config.kernel!r} cannot run: {why}; use attention='sdpa' or 'cudnn'")
         factory, attr = _fp8_processor(model)
         previous = [getattr(block, attr).processor for block in model.blocks]
         for block in model.blocks:

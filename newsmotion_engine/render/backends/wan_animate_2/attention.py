@@ -29,12 +29,13 @@ from typing import Any
 import torch
 
 from newsmotion_engine.accel import attention as A
+from newsmotion_engine.accel import attention_cudnn as C
 from newsmotion_engine.accel.attention_incontext import ReferenceKV, incontext_attention, prepare_reference
 from newsmotion_engine.accel.attention_prep import prepared_incontext_attention
 from newsmotion_engine.accel.attention_prep import supported as prep_supported
 from newsmotion_engine.render.backends.wan_animate_2.kv import Fp8KVLayerCache
 
-__all__ = ["Fp8Animate2AttnProcessor", "apply_rope", "rope_angles", "rope_fp32", "split_cached_attention"]
+__all__ = ["CudnnAnimate2AttnProcessor", "Fp8Animate2AttnProcessor", "cudnn_cached_attention", "prepare_cudnn_reference", "apply_rope", "rope_angles", "rope_fp32", "split_cached_attention"]
 
 
 def rope_angles(grid_sizes: torch.Tensor, freqs: torch.Tensor, time_stride: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -207,11 +208,17 @@ def cached_reference(kv_cache: Any, grid_sizes: torch.Tensor, freqs: torch.Tenso
 
     def make(k_ref: torch.Tensor, v_ref: torch.Tensor) -> ReferenceKV:
         k_ref = rope_fp32(k_ref, grid_sizes, freqs, stride).to(dtype)
-        return prepare_reference(k_ref[:, :n_ref], v_ref[:, :n_ref].to(dtype), variant)
+        return _prepare(k_ref[:, :n_ref], v_ref[:, :n_ref].to(dtype), variant, _frame_tokens(grid_sizes))
 
     if isinstance(kv_cache, Fp8KVLayerCache):
         return kv_cache.kernel_reference(make, _token(grid_sizes, stride, n_ref, variant))
     return make(*kv_cache.get())
+
+
+def _frame_tokens(grid_sizes: torch.Tensor) -> int:
+    """Tokens of one latent frame of the (first sample's) grid."""
+    _, h, w = grid_sizes[0].tolist()
+    return int(h * w)
 
 
 def _token(grid_sizes: torch.Tensor, stride: int, n_ref: int, variant: str) -> tuple:
@@ -223,10 +230,71 @@ def _token(grid_sizes: torch.Tensor, stride: int, n_ref: int, variant: str) -> t
 @torch.compiler.disable  # eager, between the compiled graphs: once per segment and layer
 def store_reference(kv_cache: Any, k: torch.Tensor, v: torch.Tensor, grid_sizes: torch.Tensor, stride: int, variant: str) -> None:
     """The extract pass's RoPE-rotated ``k`` and ``v`` stored in the in-context kernel's form."""
-    kv_cache.store_kernel_reference(prepare_reference(k, v, variant), _token(grid_sizes, stride, k.shape[1], variant))
+    kv_cache.store_kernel_reference(_prepare(k, v, variant, _frame_tokens(grid_sizes)), _token(grid_sizes, stride, k.shape[1], variant))
+
+
+CUDNN_FORM = "cudnn"  # the reference token's variant when the cuDNN processor made the kernel form
+
+
+def _prepare(k: torch.Tensor, v: torch.Tensor, variant: str, hw: int) -> ReferenceKV:
+    """The reference K/V (RoPE applied, BSHD) in the form ``variant``'s attention reads."""
+    if variant == CUDNN_FORM:
+        return prepare_cudnn_reference(k, v, hw)
+    return prepare_reference(k, v, variant)
+
+
+def prepare_cudnn_reference(k_ref: torch.Tensor, v_ref: torch.Tensor, hw: int) -> ReferenceKV:
+    """The reference for :class:`CudnnAnimate2AttnProcessor`, in :class:`ReferenceKV`'s five slots
+    (the K/V caches store, offload and prefetch that tuple; the token says which form it is):
+    ``k`` the keys per frame ``[B * frames, hw, H, D]`` less each frame's mean, E4M3 at one scale;
+    ``vt`` the values the same way (not transposed); ``k_scale`` / ``v_scale`` their descales
+    ``[1, 1, 1, 1]``; ``k_mean`` the per-frame key means ``[B * frames, 1, H, D]`` float32 (the
+    log-sum-exp adds back what the smoothing took out)."""
+    B, S, H, D = k_ref.shape
+    kf = k_ref.reshape(B * (S // hw), hw, H, D)
+    mean = kf.float().mean(dim=1, keepdim=True)
+    kq = C.quantize_per_tensor(kf.float() - mean)
+    vq = C.quantize_per_tensor(v_ref.reshape(B * (S // hw), hw, H, D))
+    return ReferenceKV(k=kq.data, vt=vq.data, k_scale=kq.descale, k_mean=mean, v_scale=vq.descale)
+
+
+def cudnn_cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ref: ReferenceKV, hw: int) -> torch.Tensor:
+    """The cached pass's in-context attention (module docstring) on cuDNN's FP8 kernel: the dense
+    generation attention and each frame's reference attention, two launches with their
+    log-sum-exps, merged. ``ref`` from :func:`prepare_cudnn_reference`. BSHD in/out."""
+    B, S, H, D = q.shape
+    f1 = S // hw - 1
+    qq, kq, vq = C.quantize_per_tensor(q), C.quantize_per_tensor(C.smooth_keys(k)), C.quantize_per_tensor(v)
+    dense, lse_d = C._sdpa_lse_op(qq.data, kq.data, vq.data, qq.descale, kq.descale, vq.descale)
+    lse_d = lse_d.transpose(1, 2) * A.LOG2E + A.smoothing_shift(q, k)
+    q_frames = qq.data[:, hw:].reshape(B * f1, hw, H, D)  # the same quantization as the dense part's
+    out_r, lse_r = C._sdpa_lse_op(q_frames, ref.k, ref.vt, qq.descale, ref.k_scale, ref.v_scale)
+    shift_r = (q[:, hw:].float().reshape(B * f1, hw, H, D) * ref.k_mean).sum(-1) * (A.LOG2E / D**0.5)
+    lse_r = lse_r.transpose(1, 2) * A.LOG2E + shift_r
+    merged = A.merge_attention(dense[:, hw:], lse_d[:, hw:], out_r.reshape(B, f1 * hw, H, D), lse_r.reshape(B, f1 * hw, H))
+    return torch.cat([dense[:, :hw], merged.to(dense.dtype)], dim=1).to(q.dtype)
+
+
+class CudnnAnimate2AttnProcessor(Fp8Animate2AttnProcessor):
+    """:class:`Fp8Animate2AttnProcessor` on cuDNN's FP8 kernel (``attention='fp8-cudnn'``): the
+    extract pass's dense attention and the cached pass's :func:`cudnn_cached_attention`; norms and
+    RoPE in torch (compiled with the block)."""
+
+    def __init__(self) -> None:
+        self.variant = CUDNN_FORM
+        self.prep = "torch"
+        self.stats = {"incontext": 0, "fallback": 0}
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return C.fp8_sdpa(q, k, v)
+
+    def attend_reference(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ref: ReferenceKV, hw: int) -> torch.Tensor:
+        return cudnn_cached_attention(q, k, v, ref, hw)
 
 
 def _factory(config: A.Attention) -> Fp8Animate2AttnProcessor:
+    if config.kernel == "fp8-cudnn":
+        return CudnnAnimate2AttnProcessor()
     return Fp8Animate2AttnProcessor(config.variant, config.prep or "fused")
 
 

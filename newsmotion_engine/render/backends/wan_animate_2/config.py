@@ -269,11 +269,11 @@ class WanAnimate2Options(DiffusersOptions):
                     f"{NAME}: Compile(fullgraph=True) cannot compile this transformer: its rope_apply reads "
                     "grid_sizes.tolist() inside every block (a graph break); use Compile(fullgraph=False) or compile='blocks'"
                 )
-            if c.technique == "attention" and c.kernel != "fp8-triton":
+            if c.technique == "attention" and c.kernel not in ("fp8-triton", "fp8-cudnn"):
                 raise WanAnimate2ConfigError(
                     f"{NAME}: attention {c.kernel!r} does not apply: the cached pass is flex attention over a block mask; "
-                    "only attention='fp8-triton' replaces it (our 8-bit kernel: all generation keys, then each frame's "
-                    "reference keys, in one softmax)"
+                    "only attention='fp8-triton' (our 8-bit kernel: all generation keys, then each frame's reference "
+                    "keys, in one softmax) or 'fp8-cudnn' (cuDNN's FP8 kernel, the two parts merged) replace it"
                 )
             if c.technique in _REFUSED:
                 raise WanAnimate2ConfigError(f"{NAME}: acceleration {type(c).__name__} does not apply: {_REFUSED[c.technique]}")

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
 from newsmotion_engine.accel import attention as A  # noqa: E402
+from newsmotion_engine.accel import attention_cudnn as C  # noqa: E402
 from newsmotion_engine.accel.attention_incontext import reference_incontext_attention  # noqa: E402
 from newsmotion_engine.render.backends.wan_animate_2 import attention as WA  # noqa: E402
 from newsmotion_engine.render.backends.wan_animate_2 import denoise as D  # noqa: E402
@@ -253,3 +254,43 @@ def test_compiled_blocks_do_not_recompile_across_forwards(tiny, monkeypatch):
         for b, p in zip(tr.blocks, stock):
             b.self_attn.set_processor(p)
 
+
+
+@pytest.mark.parametrize("kv_form", ["fp8", "kernel"])
+def test_cudnn_processor_matches_the_stock_block_mask_within_fp8(tiny, monkeypatch, kv_form):
+    """attention='fp8-cudnn': the cuDNN ops run their CPU kernels (the same FP8 arithmetic), the
+    reference kept in the cuDNN form (per frame, smoothed, one scale) after its first use or
+    stored so by the extract pass; dense + per-frame parts merged by log-sum-exp."""
+    comps, geom = tiny
+    x = _inputs(comps, geom)
+    blocks = comps.transformer.blocks
+    stock = [b.self_attn.processor for b in blocks]
+    ref, _ = _run(comps, geom, x, "fp8")
+    ours = [WA.CudnnAnimate2AttnProcessor() for _ in blocks]
+    for b, p in zip(blocks, ours):
+        b.self_attn.set_processor(p)
+    try:
+        (got, again), kv = _run(comps, geom, x, kv_form, forwards=2)
+        # Without the reference attention the output moves further: the merge is doing its part.
+        monkeypatch.setattr(WA, "cudnn_cached_attention", lambda q, k, v, r, hw: C.fp8_sdpa(q, k, v))
+        (no_ref, _), _ = _run(comps, geom, x, kv_form, forwards=2)
+    finally:
+        for b, p in zip(blocks, stock):
+            b.self_attn.set_processor(p)
+    assert all(p.stats["incontext"] >= 2 and p.stats["fallback"] == 0 for p in ours), [p.stats for p in ours]
+    assert _rel(got, ref) < 0.02, _rel(got, ref)  # FP8 Q/K/V/P throughout
+    assert _rel(got, ref) < 0.5 * _rel(no_ref, ref), (_rel(got, ref), _rel(no_ref, ref))
+    assert torch.equal(got, again)
+    assert all(layer.prepared_for[-1] == WA.CUDNN_FORM for layer in kv.layer_caches)
+
+
+def test_options_take_fp8_cudnn(tiny, monkeypatch):
+    opts = WanAnimate2Options.from_mapping({"preset": "tiny", "attention": "fp8-cudnn"})
+    assert opts.has("attention")
+    comps, _ = tiny
+    monkeypatch.setattr(C, "cudnn_fp8_supported", lambda device=None: (True, ""))
+    stock = [b.self_attn.processor for b in comps.transformer.blocks]
+    report, previous = A.set_attention(comps.transformer, A.Attention(kernel="fp8-cudnn"))
+    assert report["processor"] == "CudnnAnimate2AttnProcessor"
+    A.restore_attention(comps.transformer, previous)
+    assert [b.self_attn.processor for b in comps.transformer.blocks] == stock
