@@ -16,6 +16,10 @@ kwargs="${3:-{\}}"
 out="${OUT:-/tmp/out}"
 mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --target "$HOME/site" .whl/*.whl || exit 3
+# attention='fp8-cudnn' needs cuDNN's frontend (an optional dependency): its wheel in .whl/cudnn/, when carried.
+if ls .whl/cudnn/nvidia_cudnn_frontend-*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$HOME/site" "$(ls .whl/cudnn/nvidia_cudnn_frontend-*.whl | head -1)" || exit 3
+fi
 export PYTHONPATH="$PWD:$HOME/site" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"

@@ -55,7 +55,8 @@ from benchmarks.lab_record import combine_runs, stock_vs_ours, top_level_figures
 __all__ = ["VARIANTS", "bench_scail2"]
 
 Log = Callable[[str], None]
-VARIANTS = ("stock", "batch_cfg", "batch_cfg+fp8+compile+fp8_attention")
+VARIANTS = ("stock", "batch_cfg", "batch_cfg+fp8+compile+fp8_attention",
+            "batch_cfg+fp8+compile+cudnn_fp8_attention")
 
 
 def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
@@ -68,6 +69,8 @@ def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
 
         out["batch_cfg+fp8+compile+fp8_attention"] = {
             "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-triton"))}
+        out["batch_cfg+fp8+compile+cudnn_fp8_attention"] = {  # cuDNN's FP8 kernel (nvidia-cudnn-frontend)
+            "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-cudnn"))}
     return out
 
 
