@@ -7,7 +7,9 @@ schedule from Triton; cuDNN's FP8 SDPA engine is NVIDIA's own Hopper kernel for 
 
 What it computes: ``softmax(q k^T / sqrt(d)) v`` with q, k, v quantized to FP8 E4M3 with one scale
 per tensor (cuDNN's FP8 graph takes scalar descales), the probabilities quantized to E4M3 at
-scale 448 for the second matmul (they lie in [0, 1]), FP32 accumulation, BF16 output. Before
+scale 448 for the second matmul (they lie in [0, 1]), FP32 accumulation, the output in E4M3 at V's scale (a softmax row is a convex weighting of V:
+it cannot exceed V's largest magnitude; cuDNN writes no BF16 from an FP8 graph before
+Blackwell), turned back to BF16. Before
 quantizing, the keys' per-head mean over the sequence is subtracted: each query's scores move by
 one constant, which softmax cancels, and the keys' shared offset (large in DiT attention) no
 longer eats the E4M3 range (the smoothing SageAttention uses for its 8-bit keys).
@@ -145,7 +147,8 @@ def _graph(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, handle: Any, stats
         if stats:  # natural-log log-sum-exp of the scaled scores, one per (b, h, row)
             lse.set_output(True).set_dim((b, h, sq, 1)).set_stride((h * sq, sq, 1, 1)).set_data_type(f32)
         o_stride = (sq * h * d, d, h * d, 1)  # a fresh contiguous [B, S, H, D] output
-        o.set_output(True).set_dim((b, h, sq, d)).set_stride(o_stride).set_data_type(cudnn.data_type.BFLOAT16)
+        # E4M3 out: on Hopper cuDNN's FP8 graph writes no bf16 (its frontend refuses it before Blackwell).
+        o.set_output(True).set_dim((b, h, sq, d)).set_stride(o_stride).set_data_type(fp8)
         for a in (amax_s, amax_o):
             a.set_output(True).set_dim((1, 1, 1, 1)).set_stride((1, 1, 1, 1)).set_data_type(f32)
         g.validate()
@@ -177,18 +180,21 @@ def cudnn_fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream(dev).cuda_stream)
     g = _graph(qq.data, kq.data, vq.data, handle, return_lse)
     b, sq, h, d = qq.data.shape
-    out = torch.empty(b, sq, h, d, device=dev, dtype=torch.bfloat16)
+    out8 = torch.empty(b, sq, h, d, device=dev, dtype=torch.float8_e4m3fn)
     one = torch.ones(1, 1, 1, 1, device=dev, dtype=torch.float32)
     amax_s = torch.empty(1, 1, 1, 1, device=dev, dtype=torch.float32)
     amax_o = torch.empty_like(amax_s)
-    pack = {g.q: qq.data, g.k: kq.data, g.v: vq.data, g.o: out,
+    pack = {g.q: qq.data, g.k: kq.data, g.v: vq.data, g.o: out8,
             g.scalars["descale_q"]: qq.descale, g.scalars["descale_k"]: kq.descale, g.scalars["descale_v"]: vq.descale,
-            g.scalars["descale_s"]: one / FP8_MAX, g.scalars["scale_s"]: one * FP8_MAX, g.scalars["scale_o"]: one,
+            g.scalars["descale_s"]: one / FP8_MAX, g.scalars["scale_s"]: one * FP8_MAX,
+            # softmax rows are convex weights: |out| <= max |v|, so v's own scale fits the output
+            g.scalars["scale_o"]: 1.0 / vq.descale,
             g.amax[0]: amax_s, g.amax[1]: amax_o}  # fmt: skip
     if return_lse:
         lse = torch.empty(b, h, sq, 1, device=dev, dtype=torch.float32)
         pack[g.lse] = lse
     g.graph.execute(pack, g.workspace, handle=handle)
+    out = (out8.float() * vq.descale).to(torch.bfloat16)
     return (out, lse[..., 0]) if return_lse else out
 
 
@@ -226,6 +232,7 @@ def _dequantized_attention(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor,
     lse = torch.logsumexp(s, dim=-1)
     p8 = (torch.exp(s - s.amax(dim=-1, keepdim=True)) * FP8_MAX).to(torch.float8_e4m3fn).float() / FP8_MAX
     out = torch.einsum("bhqk,bkhd->bqhd", p8, vf) / p8.sum(-1).permute(0, 2, 1)[..., None]
+    out = (out / dv.reshape(())).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).float() * dv.reshape(())
     return out.to(torch.bfloat16), lse
 
 
