@@ -65,8 +65,11 @@ def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
         out["batch_cfg+fp8+compile"] = {"batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile())}
         out["batch_cfg+fp8+compile+fp8_attention"] = {
             "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-triton"))}
-        out["batch_cfg+fp8+compile+cudnn_fp8_attention"] = {  # cuDNN's FP8 kernel (nvidia-cudnn-frontend)
-            "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-cudnn"))}
+        # cuDNN's FP8 kernel (nvidia-cudnn-frontend): E4M3 Q/K/V/P/output, error 0.061 against BF16
+        # where ours is 0.040 (attention_cudnn_h100.json), so an approximation, never the headline
+        out["batch_cfg+fp8+compile+cudnn_fp8_attention"] = {
+            "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-cudnn")),
+            "approximate": True}
     return out
 
 

@@ -52,7 +52,8 @@ def stock_vs_ours(result: dict[str, Any], key: str, rows: Mapping[str, Mapping[s
     """Add one size's figures to a stock-vs-ours bench ``result``: ``clip_{key}_s_stock``,
     ``clip_{key}_s`` (the fastest variant that is not ``stock`` nor ``approximate``: the headline
     is exact), ``fastest_{key}`` and ``speedup_{key}``, from the measured ``rows`` (variant -> row
-    with ``seconds``)."""
+    with ``seconds``); the fastest approximate row, if any, beside them as
+    ``clip_{key}_s_approximate``, ``fastest_{key}_approximate`` and ``speedup_{key}_approximate``."""
     done = {n: r for n, r in rows.items() if seconds in r and not r.get("approximate")}
     if "stock" in done:
         result[f"clip_{key}_s_stock"] = done["stock"][seconds]
@@ -63,6 +64,13 @@ def stock_vs_ours(result: dict[str, Any], key: str, rows: Mapping[str, Mapping[s
         result[f"fastest_{key}"] = best
         if "stock" in done:
             result[f"speedup_{key}"] = round(done["stock"][seconds] / ours[best][seconds], 3)
+    approx = {n: r for n, r in rows.items() if seconds in r and r.get("approximate")}
+    if approx:
+        best = min(approx, key=lambda n: approx[n][seconds])
+        result[f"clip_{key}_s_approximate"] = approx[best][seconds]
+        result[f"fastest_{key}_approximate"] = best
+        if "stock" in done:
+            result[f"speedup_{key}_approximate"] = round(done["stock"][seconds] / approx[best][seconds], 3)
 
 
 def read_lab_data(path: str | Path) -> dict[str, Any]:

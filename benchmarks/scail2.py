@@ -69,8 +69,11 @@ def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
 
         out["batch_cfg+fp8+compile+fp8_attention"] = {
             "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-triton"))}
-        out["batch_cfg+fp8+compile+cudnn_fp8_attention"] = {  # cuDNN's FP8 kernel (nvidia-cudnn-frontend)
-            "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-cudnn"))}
+        # cuDNN's FP8 kernel (nvidia-cudnn-frontend): E4M3 Q/K/V/P/output, error 0.061 against BF16
+        # where ours is 0.040 (attention_cudnn_h100.json), so an approximation, never the headline
+        out["batch_cfg+fp8+compile+cudnn_fp8_attention"] = {
+            "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-cudnn")),
+            "approximate": True}
     return out
 
 
@@ -138,8 +141,10 @@ def bench_scail2(preset: str = "14b", *, sizes: Sequence[tuple[int, int]] = ((72
                     if time.perf_counter() > deadline:
                         rows[name] = {"skipped": "device-time budget of this run spent"}
                         continue
-                    backend.options = Scail2Options(**{**base.as_mapping(), **table[name]})
+                    options = {k: v for k, v in table[name].items() if k != "approximate"}
+                    backend.options = Scail2Options(**{**base.as_mapping(), **options})
                     row: dict[str, Any] = {"model_size": list(model_size(width, height)),
+                                           "approximate": bool(table[name].get("approximate")),
                                            "settings": [c.describe() for c in backend.options.accelerations]}  # fmt: skip
                     # a warm-up for ours (compiles); stock runs once, as the official script does
                     warm = {"steps": warm_up_steps} if warm_up_steps and name != "stock" else None

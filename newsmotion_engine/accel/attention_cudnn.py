@@ -80,7 +80,8 @@ def quantize_per_tensor(x: torch.Tensor) -> Fp8Tensor:
 
 def reference_fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """What :func:`cudnn_fp8_attention` computes, in plain torch (small shapes; the CPU tests):
-    the same smoothing and per-tensor quantization of q, k, v and of the probabilities."""
+    the same smoothing and per-tensor quantization of q, k, v, of the probabilities and of the
+    output."""
     qq, kq, vq = quantize_per_tensor(q), quantize_per_tensor(smooth_keys(k)), quantize_per_tensor(v)
     qf = qq.data.float() * qq.descale
     kf = kq.data.float() * kq.descale
@@ -91,6 +92,8 @@ def reference_fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -
     denom = p.sum(dim=-1, keepdim=True)
     p8 = (p * FP8_MAX).to(torch.float8_e4m3fn).float() / FP8_MAX  # unnormalized, as the kernel keeps them
     out = torch.einsum("bhqk,bkhd->bqhd", p8, vf) / denom.permute(0, 2, 1, 3)
+    dv = vq.descale.reshape(())
+    out = (out / dv).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).float() * dv  # the E4M3 output
     return out.to(q.dtype)
 
 

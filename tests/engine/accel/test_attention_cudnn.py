@@ -45,8 +45,9 @@ def test_fp8_sdpa_is_attention_within_fp8_rounding(offset):
     q, k, v = _qkv(offset=offset)
     exact = A.reference_attention_lse(q, k, v)[0]
     got = C.fp8_sdpa(q, k, v)
-    # Measured 0.048-0.053 for these inputs; the same arithmetic in plain torch agrees.
-    assert _rel(got, exact) < 0.07, _rel(got, exact)
+    # E4M3 Q, K, V, P and output: 0.05-0.06 for these inputs (the GPU bench measures 0.061 at the
+    # 14B shape, our Triton int8-QK kernel 0.040); the same arithmetic in plain torch agrees.
+    assert _rel(got, exact) < 0.08, _rel(got, exact)
     assert _rel(got, C.reference_fp8_attention(q, k, v)) < 0.02
 
 
@@ -60,7 +61,7 @@ def test_fp8_sdpa_lse_is_in_the_merge_units():
     assert float((lse - exact_lse).abs().max()) < 0.1  # log2 units; FP8 scores
     a, la = C.fp8_sdpa_lse(q, k[:, :100], v[:, :100])
     b, lb = C.fp8_sdpa_lse(q, k[:, 100:], v[:, 100:])
-    assert _rel(A.merge_attention(a, la, b, lb), A.reference_attention_lse(q, k, v)[0]) < 0.07
+    assert _rel(A.merge_attention(a, la, b, lb), A.reference_attention_lse(q, k, v)[0]) < 0.08
 
 
 def test_fp8_cudnn_refuses_without_a_gpu(monkeypatch):
@@ -81,4 +82,4 @@ def test_reference_matches_exact_attention_math():
     q, k, v = _qkv(seed=3, s=64)
     s = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
     exact = torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), v)
-    assert _rel(C.reference_fp8_attention(q, k, v), exact) < 0.07
+    assert _rel(C.reference_fp8_attention(q, k, v), exact) < 0.08
