@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Any, Annotated, Optional
 
-import click
 import typer
 from rich.table import Table
 
@@ -51,6 +50,14 @@ def calibrate_teacache_cmd(
     console.print("use: -o teacache=0.15 -o 'teacache_coefficients=" + json.dumps([round(c, 6) for c in result["coefficients"]]) + "'")
 
 
+def _value(text: str) -> Any:
+    """A ``--values`` entry: a JSON number or boolean, else the word itself (``fp8-cudnn``)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def _register_approximation_calibration(name: str, values_help: str, default: str) -> None:
     """``newsmotion calibrate NAME``: the approximation at each of ``--values`` vs the exact run."""
 
@@ -68,10 +75,7 @@ def _register_approximation_calibration(name: str, values_help: str, default: st
         from newsmotion_engine.render.backends.wan_animate.calibrate import calibrate_approximation
 
         store = Storage.from_env()
-        try:
-            tried = [json.loads(v) for v in values.split(",") if v.strip()]
-        except ValueError:
-            raise click.UsageError(f"--values expects comma-separated numbers, got {values!r}") from None
+        tried = [_value(v.strip()) for v in values.split(",") if v.strip()]
         check_render_request(store, persona, loop)
         with progress_bar() as bar:
             def progress(label: str):
@@ -103,3 +107,4 @@ _register_approximation_calibration("pyramid", "pyramid_low_steps values to try,
 _register_approximation_calibration("sparse-attention", "Attention densities to try, comma-separated.", "0.5,0.3")
 _register_approximation_calibration("keyframes", "Keyframe ratios to try, comma-separated.", "2,3")
 _register_approximation_calibration("fit-segments", "fit_segments values to try (wan-animate-2).", "true")
+_register_approximation_calibration("cudnn-attention", "Attention kernels to try against the default (wan-animate-2).", "fp8-cudnn")

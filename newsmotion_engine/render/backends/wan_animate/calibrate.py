@@ -4,7 +4,7 @@ wan-animate-2's fitted segments).
 
 :func:`calibrate_approximation` renders a user's persona x loop exactly and with each setting of
 one approximation and reports PSNR / SSIM per frame against the exact run (``newsmotion calibrate
-pyramid | sparse-attention | keyframes | fit-segments``): the number a user with real weights needs before
+pyramid | sparse-attention | keyframes | fit-segments | cudnn-attention``): the number a user with real weights needs before
 turning one on. :func:`calibrate_teacache` fits TeaCache's polynomial from a recorded full run:
 
 TeaCache decides to skip a transformer call from the relative change of the modulated timestep
@@ -113,6 +113,9 @@ APPROXIMATIONS: dict[str, tuple[str, str]] = {
     # Shorter segments are another generation (noise of another shape), not a reconstruction of
     # the 81-frame one: PSNR against it says little; pose fidelity and a look at both clips do.
     "fit-segments": ("wan-animate-2", "fit_segments"),
+    # cuDNN's FP8 attention (E4M3 Q/K/V/P/output): faster than the default 8-bit kernel, with 1.5x
+    # its error on random inputs (benchmarks/results/attention_cudnn_h100.json); off by default.
+    "cudnn-attention": ("wan-animate-2", "attention"),
 }
 # Why PSNR / SSIM against the default run is not the judge, where it is not.
 _DIFFERENT_SAMPLE = {
@@ -139,7 +142,8 @@ def calibrate_approximation(
 
     ``approximation``: ``"pyramid"`` (values: ``pyramid_low_steps``), ``"sparse-attention"``
     (values: densities), ``"keyframes"`` (values: keyframe ratios) — wan-animate — or
-    ``"fit-segments"`` (values: ``[True]``; wan-animate-2). ``options`` is the flat mapping of that
+    ``"fit-segments"`` (values: ``[True]``; wan-animate-2) or ``"cudnn-attention"`` (values:
+    ``["fp8-cudnn"]``, against the default attention; wan-animate-2). ``options`` is the flat mapping of that
     backend (CLI ``-o``: ``model_path=...``, ``steps``...); the approximation's own keys must not be
     in it. Every run also reports its pose fidelity (re-extracted from the clip; ``None`` with the
     reason where mediapipe is missing). With random weights the numbers measure numerical drift

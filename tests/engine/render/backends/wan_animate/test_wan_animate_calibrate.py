@@ -97,3 +97,24 @@ def test_teacache_calibration_of_wan_animate_2_records_its_base_schedule(astrona
                            backend_name="wan-animate-2")  # fmt: skip
     with pytest.raises(NewsmotionError, match="has no TeaCache"):
         calibrate_teacache(storage, "anchor", "nod", {}, RenderSpec(width=64, height=128), backend_name="warp")
+
+
+def test_cudnn_attention_calibration_compares_it_with_the_default_attention(astronaut_png, tmp_path, monkeypatch, storage):
+    """``calibrate cudnn-attention``: the default render, then attention=fp8-cudnn, compared frame
+    by frame. The cuDNN ops run their CPU kernels here (the same FP8 arithmetic as the graph)."""
+    pytest.importorskip("diffusers")
+    from newsmotion_engine.accel import attention_cudnn
+
+    monkeypatch.setattr(attention_cudnn, "cudnn_fp8_supported", lambda device=None: (True, "CPU kernels (test)"))
+    install_source(storage, astronaut_png, "anchor")
+    out = tmp_path / "cudnn.json"
+    opts = {"preset": "tiny", "steps": 1, "device": "cpu", "dtype": "float32"}
+    argv = ["calibrate", "cudnn-attention", "--persona", "anchor", "--loop", "nod", "--width", "64", "--height", "128",
+            "--json", str(out)] + [f"-o{k}={json.dumps(v)}" for k, v in opts.items()]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 0
+    result = json.loads(out.read_text())
+    run = result["runs"]["attention=fp8-cudnn"]
+    assert result["backend"] == "wan-animate-2" and result["values"] == ["fp8-cudnn"]
+    assert run["frames"] == 120 and 0 < run["ssim"] <= 1 and run["psnr_db"] > 0
