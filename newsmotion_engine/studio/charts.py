@@ -158,7 +158,8 @@ def speedup_bars(results: list[BenchResult]) -> list[tuple[str, float]]:
     """``[(label, speed-up)]``, toy presets left out: first each record's headline speed-ups (a
     headline figure whose label says "speed-up"; the figures the docs quote, e.g. a whole clip vs
     stock), then the acceleration matrix's rows no headline quoted
-    (:mod:`~newsmotion_engine.bench.matrix`), then every ``...variants.{name}.speedup_vs_stock`` in the records' data (the first of
+    (:mod:`~newsmotion_engine.bench.matrix`), then a zoo record's fastest approximation (``speedup_{size}_approximate``),
+    then every ``...variants.{name}.speedup_vs_stock`` in the records' data (the first of
     joined runs only); the label is the record's name, the path to ``variants`` when there is one,
     and the variant, with :data:`APPROXIMATION` after a variant that is one (:func:`_approximate`)."""
     real = _real_results(results)
@@ -173,6 +174,14 @@ def speedup_bars(results: list[BenchResult]) -> list[tuple[str, float]]:
     for row in read_matrix(real):
         if row.record and row.record not in quoted and row.speedup is not None:
             bars.append((f"{row.record} · {row.backend} stock vs ours{f' ({row.note})' if row.note else ''}", row.speedup))
+    # A zoo record's fastest approximation, which the bench keeps beside its exact headline
+    # (benchmarks.lab_record.stock_vs_ours: speedup_{size}_approximate).
+    for result in real:
+        for key, value in result.data.items():
+            if key.startswith("speedup_") and key.endswith("_approximate") and isinstance(value, (int, float)):
+                size = key.removeprefix("speedup_").removesuffix("_approximate")
+                variant = result.data.get(f"fastest_{size}_approximate", "approximation")
+                bars.append((f"{result.name} · {variant} (size {size}){APPROXIMATION}", float(value)))
     for result in real:
         for path, value in _walk(result.data):
             if len(path) >= 3 and path[-1] == "speedup_vs_stock" and path[-3] == "variants" and isinstance(value, (int, float)):

@@ -74,6 +74,20 @@ def test_speedup_bars_show_the_matrix_rows_no_headline_quotes():
     assert speedup_bars([zoo]) == [("mimicmotion_h100 · mimicmotion stock vs ours (size 720x1280)", 1.5)]
 
 
+def test_a_zoo_records_approximation_is_a_labelled_bar_beside_its_headline():
+    from newsmotion_engine.bench.record import BenchResult
+    from newsmotion_engine.studio.charts import APPROXIMATION, speedup_bars
+
+    rows = {"768x768": {"stock": {"end_to_end_s": 90.0}, "fp8": {"end_to_end_s": 60.0},
+                        "cudnn": {"end_to_end_s": 45.0, "approximate": True}}}
+    zoo = BenchResult(name="echomimic_v3_h100", title="t", created_at="2026-12-06T00:00:00+00:00", device="H100", commit=None,
+                      command="c", headline={}, weights="random weights",
+                      data={"fastest_768x768": "fp8", "speedup_768x768": 1.5, "fastest_768x768_approximate": "cudnn",
+                            "speedup_768x768_approximate": 2.0, "rows": rows})
+    assert speedup_bars([zoo]) == [("echomimic_v3_h100 · echomimic-v3 stock vs ours (size 768x768)", 1.5),
+                                   ("echomimic_v3_h100 · cudnn (size 768x768)" + APPROXIMATION, 2.0)]
+
+
 def test_approximations_are_labelled_and_exact_variants_are_not():
     """A variant that says ``approximate`` or carries an ``experimental`` setting (block-sparse
     attention) gets the label suffix and a grey bar; an exact one does not."""
