@@ -55,22 +55,22 @@ def stock_vs_ours(result: dict[str, Any], key: str, rows: Mapping[str, Mapping[s
     with ``seconds``); the fastest approximate row, if any, beside them as
     ``clip_{key}_s_approximate``, ``fastest_{key}_approximate`` and ``speedup_{key}_approximate``."""
     done = {n: r for n, r in rows.items() if seconds in r and not r.get("approximate")}
-    if "stock" in done:
-        result[f"clip_{key}_s_stock"] = done["stock"][seconds]
-    ours = {n: r for n, r in done.items() if n != "stock"}
-    if ours:
-        best = min(ours, key=lambda n: ours[n][seconds])
-        result[f"clip_{key}_s"] = ours[best][seconds]
-        result[f"fastest_{key}"] = best
-        if "stock" in done:
-            result[f"speedup_{key}"] = round(done["stock"][seconds] / ours[best][seconds], 3)
-    approx = {n: r for n, r in rows.items() if seconds in r and r.get("approximate")}
-    if approx:
-        best = min(approx, key=lambda n: approx[n][seconds])
-        result[f"clip_{key}_s_approximate"] = approx[best][seconds]
-        result[f"fastest_{key}_approximate"] = best
-        if "stock" in done:
-            result[f"speedup_{key}_approximate"] = round(done["stock"][seconds] / approx[best][seconds], 3)
+    stock = done["stock"][seconds] if "stock" in done else None
+    if stock is not None:
+        result[f"clip_{key}_s_stock"] = stock
+    _fastest(result, key, {n: r for n, r in done.items() if n != "stock"}, stock, seconds, "")
+    _fastest(result, key, {n: r for n, r in rows.items() if seconds in r and r.get("approximate")}, stock, seconds, "_approximate")
+
+
+def _fastest(result: dict[str, Any], key: str, rows: Mapping[str, Mapping[str, Any]], stock: float | None, seconds: str,
+             suffix: str) -> None:  # fmt: skip
+    if not rows:
+        return
+    best = min(rows, key=lambda n: rows[n][seconds])
+    result[f"clip_{key}_s{suffix}"] = rows[best][seconds]
+    result[f"fastest_{key}{suffix}"] = best
+    if stock is not None:
+        result[f"speedup_{key}{suffix}"] = round(stock / rows[best][seconds], 3)
 
 
 def read_lab_data(path: str | Path) -> dict[str, Any]:
