@@ -106,18 +106,22 @@ class _Graph(NamedTuple):
     lse: Any
     scalars: dict[str, Any]
     amax: tuple[Any, Any]
-    workspace: torch.Tensor
+    workspace_bytes: int
 
 
 _lock = threading.Lock()
 
 
-@functools.lru_cache(maxsize=8)
-def _handle(device_index: int) -> Any:
+@functools.lru_cache(maxsize=16)
+def _handle(device_index: int, stream: int) -> Any:
+    """One cuDNN handle per (device, stream): a handle runs on the stream it is set to, and two
+    renders on two streams (the A/B) must not switch one handle under each other."""
     import cudnn
 
     with torch.cuda.device(device_index):
-        return cudnn.create_handle()
+        handle = cudnn.create_handle()
+        cudnn.set_stream(handle=handle, stream=stream)
+        return handle
 
 
 def _bshd_stride(t: torch.Tensor) -> tuple[int, int, int, int]:
@@ -134,7 +138,8 @@ def _graph(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, handle: Any, stats
 
     b, sq, h, d = q.shape
     skv = k.shape[1]
-    key = (q.device.index, b, sq, skv, h, d, _bshd_stride(q), _bshd_stride(k), _bshd_stride(v), stats)
+    # Per handle too: a plan is built with its handle (one per stream, see _handle).
+    key = (id(handle), b, sq, skv, h, d, _bshd_stride(q), _bshd_stride(k), _bshd_stride(v), stats)
     with _lock:
         if key in _graphs:
             return _graphs[key]
@@ -159,8 +164,7 @@ def _graph(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, handle: Any, stats
         g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
         g.check_support()
         g.build_plans()
-        ws = torch.empty(max(1, g.get_workspace_size()), device=q.device, dtype=torch.uint8)
-        built = _Graph(g, tq, tk, tv, o, lse if stats else None, scalars, (amax_s, amax_o), ws)
+        built = _Graph(g, tq, tk, tv, o, lse if stats else None, scalars, (amax_s, amax_o), max(1, g.get_workspace_size()))
         _graphs[key] = built
         return built
 
@@ -173,14 +177,11 @@ def cudnn_fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     cached reference keys); then ``q``/``k``/``v`` only give the shapes. ``return_lse``: also each
     row's log-sum-exp of the *smoothed* scores, natural log, float32 ``[B, H, S]`` (add
     ``q . mean(k) / sqrt(D)`` for the unsmoothed one)."""
-    import cudnn
-
     if quantized is None:
         quantized = (quantize_per_tensor(q), quantize_per_tensor(smooth_keys(k)), quantize_per_tensor(v))
-    qq, kq, vq = quantized
+    qq, kq, vq = (t if t.data.stride(-1) == 1 else t._replace(data=t.data.contiguous()) for t in quantized)
     dev = qq.data.device
-    handle = _handle(dev.index if dev.index is not None else torch.cuda.current_device())
-    cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream(dev).cuda_stream)
+    handle = _handle(dev.index if dev.index is not None else torch.cuda.current_device(), torch.cuda.current_stream(dev).cuda_stream)
     g = _graph(qq.data, kq.data, vq.data, handle, return_lse)
     b, sq, h, d = qq.data.shape
     out8 = torch.empty(b, sq, h, d, device=dev, dtype=torch.float8_e4m3fn)
@@ -196,7 +197,9 @@ def cudnn_fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     if return_lse:
         lse = torch.empty(b, h, sq, 1, device=dev, dtype=torch.float32)
         pack[g.lse] = lse
-    g.graph.execute(pack, g.workspace, handle=handle)
+    # Per call, from torch's stream-ordered allocator: two streams running one graph never share it.
+    workspace = torch.empty(g.workspace_bytes, device=dev, dtype=torch.uint8)
+    g.graph.execute(pack, workspace, handle=handle)
     out = (out8.float() * vq.descale).to(torch.bfloat16)
     return (out, lse[..., 0]) if return_lse else out
 
