@@ -1,18 +1,20 @@
 """cuDNN's FP8 flash attention through NVIDIA's ``cudnn-frontend`` (an optional dependency: the
 ``nvidia-cudnn-frontend`` wheel; the cuDNN library itself comes with torch).
 
-Why: our Triton 8-bit kernel (:mod:`newsmotion_engine.accel.attention_triton`) reaches about
-790 TFLOP/s at the Wan-14B shape on an H200 and cannot use Hopper's warp-specialized ping-pong
-schedule from Triton; cuDNN's FP8 SDPA engine is NVIDIA's own Hopper kernel for exactly this.
+Why: our Triton 8-bit kernel (:mod:`newsmotion_engine.accel.attention_triton`) cannot use
+Hopper's warp-specialized ping-pong schedule from Triton; cuDNN's FP8 SDPA engine is NVIDIA's own
+Hopper kernel. Measured on an H100 (``benchmarks/results/attention_cudnn_h100.json``): 1.04-1.21x
+as fast as ours, kernels alone, with 1.5x its error against BF16 (0.061 vs 0.040). So it is an
+opt-in approximation (``attention='fp8-cudnn'``), never the default.
 
-What it computes: ``softmax(q k^T / sqrt(d)) v`` with q, k, v quantized to FP8 E4M3 with one scale
-per tensor (cuDNN's FP8 graph takes scalar descales), the probabilities quantized to E4M3 at
-scale 448 for the second matmul (they lie in [0, 1]), FP32 accumulation, the output in E4M3 at V's scale (a softmax row is a convex weighting of V:
-it cannot exceed V's largest magnitude; cuDNN writes no BF16 from an FP8 graph before
-Blackwell), turned back to BF16. Before
-quantizing, the keys' per-head mean over the sequence is subtracted: each query's scores move by
-one constant, which softmax cancels, and the keys' shared offset (large in DiT attention) no
-longer eats the E4M3 range (the smoothing SageAttention uses for its 8-bit keys).
+What it computes: ``softmax(q k^T / sqrt(d)) v`` with q, k, v in FP8 E4M3 at one scale per
+tensor (the graph takes scalar descales), the probabilities in E4M3 at scale 448 for the second
+matmul (they lie in [0, 1]), FP32 accumulation, and the output in E4M3 at V's scale (a softmax
+row weights V convexly, so it cannot exceed V's largest magnitude; before Blackwell cuDNN writes
+no BF16 from an FP8 graph), turned back to BF16. Before quantizing, the keys' per-head mean over
+the sequence is subtracted: each query's scores move by one constant, which softmax cancels, and
+the keys' shared offset (large in DiT attention) no longer costs E4M3 precision (the smoothing
+SageAttention uses for its 8-bit keys; without it the error doubled on offset keys).
 
 Layout: ``[B, S, H, D]`` tensors as the diffusers processors hold them (cuDNN reads the strides,
 so nothing is transposed). Graphs are built once per shape and cached.
