@@ -11,6 +11,8 @@ file (``--smpl``; it is licensed and not shipped):
   (``reference_pass="official"``: the reference UNet for both CFG halves, the unconditional rows
   attended twice);
 - ``conditional``: the reference UNet once, the unconditional rows once (the same frames: tested);
+- ``conditional+compile+channels_last`` (CUDA only): plus the convolution weights channels-last
+  (:mod:`newsmotion_engine.accel.memory_format`; cuDNN's bf16 convolutions run natively in NHWC);
 - ``conditional+compile`` (CUDA only): plus regional ``torch.compile`` of the denoising UNet's
   transformer blocks through the acceleration registry. The FP8 linears and the 8-bit attention
   kernel of ``newsmotion_engine/accel`` target the Wan transformer and are not applied here.
@@ -45,14 +47,16 @@ from benchmarks.lab_record import stock_vs_ours, top_level_figures, write_lab_re
 
 __all__ = ["VARIANTS", "bench_champ"]
 
-VARIANTS = ("stock", "conditional", "conditional+compile")
+VARIANTS = ("stock", "conditional", "conditional+compile", "conditional+compile+channels_last")
 
 
 def _variant_options(name: str) -> dict[str, Any]:
     from newsmotion_engine.accel.compile import Compile
+    from newsmotion_engine.accel.memory_format import ChannelsLast
 
     return {"stock": {"reference_pass": "official"}, "conditional": {},
-            "conditional+compile": {"accelerations": (Compile(),)}}[name]  # fmt: skip
+            "conditional+compile": {"accelerations": (Compile(),)},
+            "conditional+compile+channels_last": {"accelerations": (ChannelsLast(), Compile())}}[name]  # fmt: skip
 
 
 def _timed_render(backend: Any, loop: Any, persona: Any, spec: Any, out: Path, profile_steps: int | None = None) -> dict[str, Any]:

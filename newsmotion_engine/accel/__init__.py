@@ -9,7 +9,9 @@ frozen config class and registers its apply/remove handler in :mod:`.registry`:
 - :mod:`.attention`: ``Attention``, the attention kernel choice, and an FP8 Triton self-attention kernel.
 - :mod:`.teacache`: ``TeaCache``, a diffusers ``ModelHook`` that skips denoiser calls.
 - :mod:`.cfg`: ``CFGSchedule``, CFG window and one-pass CFG with guidance momentum.
+- :mod:`.attention_cudnn`: cuDNN's FP8 attention (``Attention("fp8-cudnn")``, opt-in, an approximation).
 - :mod:`.memory`: ``VaeTiling`` (tiled VAE decode) and ``FfnChunks`` (chunked feed-forward).
+- :mod:`.memory_format`: ``ChannelsLast``, convolution weights in NHWC order (the UNet backends).
 - :mod:`.sparse`: ``SparseAttention``, EXPERIMENTAL block-sparse attention in the FP8 kernel.
 - :mod:`.pyramid`: ``PyramidCascade``, EXPERIMENTAL first denoising steps at a lower resolution.
 

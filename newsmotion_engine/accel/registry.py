@@ -28,6 +28,8 @@ order config (module)                       apply                       remove
                                             the components (read at
                                             sampling time)
 60    ``VaeTiling`` (:mod:`.memory`)        tiled VAE encode/decode     untiled again
+70    ``ChannelsLast``                      conv weights NHWC / NDHWC   default order again
+      (:mod:`.memory_format`)
 90    ``ContextParallel``                   split a segment's tokens    one process again
       (:mod:`.context_parallel`)            across GPUs (Ulysses)
 100   ``Compile`` (:mod:`.compile`)         regional ``torch.compile``  drop the compiled forwards

@@ -40,7 +40,7 @@ NAME = "champ"
 MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR_CHAMP"
 SMPL_ENV = "NEWSMOTION_SMPL_MODEL"
 # The accelerations that apply to a UNet here (the others target Wan's transformer blocks).
-ACCELERATION_KEYS = ("compile",)
+ACCELERATION_KEYS = ("compile", "channels_last")
 REFERENCE_PASSES = ("conditional", "official")
 
 
@@ -163,8 +163,8 @@ class ChampOptions(DiffusersOptions):
         if self.lora:
             raise self._bad("lora", "champ takes no LoRAs")
         object.__setattr__(self, "accelerations", self._ordered_accelerations())
-        if any(c.technique not in ("compile",) for c in self.accelerations):
-            raise self._bad("accelerations", "champ applies compile only (the others target Wan's transformer)")
+        if any(c.technique not in ("compile", "channels_last") for c in self.accelerations):
+            raise self._bad("accelerations", "champ applies compile and channels_last only (the others target Wan's transformer)")
         object.__setattr__(self, "guidance_scale", float(self.guidance_scale))
         if self.smpl_model is None:
             raise SmplModelMissingError(smpl_missing_message())

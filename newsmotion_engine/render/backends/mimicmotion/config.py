@@ -48,7 +48,7 @@ MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR_MIMICMOTION"
 RELEASED_DIR = Path(__file__).parent / "released"
 SVD_RELEASE = "svd-xt-1.1"
 # The flat acceleration keys that apply to the SVD UNet (the others target Wan's transformer).
-ACCELERATION_KEYS = ("compile",)
+ACCELERATION_KEYS = ("compile", "channels_last")
 _WAN_ONLY_KEYS = frozenset(FLAT_ACCELERATION_KEYS) - set(ACCELERATION_KEYS)
 ASPECT_RATIO = 9 / 16  # the official constants.py: width / height of the portrait target
 
@@ -214,9 +214,10 @@ class MimicMotionOptions(DiffusersOptions):
         if self.lora:
             raise self._bad("lora", "mimicmotion takes no LoRA")
         object.__setattr__(self, "accelerations", self._ordered_accelerations())
-        other = sorted({c.technique for c in self.accelerations} - {"compile"})
+        other = sorted({c.technique for c in self.accelerations} - {"compile", "channels_last"})
         if other:
-            raise self.config_error(f"{NAME} option accelerations: {', '.join(other)} do not apply to the SVD UNet; use compile")
+            raise self.config_error(f"{NAME} option accelerations: {', '.join(other)} do not apply to the SVD UNet; "
+                                    "use compile or channels_last")
         object.__setattr__(self, "guidance_scale", float(self.guidance_scale))
         object.__setattr__(self, "noise_aug_strength", float(self.noise_aug_strength))
 

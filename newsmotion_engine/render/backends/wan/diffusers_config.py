@@ -155,6 +155,13 @@ def _pyramid(v: dict[str, Any]) -> AccelConfig | None:
     return _config_class("pyramid", "PyramidCascade")(low_steps=low, factor=v.get("pyramid_factor", 2))
 
 
+def _channels_last(v: dict[str, Any]) -> AccelConfig | None:
+    on = v.get("channels_last", False)
+    if not isinstance(on, bool):
+        raise AccelConfigError("use true or false")
+    return _config_class("memory_format", "ChannelsLast")() if on else None
+
+
 # Flat option keys per technique -> the parser building its typed config (None = not used).
 ACCELERATION_KEYS: dict[tuple[str, ...], Callable[[dict[str, Any]], AccelConfig | None]] = {
     ("fp8",): _fp8,
@@ -166,6 +173,7 @@ ACCELERATION_KEYS: dict[tuple[str, ...], Callable[[dict[str, Any]], AccelConfig 
     ("ffn_chunks",): _ffn_chunks,
     ("sparse_attention", "sparse_dense_steps", "sparse_global_frames"): _sparse_attention,
     ("pyramid_low_steps", "pyramid_factor"): _pyramid,
+    ("channels_last",): _channels_last,
 }
 FLAT_ACCELERATION_KEYS = tuple(k for keys in ACCELERATION_KEYS for k in keys)
 

@@ -172,3 +172,24 @@ def test_sparse_keyframes_pose_the_keyframes(loaded, pair, tmp_path, monkeypatch
     keys = list(clip_schedule(loop.frames, spec).keyframes)
     assert tele.frames == loop.frames and len(posed) == 1 and len(posed[0]) == len(keys)
     np.testing.assert_array_equal(posed[0], np.asarray(loaded.load_guidance(loop, spec).pose)[keys])
+
+
+def test_channels_last_renders_the_same_frames(loaded, pair):
+    """The convolution weights NHWC (denoising and reference UNets, guidance encoders, VAE): the
+    same arithmetic, the same frames up to float rounding; removed, the default order again."""
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.accel.memory_format import ChannelsLast
+
+    loop, persona = pair
+    spec = RenderSpec(width=64, height=128, seed=3)
+    loaded.prepare_guidance(loop, spec)
+    loaded.prepare_persona(persona, spec)
+    kp = _kp(loop, persona)
+    before = np.stack(list(loaded.frames(loop, persona, kp, spec))).astype(np.int16)
+    applied = registry.apply_accelerations(loaded.components, (ChannelsLast(),))
+    try:
+        assert "transformer" in applied.report["channels_last"]["modules"]
+        after = np.stack(list(loaded.frames(loop, persona, kp, spec))).astype(np.int16)
+    finally:
+        registry.remove_accelerations(loaded.components, applied)
+    assert np.abs(after - before).max() <= 1, np.abs(after - before).max()

@@ -251,3 +251,23 @@ def test_compile_applies_to_the_unets_repeated_blocks_and_is_removed(tiny):
     finally:
         registry.remove_accelerations(tiny.components, applied)
     assert not any(getattr(m, "_compiled_call_impl", None) for m in tiny.components.unet.modules())
+
+
+def test_channels_last_renders_the_same_frames_and_is_removed(pair, tiny):
+    """The convolution weights NHWC (the UNet, held as ``transformer``, the VAE and the PoseNet):
+    the same arithmetic, so the same frames up to float rounding; removed, the default order again."""
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.accel.memory_format import ChannelsLast
+
+    loop, persona = pair
+    kp = loop.keypoints[:5]
+    tiny.prepare_persona(persona, SPEC)
+    before = np.stack(list(tiny.frames(loop, persona, kp, SPEC))).astype(np.int16)
+    applied = registry.apply_accelerations(tiny.components, (ChannelsLast(),))
+    try:
+        assert set(applied.report["channels_last"]["modules"]) == {"transformer", "vae", "pose_net"}
+        after = np.stack(list(tiny.frames(loop, persona, kp, SPEC))).astype(np.int16)
+    finally:
+        registry.remove_accelerations(tiny.components, applied)
+    assert np.abs(after - before).max() <= 1, np.abs(after - before).max()  # uint8 rounding of float noise
+    assert all(m.weight.is_contiguous() for m in tiny.components.transformer.modules() if isinstance(m, torch.nn.Conv2d))

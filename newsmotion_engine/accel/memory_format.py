@@ -1,0 +1,83 @@
+"""Convolution weights in channels-last order (registry order 70; the option ``channels_last``).
+
+Why: the UNet backends (mimicmotion's SVD UNet, champ's SD1.5 UNets and their guidance encoders)
+spend their time in convolutions, and cuDNN's bf16 tensor-core convolutions on Hopper run natively
+in NHWC; with NCHW tensors each convolution is fed through layout transforms or slower kernels.
+Setting the weights channels-last is enough: a convolution whose weight is channels-last returns a
+channels-last output, which the next convolution, the norms and the activations keep, so the
+activations follow without touching the models' code. The arithmetic is the same (bf16 operands,
+fp32 accumulation); only the kernels' summation order may differ. Removing it puts the weights
+back in the default order.
+
+Which modules: ``ChannelsLast.modules`` names component attributes; empty (the default) means
+every ``torch.nn.Module`` attribute of the components that holds a 2-D or 3-D convolution.
+
+Example::
+
+    applied = apply_accelerations(components, (ChannelsLast(), Compile()))
+    applied.report["channels_last"]   # {"modules": {"unet": 131, "vae": 36, ...}}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, AccelHandle, register_acceleration
+
+__all__ = ["ChannelsLast", "conv_modules"]
+
+
+@dataclass(frozen=True)
+class ChannelsLast(AccelConfig):
+    """Convolution weights channels-last (NHWC; NDHWC for 3-D convolutions).
+
+    Args:
+        modules: component attribute names to convert; empty: every module holding a convolution.
+    """
+
+    technique: ClassVar[str] = "channels_last"
+    modules: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.modules, str) or not all(isinstance(m, str) and m for m in self.modules):
+            raise AccelConfigError(f"channels_last modules {self.modules!r}: give a tuple of component attribute names")
+
+
+def _convs(module: torch.nn.Module) -> list[torch.nn.Module]:
+    return [m for m in module.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))]
+
+
+def conv_modules(components: Any) -> list[str]:
+    """The components' attributes that are modules holding a 2-D or 3-D convolution."""
+    return [name for name, value in vars(components).items() if isinstance(value, torch.nn.Module) and _convs(value)]
+
+
+def _set_format(components: Any, names: list[str], last: bool) -> dict[str, int]:
+    counts = {}
+    for name in names:
+        module = getattr(components, name, None)
+        if not isinstance(module, torch.nn.Module):
+            raise AccelConfigError(f"channels_last: the components have no module {name!r}")
+        convs = _convs(module)
+        for conv in convs:
+            fmt = torch.contiguous_format
+            if last:
+                fmt = torch.channels_last if conv.weight.dim() == 4 else torch.channels_last_3d
+            conv.weight.data = conv.weight.data.contiguous(memory_format=fmt)
+        counts[name] = len(convs)
+    return counts
+
+
+def _apply(components: Any, config: ChannelsLast) -> AccelHandle:
+    names = list(config.modules) or conv_modules(components)
+    return AccelHandle(report={"modules": _set_format(components, names, True)}, state=names)
+
+
+def _remove(components: Any, handle: AccelHandle) -> None:
+    _set_format(components, handle.state, False)
+
+
+register_acceleration(ChannelsLast, order=70, apply=_apply, remove=_remove)
