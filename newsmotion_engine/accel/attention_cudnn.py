@@ -34,12 +34,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-from newsmotion_engine.accel.attention import LOG2E, Fp8SelfAttnProcessor, smoothing_shift
+from newsmotion_engine.accel.attention import E4M3_MAX, LOG2E, Fp8SelfAttnProcessor
 
 __all__ = ["FP8_MAX", "CudnnFp8SelfAttnProcessor", "Fp8Tensor", "cudnn_fp8_attention", "cudnn_fp8_supported", "fp8_sdpa",
-           "fp8_sdpa_lse", "quantize_per_tensor", "reference_fp8_attention", "smooth_keys"]  # fmt: skip
+           "fp8_sdpa_lse", "fp8_sdpa_lse_quantized", "quantize_per_tensor", "reference_fp8_attention", "smooth_keys"]  # fmt: skip
 
-FP8_MAX = 448.0  # the largest finite float8_e4m3fn
+FP8_MAX = E4M3_MAX  # the largest finite float8_e4m3fn
 MIN_BACKEND = 90100  # cuDNN 9.1: the first with FP8 SDPA forward on Hopper
 
 
@@ -114,7 +114,7 @@ class _Graph(NamedTuple):
 _lock = threading.Lock()
 
 
-@functools.lru_cache(maxsize=16)
+@functools.cache  # never evicted: plans are keyed by their handle's id, which must stay unique
 def _handle(device_index: int, stream: int) -> Any:
     """One cuDNN handle per (device, stream): a handle runs on the stream it is set to, and two
     renders on two streams (the A/B) must not switch one handle under each other."""
@@ -263,9 +263,17 @@ def fp8_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 def fp8_sdpa_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`fp8_sdpa` and each row's log2-sum-exp2 of its (unsmoothed) scores, float32 ``[B, S, H]``:
     the units of :func:`~newsmotion_engine.accel.attention.merge_attention`."""
-    qq, kq, vq = quantize_per_tensor(q), quantize_per_tensor(smooth_keys(k)), quantize_per_tensor(v)
-    out, lse = _sdpa_lse_op(qq.data, kq.data, vq.data, qq.descale, kq.descale, vq.descale)
-    return out.to(q.dtype), lse.transpose(1, 2) * LOG2E + smoothing_shift(q, k)
+    mean = k.float().mean(dim=1, keepdim=True)
+    return fp8_sdpa_lse_quantized(q, quantize_per_tensor(k.float() - mean), quantize_per_tensor(v), mean)
+
+
+def fp8_sdpa_lse_quantized(q: torch.Tensor, k: Fp8Tensor, v: Fp8Tensor, k_mean: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`fp8_sdpa_lse` over keys already smoothed by ``k_mean`` (float32 ``[B, 1, H, D]``) and
+    quantized, and quantized values (a reference kept across steps); only ``q`` is quantized here."""
+    qq = quantize_per_tensor(q)
+    out, lse = _sdpa_lse_op(qq.data, k.data, v.data, qq.descale, k.descale, v.descale)
+    shift = (q.float() * k_mean).sum(-1) * (LOG2E / math.sqrt(q.shape[-1]))  # what the smoothing took out of each score
+    return out.to(q.dtype), lse.transpose(1, 2) * LOG2E + shift
 
 
 class CudnnFp8SelfAttnProcessor(Fp8SelfAttnProcessor):

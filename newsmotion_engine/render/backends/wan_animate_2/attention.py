@@ -35,7 +35,7 @@ from newsmotion_engine.accel.attention_prep import prepared_incontext_attention
 from newsmotion_engine.accel.attention_prep import supported as prep_supported
 from newsmotion_engine.render.backends.wan_animate_2.kv import Fp8KVLayerCache
 
-__all__ = ["CudnnAnimate2AttnProcessor", "Fp8Animate2AttnProcessor", "cudnn_cached_attention", "prepare_cudnn_reference", "apply_rope", "rope_angles", "rope_fp32", "split_cached_attention"]
+__all__ = ["CudnnAnimate2AttnProcessor", "Fp8Animate2AttnProcessor", "cudnn_cached_attention", "prepare_cudnn_reference", "apply_rope", "merge_split", "rope_angles", "rope_fp32", "split_cached_attention"]
 
 
 def rope_angles(grid_sizes: torch.Tensor, freqs: torch.Tensor, time_stride: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -81,14 +81,22 @@ def split_cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_
     """The cached pass's masked attention as two dense ones merged by log-sum-exp (module
     docstring). ``q, k, v`` BSHD over ``frames * hw`` generation tokens; ``k_ref, v_ref`` over
     ``(frames - 1) * hw`` reference tokens; ``attend_lse(q, k, v) -> (out, lse)``."""
+    H, D = q.shape[2:]
+    per_frame = lambda t: t.reshape(-1, hw, H, D)  # noqa: E731
+    return merge_split(q, hw, attend_lse(q, k, v), lambda q_frames: attend_lse(q_frames, per_frame(k_ref), per_frame(v_ref)))
+
+
+def merge_split(q: torch.Tensor, hw: int, dense: tuple[torch.Tensor, torch.Tensor], reference_lse: Any) -> torch.Tensor:
+    """The split's merge: ``dense`` the generation attention of ``q`` and its log2-sum-exp;
+    ``reference_lse(q_frames) -> (out, lse)`` each frame's reference attention for the queries of
+    frames 1.. as ``[B * (frames - 1), hw, H, D]``."""
     B, S, H, D = q.shape
     ref_frames = S // hw - 1
-    dense, lse_dense = attend_lse(q, k, v)
-    per_frame = lambda t: t.reshape(B * ref_frames, hw, H, D)  # noqa: E731
-    ref, lse_ref = attend_lse(per_frame(q[:, hw:]), per_frame(k_ref), per_frame(v_ref))
-    merged = A.merge_attention(dense[:, hw:], lse_dense[:, hw:], ref.reshape(B, ref_frames * hw, H, D),
+    out, lse_dense = dense
+    ref, lse_ref = reference_lse(q[:, hw:].reshape(B * ref_frames, hw, H, D))
+    merged = A.merge_attention(out[:, hw:], lse_dense[:, hw:], ref.reshape(B, ref_frames * hw, H, D),
                                lse_ref.reshape(B, ref_frames * hw, H))  # fmt: skip
-    return torch.cat([dense[:, :hw], merged.to(dense.dtype)], dim=1)
+    return torch.cat([out[:, :hw], merged.to(out.dtype)], dim=1)
 
 
 class Fp8Animate2AttnProcessor:
@@ -259,20 +267,11 @@ def prepare_cudnn_reference(k_ref: torch.Tensor, v_ref: torch.Tensor, hw: int) -
 
 
 def cudnn_cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ref: ReferenceKV, hw: int) -> torch.Tensor:
-    """The cached pass's in-context attention (module docstring) on cuDNN's FP8 kernel: the dense
-    generation attention and each frame's reference attention, two launches with their
-    log-sum-exps, merged. ``ref`` from :func:`prepare_cudnn_reference`. BSHD in/out."""
-    B, S, H, D = q.shape
-    f1 = S // hw - 1
-    qq, kq, vq = C.quantize_per_tensor(q), C.quantize_per_tensor(C.smooth_keys(k)), C.quantize_per_tensor(v)
-    dense, lse_d = C._sdpa_lse_op(qq.data, kq.data, vq.data, qq.descale, kq.descale, vq.descale)
-    lse_d = lse_d.transpose(1, 2) * A.LOG2E + A.smoothing_shift(q, k)
-    q_frames = qq.data[:, hw:].reshape(B * f1, hw, H, D)  # the same quantization as the dense part's
-    out_r, lse_r = C._sdpa_lse_op(q_frames, ref.k, ref.vt, qq.descale, ref.k_scale, ref.v_scale)
-    shift_r = (q[:, hw:].float().reshape(B * f1, hw, H, D) * ref.k_mean).sum(-1) * (A.LOG2E / D**0.5)
-    lse_r = lse_r.transpose(1, 2) * A.LOG2E + shift_r
-    merged = A.merge_attention(dense[:, hw:], lse_d[:, hw:], out_r.reshape(B, f1 * hw, H, D), lse_r.reshape(B, f1 * hw, H))
-    return torch.cat([dense[:, :hw], merged.to(dense.dtype)], dim=1).to(q.dtype)
+    """The cached pass's in-context attention (module docstring) on cuDNN's FP8 kernel: the split
+    (:func:`merge_split`) of the dense generation attention and each frame's reference attention
+    over ``ref`` from :func:`prepare_cudnn_reference`. BSHD in/out."""
+    keys, values = C.Fp8Tensor(ref.k, ref.k_scale), C.Fp8Tensor(ref.vt, ref.v_scale)
+    return merge_split(q, hw, C.fp8_sdpa_lse(q, k, v), lambda q_frames: C.fp8_sdpa_lse_quantized(q_frames, keys, values, ref.k_mean))
 
 
 class CudnnAnimate2AttnProcessor(Fp8Animate2AttnProcessor):
