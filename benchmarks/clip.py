@@ -187,7 +187,7 @@ def _bench_vae(backend: Any, width: int, height: int, frames: int, log: Log) -> 
     import torch
 
     from newsmotion_engine.accel.memory import VaeTiling, disable_vae_tiling, enable_vae_tiling
-    from newsmotion_engine.render.backends.wan_animate import denoise
+    from newsmotion_engine.render.backends.wan import decode as wan_decode
 
     comps = backend.components
     vae, dev = comps.vae, comps.device
@@ -206,11 +206,11 @@ def _bench_vae(backend: Any, width: int, height: int, frames: int, log: Log) -> 
         for m in convs:  # the 3-D convolutions only (other parameters have no 5-D layout)
             m.weight.data = m.weight.data.contiguous(memory_format=torch.channels_last_3d)
         try:
-            denoise.decode_latents(vae, latents[:, :, :3])  # warm-up (cuDNN algorithm choice)
+            wan_decode.decode_latents(vae, latents[:, :, :3])  # warm-up (cuDNN algorithm choice)
             peak_reset(dev)
             sync(dev)
             t0 = time.perf_counter()
-            video = denoise.decode_latents(vae, latents)
+            video = wan_decode.decode_latents(vae, latents)
             sync(dev)
             out[name] = {"decode_s": round(time.perf_counter() - t0, 3), "peak_vram_gib": peak_gib(dev), "frames_out": int(video.shape[0])}
         except Exception as exc:  # an OOM at one setting is a result; the others still run

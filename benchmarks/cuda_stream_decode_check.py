@@ -1,4 +1,4 @@
-"""CUDA check of wan-animate's streaming decode: ``denoise.stream_decode`` (per latent frame, pinned
+"""CUDA check of wan-animate's streaming decode: ``wan.decode.stream_decode`` (per latent frame, pinned
 host copies one chunk ahead) against the whole ``vae.decode`` on the GPU, float32 VAE of the
 ``smoke`` preset at 720x1280 (the CPU tests cover the tiny preset bit for bit).
 
@@ -8,7 +8,6 @@ host copies one chunk ahead) against the whole ``vae.decode`` on the GPU, float3
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ import torch
 from benchmarks.lab_record import running_command
 from newsmotion_engine.bench.record import BenchResult, write_result
 
-from newsmotion_engine.render.backends.wan_animate import denoise
+from newsmotion_engine.render.backends.wan import decode as wan_decode
 from newsmotion_engine.render.backends.wan.components import VAE_DTYPE, build_vae, torch_dtype
 from newsmotion_engine.render.backends.wan_animate.config import WanAnimateOptions
 
@@ -32,9 +31,9 @@ def main() -> int:
     for latent_frames in (1, 4, 11):
         g = torch.Generator("cpu").manual_seed(latent_frames)
         lat = torch.randn(1, 16, latent_frames + 1, 160, 90, generator=g).to(dev)
-        whole = denoise.to_frames(denoise.decode_video(vae, lat))
+        whole = wan_decode.to_frames(wan_decode.decode_video(vae, lat))
         for lookahead in (1, 3):
-            frames = np.concatenate([c.frames for c in denoise.stream_decode(vae, lat, lookahead=lookahead)])
+            frames = np.concatenate([c.frames for c in wan_decode.stream_decode(vae, lat, lookahead=lookahead)])
             diff = int(np.abs(frames.astype(int) - whole.astype(int)).max()) if frames.shape == whole.shape else None
             result["cases"].append({"latent_frames": latent_frames, "lookahead": lookahead, "frames": int(len(frames)),
                                     "shape_equal": frames.shape == whole.shape, "max_abs_diff_u8": diff})

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-__all__ = ["CHROMA_MODES", "MattedFrame", "background_field", "chroma_composite", "composite_frames", "estimate_background"]
+__all__ = ["CHROMA_MODES", "MattedFrame", "background_field", "chroma_composite", "composite_frames", "estimate_background",
+           "matte_workers"]
 
 CHROMA_MODES = ("matte", "off")
 NEAR = 90.0  # border samples farther than this from the key colour are not background
@@ -149,6 +150,12 @@ def chroma_composite(frame: np.ndarray, key: tuple[int, int, int]) -> MattedFram
     return MattedFrame(out, np.rint(alpha * 255).astype(np.uint8), tuple(float(v) for v in colour), noise)
 
 
+def matte_workers(cpus: int) -> int:
+    """Threads matting frames at once on a machine of ``cpus`` cores: all but two, at least two
+    (one core alone), at most 16."""
+    return max(min(2, cpus), min(16, cpus - 2))
+
+
 def composite_frames(frames: Iterable[np.ndarray], key: tuple[int, int, int], mode: str = "matte") -> Iterator[np.ndarray]:
     """``frames`` matted onto ``key`` one by one (``mode="off"``: as they are)."""
     if mode not in CHROMA_MODES:
@@ -162,8 +169,9 @@ def composite_frames(frames: Iterable[np.ndarray], key: tuple[int, int, int], mo
 
     # OpenCV and NumPy release the GIL: a few frames are matted at once on worker threads, a
     # bounded number ahead, so the frames still stream (the backend's next segment starts only
-    # when the consumer asks for it) and a decoded segment's frames do not wait on one core.
-    workers = max(1, min(8, (os.cpu_count() or 1)))
+    # when the consumer asks for it) and a decoded segment's frames do not wait on one core. Two
+    # cores are left to the thread feeding the GPU and the video encoder where there are many.
+    workers = matte_workers(os.cpu_count() or 1)
     pending: collections.deque = collections.deque()
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chroma") as pool:
         for frame in frames:

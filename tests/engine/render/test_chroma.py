@@ -90,3 +90,9 @@ def test_every_diffusion_backend_output_is_composited(monkeypatch):
     Opts.chroma = "off"
     (raw,) = Raw(Opts()).frames(None, None, np.zeros((1, 133, 3)), spec)
     assert raw is frame
+
+
+def test_matte_workers_leave_two_cores_on_a_big_machine_and_use_what_a_small_one_has():
+    from newsmotion_engine.render.chroma import matte_workers
+
+    assert [matte_workers(c) for c in (1, 2, 4, 8, 16, 64)] == [1, 2, 2, 6, 14, 16]

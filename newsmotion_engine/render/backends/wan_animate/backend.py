@@ -14,7 +14,7 @@ Wan's training style, placed on the reference person: :func:`.caches.pose_frames
 it per segment, build the face video (on a worker thread, beside that encode), then per
 inference segment our denoising loop over the stock components (:mod:`.segment`) and the decode,
 streamed one latent frame (four frames) at a time while the GPU decodes the next
-(:func:`.denoise.stream_decode`: the same frames as the whole decode). A segment
+(:func:`~newsmotion_engine.render.backends.wan.decode.stream_decode`: the same frames as the whole decode). A segment
 after the first continues from the previous one as the model was trained
 (``continuation="frames"``): the previous segment's last ``prev_frames`` decoded frames,
 VAE-encoded with zero frames after them, the mask marking them known; the opt-in
@@ -49,6 +49,7 @@ from newsmotion_engine.render.backends.wan_animate import caches as C
 from newsmotion_engine.render.backends.wan_animate.config import NAME, WanAnimateOptions
 from newsmotion_engine.skeleton import FACE_START
 from newsmotion_engine.render.backends.wan import artifacts, continuation, encoders, segments
+from newsmotion_engine.render.backends.wan import decode as wan_decode
 
 __all__ = ["ClipWork", "WanAnimateBackend", "WanAnimateOOMError"]
 
@@ -287,7 +288,7 @@ class WanAnimateBackend(DiffusersBackend):
         first ``prev_frames`` frames (after the first segment) are the ones it continued from, the
         previous segment's last: not emitted again; frames past the clip are dropped.
 
-        The decode streams (:func:`.denoise.stream_decode`): frames come out one latent frame's
+        The decode streams (:func:`~newsmotion_engine.render.backends.wan.decode.stream_decode`): frames come out one latent frame's
         worth at a time while the GPU decodes the next, so the consumer's CPU work (infill, matte,
         encoder) overlaps the decode. The frames are exactly the whole decode's.
 
@@ -296,14 +297,12 @@ class WanAnimateBackend(DiffusersBackend):
         the segment's first frame is yielded: such a segment decodes whole first (the next
         denoise waits on its tail, not on the consumer); the clip's last segment streams.
         """
-        from newsmotion_engine.render.backends.wan_animate import denoise as D
-        from newsmotion_engine.render.backends.wan_animate import segment as S
 
         plan = work.plan
         successor = work.continuation == "frames" and k + 1 < plan.segments
         # decode_s: the decoder's own time (CUDA: GPU time from events around each chunk's kernels,
         # so the consumer's CPU work between chunks is not counted; CPU: the calls' wall time).
-        chunks = D.stream_decode(self.components.vae, latents, lookahead=int(latents.shape[2]) if successor else 1)
+        chunks = wan_decode.stream_decode(self.components.vae, latents, lookahead=int(latents.shape[2]) if successor else 1)
         skip = 0 if k == 0 else self.options.prev_frames
         tail: list[Any] = []  # the decoded chunks (device) that hold the last prev_frames frames
         index = 0
@@ -320,7 +319,7 @@ class WanAnimateBackend(DiffusersBackend):
                 if chunk.last:
                     t1 = time.perf_counter()
                     with self._oom_explained(work.spec):
-                        decoded_tail = _cat_time(tail)
+                        decoded_tail = wan_decode.cat_time(tail)
                         tail_frames = decoded_tail[:, :, -plan.prev_frames :]
                         work.set_conditioning(k + 1, continuation.frames_continuation(self.components.vae, tail_frames, plan.segment_frames))
                     work.stats["continuation_encode_s"] += time.perf_counter() - t1
@@ -351,12 +350,6 @@ class WanAnimateBackend(DiffusersBackend):
             stats["peak_vram_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
         self.last_render = stats
 
-
-def _cat_time(videos: list[Any]) -> Any:
-    """``videos`` (``[1, 3, n, H, W]`` each) joined along time."""
-    import torch
-
-    return videos[0] if len(videos) == 1 else torch.cat(videos, dim=2)
 
 
 FACE_AREA_SCALE = 1.3  # Wan's preprocessing: the face crop has 1.3x the area of the landmarks' box

@@ -1,7 +1,7 @@
 """One inference segment of the ``wan-animate`` backend, from cached tensors to decoded frames.
 
 :func:`denoise_latents` is the shipped per-segment denoise: ``WanAnimateBackend.frames`` calls it
-for every segment of a clip and decodes through :func:`denoise.stream_decode`. :func:`render_segment`
+for every segment of a clip and decodes through :func:`~newsmotion_engine.render.backends.wan.decode.stream_decode`. :func:`render_segment`
 is that denoise followed by the whole decode (:func:`decode_frames`, frame-for-frame the same as the
 streamed one): the GPU benchmark's "ours" side times one segment through it. The denoise
 assembles the segment's inputs from the guidance and persona artifacts and the segment's
@@ -29,6 +29,7 @@ import torch
 
 from newsmotion_engine.accel.cfg import CFGStrategy
 from newsmotion_engine.accel.teacache import reset_teacache, teacache_stats
+from newsmotion_engine.render.backends.wan import decode as wan_decode
 from newsmotion_engine.render.backends.wan_animate import denoise
 from newsmotion_engine.render.backends.wan.encoders import to_video_tensor
 from newsmotion_engine.render.backends.wan.segments import SegmentPlan
@@ -128,5 +129,5 @@ def denoise_latents(
 def decode_frames(components: Any, latents: torch.Tensor) -> tuple[np.ndarray, float]:
     """The decoding half of :func:`render_segment`: uint8 ``[T, H, W, 3]`` frames and seconds."""
     t0 = time.perf_counter()
-    video = denoise.decode_latents(components.vae, latents)  # ends in a copy to the host: synchronous
+    video = wan_decode.decode_latents(components.vae, latents)  # ends in a copy to the host: synchronous
     return video, time.perf_counter() - t0

@@ -351,9 +351,16 @@ class WanAnimate2Backend(DiffusersBackend):
         return retime_frames(self._frames(guidance, persona, resample_loop(keypoints, n), spec), n, T)
 
     def _frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
+        """Every segment denoised, then decoded one latent frame (four frames) at a time
+        (:func:`.segment.decode_chunks`, the same frames as the whole decode), so the chroma
+        matte and the encoder work on a segment's first frames while the GPU decodes the rest.
+        A segment the next one continues from (``continuation="frames"``) is decoded whole before
+        its first frame is handed out (the next denoise waits on its tail, not on the consumer);
+        the clip's last segment streams, and decodes only the frames the clip still needs."""
         import torch
 
-        from newsmotion_engine.render.backends.wan_animate_2.segment import render_segment
+        from newsmotion_engine.render.backends.wan import decode as wan_decode
+        from newsmotion_engine.render.backends.wan_animate_2.segment import decode_chunks, denoise_from_caches
 
         o, comps = self.options, self.components
         T = int(np.asarray(keypoints).shape[0])
@@ -367,33 +374,42 @@ class WanAnimate2Backend(DiffusersBackend):
         gen = torch.Generator("cpu").manual_seed(spec.seed)
         stats: dict[str, Any] = {"segments": plan.segments, "kv_s": 0.0, "denoise_s": 0.0, "decode_s": 0.0,
                                  "cond_passes": 0, "uncond_passes": 0, "teacache_computed": 0, "teacache_skipped": 0, "segment_denoise_s": []}  # fmt: skip
-        emitted, previous = 0, None
-
-        def emit(k: int, frames: np.ndarray) -> Iterator[np.ndarray]:
-            nonlocal emitted
-            for frame in frames[0 if k == 0 else o.prev_frames :]:
-                if emitted >= T:
-                    break
-                emitted += 1
-                yield np.ascontiguousarray(frame)
-
+        emitted, previous_latents, previous_tail = 0, None, None
         for k in range(plan.segments):
             noise = torch.randn(geom.noise_shape, generator=gen, dtype=torch.float32)
-            # The clip's last frames are all a segment has to decode, unless the next segment
-            # continues from its decoded frames (continuation="frames").
-            first = 0 if k == 0 else o.prev_frames
-            last_needed = k == plan.segments - 1 or o.continuation != "frames"
-            wanted = first + (T - emitted)
-            decode = wanted if last_needed and wanted < geom.segment_frames else None
-            result = render_segment(comps, g, p, geom=geom, segment=k, noise=noise, steps=o.num_steps,
-                                    guidance_scale=o.cfg_scale, kv_source=kv_source, previous=previous,
-                                    continuation=o.continuation, prev_frames=o.prev_frames, generator=gen,
-                                    decode_frames=decode)  # fmt: skip
-            for key in ("kv_s", "denoise_s", "decode_s", "cond_passes", "uncond_passes", "teacache_computed", "teacache_skipped"):
-                stats[key] += result.stats[key]
-            stats["segment_denoise_s"].append(round(result.stats["denoise_s"], 3))
-            previous = result
-            yield from emit(k, result.frames)
+            seg = denoise_from_caches(comps, g, p, geom=geom, segment=k, noise=noise, steps=o.num_steps,
+                                      guidance_scale=o.cfg_scale, kv_source=kv_source, previous_latents=previous_latents,
+                                      previous_tail=previous_tail, continuation=o.continuation, prev_frames=o.prev_frames,
+                                      generator=gen)  # fmt: skip
+            for key in ("kv_s", "denoise_s", "cond_passes", "uncond_passes", "teacache_computed", "teacache_skipped"):
+                stats[key] += seg.stats[key]
+            stats["segment_denoise_s"].append(round(seg.stats["denoise_s"], 3))
+            # The frames of this segment to hand out: after the first, its first prev_frames are the
+            # previous segment's last (not emitted again); frames past the clip are dropped.
+            skip = 0 if k == 0 else o.prev_frames
+            successor = o.continuation == "frames" and k + 1 < plan.segments
+            wanted = None if successor else skip + (T - emitted)
+            latent_frames = int(seg.latents.shape[1]) - 1
+            previous_latents, previous_tail, tail, index = seg.latents, None, [], 0
+            # decode_s: the decoder's own time (CUDA: GPU time between events around each chunk's
+            # kernels, so the consumer's CPU work between chunks is not counted).
+            for chunk in decode_chunks(comps.vae, seg.latents, wanted, lookahead=latent_frames if successor else 1):
+                stats["decode_s"] += chunk.decode_s
+                if successor:  # keep the decoded chunks that hold the last prev_frames frames
+                    tail.append(chunk.video)
+                    while sum(int(v.shape[2]) for v in tail[1:]) >= o.prev_frames:
+                        tail.pop(0)
+                    if chunk.last:
+                        previous_tail = wan_decode.cat_time(tail)[:, :, -o.prev_frames :]
+                        tail = []
+                frames = chunk.frames
+                del chunk
+                for frame in frames:
+                    index += 1
+                    if index <= skip or emitted >= T:
+                        continue
+                    emitted += 1
+                    yield np.ascontiguousarray(frame)
         stats["prep_s"] = prep_s
         for key in ("kv_s", "denoise_s", "decode_s", "prep_s"):
             stats[key] = round(stats[key], 3)

@@ -13,12 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from newsmotion_engine.accel.cfg import CFGStrategy
 
-__all__ = ["Geometry", "decode_segment", "denoise_segment", "extract_reference_kv", "geometry"]
+__all__ = ["Geometry", "decode_segment", "decoded_latent_frames", "denoise_segment", "extract_reference_kv", "geometry"]
 
 
 @dataclass(frozen=True)
@@ -121,6 +120,15 @@ def denoise_segment(transformer: Any, scheduler: Any, latents: torch.Tensor, ref
     return latents
 
 
+def decoded_latent_frames(latent_frames: int, frames: int | None) -> int:
+    """How many of a segment's ``latent_frames`` to decode for its first ``frames`` (all for None):
+    the Wan VAE decodes causally, one latent frame after another (1 frame, then 4 each), so the
+    first ``n`` latents decode to exactly the first ``1 + 4 (n - 1)`` frames of the whole decode."""
+    if frames is None:
+        return latent_frames
+    return min(latent_frames, max(1, -(-(frames - 1) // 4) + 1))
+
+
 def decode_segment(vae: Any, latents: torch.Tensor, frames: int | None = None) -> torch.Tensor:
     """Decode ``[16, 1 + T_lat, h, w]`` (skipping the reference slot) -> ``[1, 3, T, H, W]`` in [-1, 1].
     ``frames``: only the segment's first ``frames`` are wanted (the clip's last segment usually
@@ -130,12 +138,4 @@ def decode_segment(vae: Any, latents: torch.Tensor, frames: int | None = None) -
     from diffusers.modular_pipelines.wan_animate_2.denoise import decode_vae
 
     z = latents.to(torch.float32)[:, 1:]
-    if frames is not None:
-        z = z[:, : min(z.shape[1], max(1, -(-(frames - 1) // 4) + 1))]
-    return decode_vae(vae, z)
-
-
-def to_uint8_frames(video: torch.Tensor) -> np.ndarray:
-    """``[1, 3, T, H, W]`` in [-1, 1] -> uint8 ``[T, H, W, 3]`` (the stock postprocess, then x255 rounded)."""
-    v = (video.float() / 2 + 0.5).clamp(0, 1)
-    return (v[0].permute(1, 2, 3, 0) * 255).round().to(torch.uint8).cpu().numpy()
+    return decode_vae(vae, z[:, : decoded_latent_frames(z.shape[1], frames)])

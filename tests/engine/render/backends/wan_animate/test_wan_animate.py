@@ -390,8 +390,7 @@ def test_seam_conditioning_is_the_vae_encoding_of_the_decoded_tail(pair, monkeyp
     """Segment 2 reads, where the model was trained to read them, the VAE encoding of segment 1's
     last ``prev_frames`` decoded frames (before uint8 rounding) followed by zero frames, with the
     mask marking ``prev_frames`` pixel frames known; and it cannot denoise before that decode."""
-    from newsmotion_engine.render.backends.wan_animate import caches as C
-    from newsmotion_engine.render.backends.wan_animate import denoise
+    from newsmotion_engine.render.backends.wan import decode as wan_decode
 
     loop, persona = pair
     seg = 9 if prev_frames == 1 else 13
@@ -412,8 +411,8 @@ def test_seam_conditioning_is_the_vae_encoding_of_the_decoded_tail(pair, monkeyp
     assert encoder_calls.calls["vae.encode"] == 1
 
     vae = backend.components.vae
-    decoded = denoise.decode_video(vae, lat0)  # [1, 3, seg, H, W] in [-1, 1]
-    assert np.array_equal(denoise.to_frames(decoded), np.stack(first))  # the frames emitted are these
+    decoded = wan_decode.decode_video(vae, lat0)  # [1, 3, seg, H, W] in [-1, 1]
+    assert np.array_equal(wan_decode.to_frames(decoded), np.stack(first))  # the frames emitted are these
     tail = decoded[:, :, -prev_frames:]
     video = torch.cat([tail, torch.zeros(1, 3, seg - prev_frames, SPEC.height, SPEC.width)], dim=2)
     t_lat, h, w = work.plan.latent_frames, SPEC.height // 8, SPEC.width // 8
@@ -431,7 +430,6 @@ def test_latent_continuation_is_there_when_asked_for(pair, monkeypatch, encoder_
     """``continuation="latent"`` (not as trained): segment 2 reads segment 1's last denoised latent
     frames where the encoded frames would go, ready as soon as segment 1 denoised, no VAE encode
     for it; describe() says which continuation a render used."""
-    from newsmotion_engine.render.backends.wan_animate import caches as C
 
     loop, persona = pair
     backend = _backend(continuation="latent")
@@ -513,7 +511,6 @@ def test_clip_sees_the_whole_reference_frame_stretched_as_wan_does():
     tokens, which a resize-and-centre-crop would cut off."""
     from transformers import CLIPVisionConfig, CLIPVisionModel
 
-    from newsmotion_engine.render.backends.wan_animate import caches as C
 
     seen = []
 
@@ -556,21 +553,21 @@ def test_streamed_decode_is_the_whole_decode_bit_for_bit(latent_frames):
     frame with its own feature cache: the decoded video (before rounding) and the uint8 frames are
     exactly ``vae.decode``'s, whatever the lookahead; the VAE's own caches are left alone. This
     guards against diffusers changing its decode."""
-    from newsmotion_engine.render.backends.wan_animate import denoise
+    from newsmotion_engine.render.backends.wan import decode as wan_decode
 
     backend = _backend()
     backend.load()
     vae = backend.components.vae
     lat = _latents(latent_frames, latent_frames)
-    whole = denoise.decode_video(vae, lat)
-    assert denoise.streaming_unsupported(vae, lat) is None
+    whole = wan_decode.decode_video(vae, lat)
+    assert wan_decode.streaming_unsupported(vae, lat) is None
     in_use = vae._feat_map = [None] * vae._cached_conv_counts["decoder"]  # someone else's decode, mid-flight
     for lookahead in (1, 2, latent_frames + 1):
-        chunks = list(denoise.stream_decode(vae, lat, lookahead=lookahead))
+        chunks = list(wan_decode.stream_decode(vae, lat, lookahead=lookahead))
         assert [c.video.shape[2] for c in chunks] == [1] + [4] * (latent_frames - 1)
         assert [c.last for c in chunks] == [False] * (latent_frames - 1) + [True]
         assert torch.equal(torch.cat([c.video for c in chunks], dim=2), whole)
-        assert np.array_equal(np.concatenate([c.frames for c in chunks]), denoise.to_frames(whole))
+        assert np.array_equal(np.concatenate([c.frames for c in chunks]), wan_decode.to_frames(whole))
         assert all(c.decode_s > 0 for c in chunks)
     assert vae._feat_map is in_use and all(f is None for f in in_use)
     assert torch.is_grad_enabled()  # no grad mode leaks out of the generator
@@ -583,28 +580,28 @@ def test_streamed_decode_falls_back_to_the_whole_decode_and_says_why(monkeypatch
     import logging
     import types
 
-    from newsmotion_engine.render.backends.wan_animate import denoise
+    from newsmotion_engine.render.backends.wan import decode as wan_decode
 
-    monkeypatch.setattr(denoise, "_warned", set())
+    monkeypatch.setattr(wan_decode, "_warned", set())
     backend = _backend()
     backend.load()
     vae = backend.components.vae
     lat = _latents(3)
-    whole = denoise.decode_video(vae, lat)
-    assert "lacks post_quant_conv, decoder, _cached_conv_counts" in denoise.streaming_unsupported(types.SimpleNamespace(config=None, dtype=None), lat)
+    whole = wan_decode.decode_video(vae, lat)
+    assert "lacks post_quant_conv, decoder, _cached_conv_counts" in wan_decode.streaming_unsupported(types.SimpleNamespace(config=None, dtype=None), lat)
     vae.enable_tiling()
     try:
-        assert denoise.streaming_unsupported(vae, lat) == "VAE tiling is on (tiled decode)"
-        with caplog.at_level(logging.WARNING, logger=denoise.__name__):
-            chunks = list(denoise.stream_decode(vae, lat))
-            list(denoise.stream_decode(vae, lat))
+        assert wan_decode.streaming_unsupported(vae, lat) == "VAE tiling is on (tiled decode)"
+        with caplog.at_level(logging.WARNING, logger=wan_decode.__name__):
+            chunks = list(wan_decode.stream_decode(vae, lat))
+            list(wan_decode.stream_decode(vae, lat))
     finally:
         vae.disable_tiling()
     assert len(chunks) == 1 and chunks[0].last and torch.equal(chunks[0].video, whole)
-    assert np.array_equal(chunks[0].frames, denoise.to_frames(whole))
-    assert [r.getMessage() for r in caplog.records if r.name == denoise.__name__] == ["wan-animate: decoding each segment whole, not streamed: VAE tiling is on (tiled decode)"]
+    assert np.array_equal(chunks[0].frames, wan_decode.to_frames(whole))
+    assert [r.getMessage() for r in caplog.records if r.name == wan_decode.__name__] == ["decoding each Wan segment whole, not streamed: VAE tiling is on (tiled decode)"]
     monkeypatch.setattr(vae, "decode", lambda *a, **k: type(vae).decode(vae, *a, **k))
-    assert "replaced on the instance" in denoise.streaming_unsupported(vae, lat)
+    assert "replaced on the instance" in wan_decode.streaming_unsupported(vae, lat)
     backend.close()
 
 
@@ -631,8 +628,7 @@ def test_streaming_decode_changes_no_frame_of_a_render(pair, monkeypatch, tmp_pa
     5, where the tail spans two decoded chunks; sparse keyframes with the infill consuming the
     frames as they come): the same frames and the same seam conditioning with the decode
     streamed as with each segment decoded whole (the fallback, forced here)."""
-    from newsmotion_engine.render.backends.wan_animate import denoise
-    from newsmotion_engine.render.backends.wan_animate import segment as S
+    from newsmotion_engine.render.backends.wan import decode as wan_decode
 
     loop, persona = pair
     clip = _clip_loop(loop, frames)
@@ -648,7 +644,7 @@ def test_streaming_decode_changes_no_frame_of_a_render(pair, monkeypatch, tmp_pa
         return np.stack(_RecordingSink.last.frames), list(seams), dict(backend.last_render)
 
     streamed, streamed_seams, stats = render("streamed")
-    monkeypatch.setattr(denoise, "streaming_unsupported", lambda vae, latents: "forced by the test")
+    monkeypatch.setattr(wan_decode, "streaming_unsupported", lambda vae, latents: "forced by the test")
     whole, whole_seams, _ = render("whole")
     assert stats["segments"] == 2 and len(streamed_seams) == 1 and streamed.shape == (frames, 64, 64, 3)
     assert np.array_equal(streamed, whole)

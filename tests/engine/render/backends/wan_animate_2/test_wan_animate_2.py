@@ -322,3 +322,31 @@ def test_a_clip_of_three_segments_gives_each_frame_once(pair, continuation, tmp_
     assert frames.shape == (19, SPEC.height, SPEC.width, 3) and stats["segments"] == 3
     assert stats["decode_s"] > 0
 
+
+
+def test_the_last_segment_streams_its_decode_and_a_continued_one_decodes_whole_first(pair, tmp_path):
+    """The clip's last segment hands out its first frames while its later latent frames are still
+    to decode (the matte works beside the decoder); a segment the next one continues from
+    (``continuation="frames"``) is decoded whole before its first frame comes out. The frames are
+    the whole decode's either way (the parity tests)."""
+    import dataclasses
+
+    nod, persona = pair
+    (tmp_path / "long").mkdir()
+    # 25 frames at the model's 24 fps in 13-frame segments (4 latent frames each): segment 0 gives
+    # 13, segment 1 the other 12 after the one it continues from.
+    loop = dataclasses.replace(nod, loop_id="nod-25", keypoints=np.concatenate([nod.keypoints, nod.keypoints[:12]]),
+                               path=tmp_path / "long", fps=24)  # fmt: skip
+    backend = _backend(continuation="frames", segment_frames=13)
+    backend.prepare_guidance(loop, SPEC)
+    backend.prepare_persona(persona, SPEC)
+    calls = []
+    backend.components.vae.decoder.register_forward_pre_hook(lambda module, args: calls.append(1))
+    seen = [len(calls) for _ in backend._frames(loop, persona, loop.keypoints, SPEC)]  # decoder calls made by each frame's hand-out
+    backend.close()
+    assert backend.last_render["segments"] == 2 and len(seen) == 25
+    assert seen[:13] == [4] * 13  # segment 0: all 4 latent frames decoded before its first frame
+    # Segment 1 streams, one latent frame ahead (on a GPU the decoder works on the next latent frame
+    # while these frames are matted): its latent frame 1's frames come out with latent frame 3 still
+    # to decode.
+    assert seen[13:] == [7] * 4 + [8] * 8 and len(calls) == 8
