@@ -27,7 +27,10 @@ here, not verified against that file:
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -120,7 +123,7 @@ def _frames(model: SmplModel, pose: np.ndarray, keypoints: np.ndarray, box: tupl
     z0, z1 = body.z_range
     zspan = max(z1 - z0, 1e-6)
     skeleton = _map_keypoints(keypoints, box, width, height)
-    for t in range(body.verts.shape[0]):
+    def frame(t: int) -> dict[str, np.ndarray]:
         v = body.verts[t]
         frags = rasterize(v, model.faces, width, height, device)
         m = frags.mask[..., None]
@@ -131,12 +134,24 @@ def _frames(model: SmplModel, pose: np.ndarray, keypoints: np.ndarray, box: tupl
         normal /= np.maximum(np.linalg.norm(normal, axis=-1, keepdims=True), 1e-6)
         normal = np.where(m, (normal + 1) / 2, 0.0)
         semantic = interpolate(frags, model.faces, colours)
-        yield {
+        return {
             "depth": _u8(np.repeat(depth, 3, -1)),
             "normal": _u8(normal),
             "semantic_map": _u8(semantic),
             "dwpose": draw_pose(skeleton[t], width, height),
         }
+
+    # Frames are independent and NumPy / OpenCV / torch release the GIL in their large operations:
+    # a few are drawn at once on worker threads, a bounded number ahead, handed out in order.
+    workers = max(1, min(8, (os.cpu_count() or 1)))
+    pending: collections.deque = collections.deque()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="champ-maps") as pool:
+        for t in range(body.verts.shape[0]):
+            pending.append(pool.submit(frame, t))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 def _u8(x: np.ndarray) -> np.ndarray:
