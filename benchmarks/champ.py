@@ -20,11 +20,15 @@ file (``--smpl``; it is licensed and not shipped):
 Each variant renders once to warm up (caches, compile) and once timed. Frames are not encoded
 (:class:`benchmarks.clip.FrameSink`). With random weights only speed and memory mean anything.
 
+``--maps-only``: the guidance maps alone (:func:`bench_maps`), one thread vs the default
+worker threads, on the CPU or a GPU's rasterizer; no model is involved.
+
 Example (from the repository root)::
 
     python -m benchmarks.champ --smpl ~/models/SMPL_NEUTRAL.pkl --json benchmarks/results/champ_h100.json
     python -m benchmarks.champ --smpl synthetic --json benchmarks/results/champ_h100.json   # no SMPL file: a box body
     python -m benchmarks.champ --smpl SMPL.npz --preset tiny --sizes 64x128 --frames 9 --steps 2   # CPU check
+    python -m benchmarks.champ --smpl synthetic --maps-only --device cpu --json benchmarks/results/champ_maps_cpu.json
 
 ``--profile-steps N``: each row also gets a kernel breakdown of one more clip at N steps
 (:func:`benchmarks.clip.profile_clip`, :mod:`benchmarks.kernel_profile`), not in the timed figures::
@@ -45,7 +49,7 @@ from typing import Any
 
 from benchmarks.lab_record import stock_vs_ours, top_level_figures, write_lab_result
 
-__all__ = ["VARIANTS", "bench_champ"]
+__all__ = ["VARIANTS", "bench_champ", "bench_maps"]
 
 VARIANTS = ("stock", "conditional", "conditional+compile", "conditional+compile+channels_last")
 
@@ -156,6 +160,62 @@ def bench_champ(smpl_model: str | Path, preset: str = "champ", *, sizes: Sequenc
     return result
 
 
+def bench_maps(smpl_model: str | Path, *, frames: int = 120, size: tuple[int, int] = (720, 1280), model_width: int = 512,
+               device: str = "cpu", workers: Sequence[int | None] = (1, None), json_path: str | Path | None = None,
+               log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
+    """The guidance maps alone (depth, normal, semantic, skeleton) of the bench's clip at the
+    model's size, as a render draws them (``ChampBackend.guidance_videos``), with each count of
+    worker threads in ``workers`` (None: the default): seconds, and whether every map equals the
+    first count's. No model weights are involved (the ``tiny`` preset's components are built
+    only because the backend loads them)."""
+    import os
+
+    import numpy as np
+    import torch
+
+    from benchmarks.gpu import bench_inputs
+    from newsmotion_engine.render.backends.champ.backend import ChampBackend
+    from newsmotion_engine.render.backends.champ.config import ChampOptions
+    from newsmotion_engine.render.base import RenderSpec
+    from newsmotion_engine.render.clip import retargeted_keypoints
+
+    width, height = size
+    result: dict[str, Any] = {"bench": "champ_maps", "smpl_body": "synthetic box body (no SMPL file)" if Path(smpl_model).name == "SMPL_SYNTH.npz" else "user's SMPL file",
+                              "shape": {"frames": frames, "size": [width, height], "model_width": model_width},
+                              "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
+                              "cpus": os.cpu_count(), "rows": {}}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="newsmotion-champ-maps-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        backend = ChampBackend(ChampOptions(preset="tiny", device=device, dtype="float32", smpl_model=str(smpl_model),
+                                            model_width=model_width, cache_root=str(tmp / "caches")))  # fmt: skip
+        backend.load()
+        loop, persona = bench_inputs(width, height, frames, tmp / "inputs")
+        spec = RenderSpec(width=width, height=height)
+        backend.prepare_guidance(loop, spec)
+        fit = backend.load_guidance(loop, spec)
+        keypoints = retargeted_keypoints(loop, persona)
+        first = None
+        for n in workers:
+            backend.guidance_videos(fit, persona, keypoints[:4], spec, workers=n)  # warm-up (allocator, kernels)
+            t0 = time.perf_counter()
+            videos = backend.guidance_videos(fit, persona, keypoints, spec, workers=n)
+            seconds = time.perf_counter() - t0
+            first = videos if first is None else first
+            key = f"workers_{n}" if n else "workers_default"
+            result["rows"][key] = {"seconds": round(seconds, 3), "ms_per_frame": round(seconds / frames * 1e3, 2),
+                                   "same_maps_as_first": all(np.array_equal(videos[t], first[t]) for t in videos)}  # fmt: skip
+            log(f"maps, {key}: {result['rows'][key]}")
+        backend.close()
+    rows = list(result["rows"].values())
+    result["maps_s_one_thread"], result["maps_s"] = rows[0]["seconds"], rows[-1]["seconds"]
+    result["maps_speedup"] = round(rows[0]["seconds"] / rows[-1]["seconds"], 2)
+    if json_path is not None:
+        write_lab_result(json_path, result, title=f"champ guidance maps of a {frames}-frame clip at the model's size, one thread vs several",
+                         headline={"one thread (s)": result["maps_s_one_thread"], "default threads (s)": result["maps_s"],
+                                   "speed-up (x)": result["maps_speedup"]})  # fmt: skip
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     import argparse
     import os
@@ -174,6 +234,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--budget-s", type=float, default=None)
     parser.add_argument("--profile-steps", type=int, default=None,
                         help="after each timed clip, one more at N steps under torch.profiler (the row's kernel breakdown)")
+    parser.add_argument("--maps-only", action="store_true",
+                        help="only the guidance maps of the first size, one thread vs the default (any device; no model)")
+    parser.add_argument("--device", default="auto", help="auto / cpu / cuda (--maps-only: where the rasterizer runs)")
     parser.add_argument("--json", default=None)
     a = parser.parse_args(argv)
     if not a.smpl:
@@ -184,7 +247,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         from newsmotion_engine.render.backends.champ.synthetic_body import write_synthetic_smpl
 
         smpl = str(write_synthetic_smpl(Path(tempfile.mkdtemp(prefix="newsmotion-smpl-")) / "SMPL_SYNTH.npz"))
-    bench_champ(smpl, a.preset, sizes=sizes, frames=a.frames, steps=a.steps, dtype=a.dtype, model_width=a.model_width,  # type: ignore[arg-type]
+    if a.maps_only:
+        import torch
+
+        device = a.device if a.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        bench_maps(smpl, frames=a.frames, size=sizes[0], model_width=a.model_width, device=device, json_path=a.json)  # type: ignore[arg-type]
+        return
+    bench_champ(smpl, a.preset, sizes=sizes, device=a.device, frames=a.frames, steps=a.steps, dtype=a.dtype, model_width=a.model_width,  # type: ignore[arg-type]
                 variants=a.variants.split(",") if a.variants else None, budget_s=a.budget_s,
                 profile_steps=a.profile_steps, json_path=a.json)  # fmt: skip
 

@@ -43,3 +43,18 @@ def test_bench_runs_stock_and_ours_on_the_tiny_preset(tmp_path, monkeypatch):
     assert result["speedup_64x128"] == round(rows["stock"]["end_to_end_s"] / rows["conditional"]["end_to_end_s"], 3)
     assert result["weights"] == "random weights"
     assert read_lab_data(out)["rows"]["64x128"]["stock"]["frames_out"] == 9
+
+
+def test_maps_only_bench_times_one_thread_and_the_default_with_the_same_maps(tmp_path):
+    import json
+
+    from benchmarks.champ import bench_maps
+    from newsmotion_engine.render.backends.champ.synthetic_body import write_synthetic_smpl
+
+    smpl = write_synthetic_smpl(tmp_path / "SMPL_SYNTH.npz")
+    out = tmp_path / "maps.json"
+    result = bench_maps(smpl, frames=6, size=(64, 128), model_width=64, device="cpu", workers=(1, 3), json_path=out, log=lambda _: None)
+    assert list(result["rows"]) == ["workers_1", "workers_3"]
+    assert all(r["same_maps_as_first"] and r["seconds"] > 0 for r in result["rows"].values())
+    assert result["maps_speedup"] == round(result["maps_s_one_thread"] / result["maps_s"], 2)
+    assert json.loads(out.read_text())["headline"]["one thread (s)"] == result["maps_s_one_thread"]

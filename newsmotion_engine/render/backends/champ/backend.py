@@ -171,8 +171,10 @@ class ChampBackend(DiffusersBackend):
                                        extra=self._cache_extra())  # fmt: skip
 
     # ------------------------------------------------------------------ render
-    def guidance_videos(self, fit: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> dict[str, np.ndarray]:
-        """The clip's four guidance videos (type -> uint8 ``[T, h, w, 3]`` at the model's size)."""
+    def guidance_videos(self, fit: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec,
+                        workers: int | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+        """The clip's four guidance videos (type -> uint8 ``[T, h, w, 3]`` at the model's size);
+        ``workers``: frames drawn at once (:func:`~.maps.guidance_frames`'s default: up to 8)."""
         from newsmotion_engine.render.backends.champ.maps import GUIDANCE_TYPES, guidance_frames
         from newsmotion_engine.render.placement import place_portrait
 
@@ -185,7 +187,7 @@ class ChampBackend(DiffusersBackend):
         keyframes = list(clip_schedule(n, spec).keyframes) if spec.keyframes > 1 else []
         pose = np.asarray(fit.pose)[keyframes if len(keyframes) == T else np.arange(T) % n]
         videos = {t: np.empty((T, mh, mw, 3), np.uint8) for t in GUIDANCE_TYPES}
-        for i, maps in enumerate(guidance_frames(self.smpl, pose, keypoints, box, mw, mh, self.components.device)):
+        for i, maps in enumerate(guidance_frames(self.smpl, pose, keypoints, box, mw, mh, self.components.device, workers)):
             for t in GUIDANCE_TYPES:
                 videos[t][i] = maps[t]
         return videos

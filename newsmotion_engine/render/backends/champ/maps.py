@@ -104,18 +104,19 @@ def _map_keypoints(keypoints: np.ndarray, box: tuple[float, float, float, float]
 
 
 def guidance_frames(model: SmplModel, pose: np.ndarray, keypoints: np.ndarray, box: tuple[float, float, float, float],
-                    width: int, height: int, device: Any = None) -> Iterator[dict[str, np.ndarray]]:  # fmt: skip
+                    width: int, height: int, device: Any = None, workers: int | None = None) -> Iterator[dict[str, np.ndarray]]:  # fmt: skip
     """Per frame, ``{guidance type: uint8 [height, width, 3] RGB}`` for :data:`GUIDANCE_TYPES`;
-    ``device``: where the rasterizer runs (a torch device; default the CPU, on one thread)."""
+    ``device``: where the rasterizer runs (a torch device; default the CPU, on one thread);
+    ``workers``: frames drawn at once on worker threads (default: up to 8, one per core)."""
     import torch
 
     on_cpu = torch.device(device or "cpu").type == "cpu"
     with one_cpu_thread() if on_cpu else contextlib.nullcontext():
-        yield from _frames(model, pose, keypoints, box, width, height, device)
+        yield from _frames(model, pose, keypoints, box, width, height, device, workers or max(1, min(8, os.cpu_count() or 1)))
 
 
 def _frames(model: SmplModel, pose: np.ndarray, keypoints: np.ndarray, box: tuple[float, float, float, float],
-            width: int, height: int, device: Any) -> Iterator[dict[str, np.ndarray]]:  # fmt: skip
+            width: int, height: int, device: Any, workers: int) -> Iterator[dict[str, np.ndarray]]:  # fmt: skip
     from newsmotion_engine.guidance.draw import draw_pose
 
     body = place_body(model, pose, keypoints, box)
@@ -143,7 +144,6 @@ def _frames(model: SmplModel, pose: np.ndarray, keypoints: np.ndarray, box: tupl
 
     # Frames are independent and NumPy / OpenCV / torch release the GIL in their large operations:
     # a few are drawn at once on worker threads, a bounded number ahead, handed out in order.
-    workers = max(1, min(8, (os.cpu_count() or 1)))
     pending: collections.deque = collections.deque()
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="champ-maps") as pool:
         for t in range(body.verts.shape[0]):

@@ -156,19 +156,16 @@ def test_fit_needs_shoulders():
         _torso(*target_points(kp, 0.3))
 
 
-def test_guidance_frames_drawn_on_threads_come_out_in_order_and_equal_one_by_one(smpl_npz, monkeypatch):
+def test_guidance_frames_drawn_on_threads_come_out_in_order_and_equal_one_by_one(smpl_npz):
     """The frames of a clip are drawn a few at a time on worker threads; handed out in the
     clip's order, each exactly as drawn alone on one thread."""
-    import os
-
     model = load_smpl_model(smpl_npz)
     rng = np.random.default_rng(3)
     pose = (rng.normal(size=(20, 24, 3)) * 0.15).astype(np.float32)
     kp = _project(model, pose, scale=110, offset=(100, 200), size=(200, 400))
     box = (0.0, 0.0, 200.0, 400.0)
-    threaded = list(guidance_frames(model, pose, kp, box, 200, 400))
-    monkeypatch.setattr(os, "cpu_count", lambda: 1)
-    alone = list(guidance_frames(model, pose, kp, box, 200, 400))
+    threaded = list(guidance_frames(model, pose, kp, box, 200, 400, workers=4))
+    alone = list(guidance_frames(model, pose, kp, box, 200, 400, workers=1))
     assert len(threaded) == len(alone) == 20
     for a, b in zip(threaded, alone):
         assert all(np.array_equal(a[t], b[t]) for t in a)
