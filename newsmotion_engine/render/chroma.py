@@ -33,11 +33,14 @@ Example::
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import cv2
 import numpy as np
+
+from newsmotion_engine.render.read_ahead import ordered_map
 
 __all__ = ["CHROMA_MODES", "MattedFrame", "background_field", "chroma_composite", "composite_frames", "estimate_background",
            "matte_workers"]
@@ -163,20 +166,9 @@ def composite_frames(frames: Iterable[np.ndarray], key: tuple[int, int, int], mo
     if mode == "off":
         yield from frames
         return
-    import collections
-    import concurrent.futures
-    import os
-
     # OpenCV and NumPy release the GIL: a few frames are matted at once on worker threads, a
     # bounded number ahead, so the frames still stream (the backend's next segment starts only
     # when the consumer asks for it) and a decoded segment's frames do not wait on one core. Two
     # cores are left to the thread feeding the GPU and the video encoder where there are many.
-    workers = matte_workers(os.cpu_count() or 1)
-    pending: collections.deque = collections.deque()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chroma") as pool:
-        for frame in frames:
-            pending.append(pool.submit(chroma_composite, frame, key))
-            if len(pending) >= 2 * workers:
-                yield pending.popleft().result().rgb
-        while pending:
-            yield pending.popleft().result().rgb
+    for matted in ordered_map(lambda frame: chroma_composite(frame, key), frames, matte_workers(os.cpu_count() or 1), name="chroma"):
+        yield matted.rgb

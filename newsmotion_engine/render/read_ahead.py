@@ -1,4 +1,5 @@
-"""Run a frame generator ahead of its consumer on a worker thread.
+"""Run a frame generator ahead of its consumer on a worker thread (:func:`read_ahead`), and map
+a function over frames on a few threads, in order (:func:`ordered_map`).
 
 A diffusion backend makes a clip segment by segment: a segment's frames all arrive at once after
 its decode, then nothing while the next segment denoises on the GPU. Pulled from the caller's
@@ -21,17 +22,20 @@ default stream, which would serialize it with every other stream.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import contextlib
 import queue
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-__all__ = ["read_ahead"]
+__all__ = ["ordered_map", "read_ahead"]
 
 T = TypeVar("T")
+R = TypeVar("R")
 _POLL_S = 0.1  # how often a worker blocked on a full queue looks for a stop
 
 
@@ -103,3 +107,18 @@ def read_ahead(source: Iterator[T], limit: int, *, name: str = "read-ahead") -> 
     finally:
         stop.set()
         worker.join()
+
+
+def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int, *, name: str = "ordered-map") -> Iterator[R]:
+    """``fn(item)`` for each of ``items`` on up to ``workers`` threads, handed out in the items'
+    order. At most ``2 * workers`` results are in flight, and ``items`` is read only as they are
+    handed out, so a stream of frames stays a stream. For work that releases the GIL (NumPy,
+    OpenCV, torch): the chroma matte, champ's guidance maps."""
+    pending: collections.deque = collections.deque()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix=name) as pool:
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= 2 * max(1, workers):
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from newsmotion_engine.render.read_ahead import read_ahead
+from newsmotion_engine.render.read_ahead import ordered_map, read_ahead
 
 
 def test_same_items_in_order():
@@ -87,3 +87,32 @@ def test_without_torch_imported_there_is_no_stream_to_carry(monkeypatch):
 
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     assert current_cuda_stream() is None
+
+
+def test_ordered_map_hands_out_in_order_and_reads_its_items_only_a_bounded_way_ahead():
+    """Results come in the items' order whichever thread finishes first, and at most
+    ``2 * workers`` items are taken before the first result is handed out."""
+    taken = []
+
+    def items():
+        for i in range(40):
+            taken.append(i)
+            yield i
+
+    def slow_for_evens(i):
+        time.sleep(0.01 if i % 2 == 0 else 0.0)
+        return i * i
+
+    out = ordered_map(slow_for_evens, items(), 3)
+    assert next(out) == 0 and len(taken) == 6
+    assert list(out) == [i * i for i in range(1, 40)]
+
+
+def test_ordered_map_raises_the_function_error_in_the_consumer():
+    def fail_on_3(i):
+        if i == 3:
+            raise ValueError("bad frame 3")
+        return i
+
+    with pytest.raises(ValueError, match="bad frame 3"):
+        list(ordered_map(fail_on_3, range(10), 2))

@@ -27,8 +27,6 @@ here, not verified against that file:
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import contextlib
 import os
 from collections.abc import Iterator
@@ -41,6 +39,7 @@ import numpy as np
 from newsmotion_engine.render.backends.champ.fit import HEAD_JOINT, JOINT_PAIRS, head_vertex, target_points, weak_perspective
 from newsmotion_engine.render.backends.champ.raster import interpolate, one_cpu_thread, rasterize, vertex_normals
 from newsmotion_engine.render.backends.champ.smpl import SmplModel, pose_body
+from newsmotion_engine.render.read_ahead import ordered_map
 
 __all__ = ["GUIDANCE_TYPES", "ClipBody", "guidance_frames", "place_body", "semantic_colours"]
 
@@ -124,6 +123,7 @@ def _frames(model: SmplModel, pose: np.ndarray, keypoints: np.ndarray, box: tupl
     z0, z1 = body.z_range
     zspan = max(z1 - z0, 1e-6)
     skeleton = _map_keypoints(keypoints, box, width, height)
+
     def frame(t: int) -> dict[str, np.ndarray]:
         v = body.verts[t]
         frags = rasterize(v, model.faces, width, height, device)
@@ -144,14 +144,7 @@ def _frames(model: SmplModel, pose: np.ndarray, keypoints: np.ndarray, box: tupl
 
     # Frames are independent and NumPy / OpenCV / torch release the GIL in their large operations:
     # a few are drawn at once on worker threads, a bounded number ahead, handed out in order.
-    pending: collections.deque = collections.deque()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="champ-maps") as pool:
-        for t in range(body.verts.shape[0]):
-            pending.append(pool.submit(frame, t))
-            if len(pending) >= 2 * workers:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
+    yield from ordered_map(frame, range(body.verts.shape[0]), workers, name="champ-maps")
 
 
 def _u8(x: np.ndarray) -> np.ndarray:
