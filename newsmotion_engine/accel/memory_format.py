@@ -27,7 +27,7 @@ import torch
 
 from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, AccelHandle, register_acceleration
 
-__all__ = ["ChannelsLast", "conv_modules"]
+__all__ = ["ChannelsLast", "conv_modules", "set_conv_format"]
 
 
 @dataclass(frozen=True)
@@ -55,19 +55,25 @@ def conv_modules(components: Any) -> list[str]:
     return [name for name, value in vars(components).items() if isinstance(value, torch.nn.Module) and _convs(value)]
 
 
+def set_conv_format(module: torch.nn.Module, channels_last: bool) -> int:
+    """Every 2-D / 3-D convolution weight of ``module`` channels-last (NHWC / NDHWC), or back to
+    the default order; how many convolutions."""
+    convs = _convs(module)
+    for conv in convs:
+        fmt = torch.contiguous_format
+        if channels_last:
+            fmt = torch.channels_last if conv.weight.dim() == 4 else torch.channels_last_3d
+        conv.weight.data = conv.weight.data.contiguous(memory_format=fmt)
+    return len(convs)
+
+
 def _set_format(components: Any, names: list[str], last: bool) -> dict[str, int]:
     counts = {}
     for name in names:
         module = getattr(components, name, None)
         if not isinstance(module, torch.nn.Module):
             raise AccelConfigError(f"channels_last: the components have no module {name!r}")
-        convs = _convs(module)
-        for conv in convs:
-            fmt = torch.contiguous_format
-            if last:
-                fmt = torch.channels_last if conv.weight.dim() == 4 else torch.channels_last_3d
-            conv.weight.data = conv.weight.data.contiguous(memory_format=fmt)
-        counts[name] = len(convs)
+        counts[name] = set_conv_format(module, last)
     return counts
 
 

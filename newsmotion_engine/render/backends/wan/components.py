@@ -242,14 +242,11 @@ def channels_last_convs(module: Any, channels_last: bool | None = None) -> Any:
     the H200 decodes an 81-frame 720x1280 segment in 3.77 s instead of 4.21 s, the pixels moved
     by bf16 rounding (mean 0.006, max 0.047 in [-1, 1], random weights;
     ``benchmarks/results/vae_decode_h200.json``); the CPU keeps torch's default layout."""
-    import torch
+    from newsmotion_engine.accel.memory_format import set_conv_format
 
     if channels_last is None:
         channels_last = any(p.is_cuda for p in module.parameters())
-    for m in module.modules():
-        if isinstance(m, (torch.nn.Conv3d, torch.nn.Conv2d)):
-            fmt = (torch.channels_last_3d if m.weight.dim() == 5 else torch.channels_last) if channels_last else torch.contiguous_format
-            m.weight.data = m.weight.data.contiguous(memory_format=fmt)
+    set_conv_format(module, channels_last)
     return module
 
 
