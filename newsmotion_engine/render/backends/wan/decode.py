@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["DecodedChunk", "cat_time", "decode_latents", "decode_video", "stream_decode", "streaming_unsupported",
+__all__ = ["DecodedChunk", "DecodedTail", "decode_latents", "decode_video", "stream_decode", "streaming_unsupported",
            "to_frames", "uint8_frames"]
 
 
@@ -171,7 +171,22 @@ def decode_latents(vae: Any, latents: torch.Tensor) -> np.ndarray:
     return to_frames(decode_video(vae, latents))
 
 
-def cat_time(videos: list[Any]) -> Any:
-    """``videos`` (``[1, 3, n, H, W]`` each) joined along time."""
-    return videos[0] if len(videos) == 1 else torch.cat(videos, dim=2)
+class DecodedTail:
+    """A streamed segment's last ``frames`` decoded frames (what a ``"frames"`` continuation
+    encodes), kept on the device as the chunks of :func:`stream_decode` come: only the chunks that
+    hold them, the older ones dropped."""
 
+    def __init__(self, frames: int) -> None:
+        self.frames = frames
+        self._videos: list[torch.Tensor] = []
+
+    def add(self, video: torch.Tensor) -> None:
+        """One chunk's ``video`` ``[1, 3, n, H, W]``, in decode order."""
+        self._videos.append(video)
+        while sum(int(v.shape[2]) for v in self._videos[1:]) >= self.frames:
+            self._videos.pop(0)
+
+    def video(self) -> torch.Tensor:
+        """The last ``frames`` frames ``[1, 3, frames, H, W]`` of the chunks added so far."""
+        joined = self._videos[0] if len(self._videos) == 1 else torch.cat(self._videos, dim=2)
+        return joined[:, :, -self.frames :]

@@ -297,14 +297,13 @@ class WanAnimateBackend(DiffusersBackend):
         the segment's first frame is yielded: such a segment decodes whole first (the next
         denoise waits on its tail, not on the consumer); the clip's last segment streams.
         """
-
         plan = work.plan
         successor = work.continuation == "frames" and k + 1 < plan.segments
         # decode_s: the decoder's own time (CUDA: GPU time from events around each chunk's kernels,
         # so the consumer's CPU work between chunks is not counted; CPU: the calls' wall time).
         chunks = wan_decode.stream_decode(self.components.vae, latents, lookahead=int(latents.shape[2]) if successor else 1)
         skip = 0 if k == 0 else self.options.prev_frames
-        tail: list[Any] = []  # the decoded chunks (device) that hold the last prev_frames frames
+        tail = wan_decode.DecodedTail(plan.prev_frames)
         index = 0
         while True:
             with self._oom_explained(work.spec):
@@ -313,17 +312,13 @@ class WanAnimateBackend(DiffusersBackend):
                 break
             work.stats["decode_s"] += chunk.decode_s
             if successor:
-                tail.append(chunk.video)
-                while sum(int(v.shape[2]) for v in tail[1:]) >= plan.prev_frames:
-                    tail.pop(0)
+                tail.add(chunk.video)
                 if chunk.last:
                     t1 = time.perf_counter()
                     with self._oom_explained(work.spec):
-                        decoded_tail = wan_decode.cat_time(tail)
-                        tail_frames = decoded_tail[:, :, -plan.prev_frames :]
-                        work.set_conditioning(k + 1, continuation.frames_continuation(self.components.vae, tail_frames, plan.segment_frames))
+                        work.set_conditioning(k + 1, continuation.frames_continuation(self.components.vae, tail.video(), plan.segment_frames))
                     work.stats["continuation_encode_s"] += time.perf_counter() - t1
-                    del decoded_tail, tail[:]
+                    del tail
             if chunk.last and k == plan.segments - 1:
                 self._finish(work)
             frames = chunk.frames
@@ -349,7 +344,6 @@ class WanAnimateBackend(DiffusersBackend):
 
             stats["peak_vram_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
         self.last_render = stats
-
 
 
 FACE_AREA_SCALE = 1.3  # Wan's preprocessing: the face crop has 1.3x the area of the landmarks' box

@@ -390,18 +390,16 @@ class WanAnimate2Backend(DiffusersBackend):
             successor = o.continuation == "frames" and k + 1 < plan.segments
             wanted = None if successor else skip + (T - emitted)
             latent_frames = int(seg.latents.shape[1]) - 1
-            previous_latents, previous_tail, tail, index = seg.latents, None, [], 0
+            previous_latents, previous_tail, index = seg.latents, None, 0
+            tail = wan_decode.DecodedTail(o.prev_frames)  # the decoded frames the next segment continues from
             # decode_s: the decoder's own time (CUDA: GPU time between events around each chunk's
             # kernels, so the consumer's CPU work between chunks is not counted).
             for chunk in decode_chunks(comps.vae, seg.latents, wanted, lookahead=latent_frames if successor else 1):
                 stats["decode_s"] += chunk.decode_s
-                if successor:  # keep the decoded chunks that hold the last prev_frames frames
-                    tail.append(chunk.video)
-                    while sum(int(v.shape[2]) for v in tail[1:]) >= o.prev_frames:
-                        tail.pop(0)
+                if successor:
+                    tail.add(chunk.video)
                     if chunk.last:
-                        previous_tail = wan_decode.cat_time(tail)[:, :, -o.prev_frames :]
-                        tail = []
+                        previous_tail = tail.video()
                 frames = chunk.frames
                 del chunk
                 for frame in frames:
