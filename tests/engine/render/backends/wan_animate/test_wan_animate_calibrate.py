@@ -61,6 +61,17 @@ def test_approximation_calibration_refuses_bad_requests(storage, name, options, 
                                 approximation=name, values=[1])  # fmt: skip
 
 
+def _calibrate_cli(name, opts, out):
+    """``newsmotion calibrate NAME`` on anchor x nod at 64x128 with ``opts`` as ``-o`` flags: exits 0;
+    the JSON it wrote to ``out``."""
+    argv = ["calibrate", name, "--persona", "anchor", "--loop", "nod", "--width", "64", "--height", "128",
+            "--json", str(out)] + [f"-o{k}={json.dumps(v)}" for k, v in opts.items()]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 0
+    return json.loads(out.read_text())
+
+
 def test_fit_segments_calibration_renders_both_lengths_and_says_how_to_judge(astronaut_png, tmp_path, capsys, storage):
     """wan-animate-2 at 81-frame segments vs fit_segments (2 x 61 for the 120-frame loop): both
     clips whole, the fitted one faster, pose fidelity per run, and the note that PSNR against the
@@ -69,12 +80,7 @@ def test_fit_segments_calibration_renders_both_lengths_and_says_how_to_judge(ast
     install_source(storage, astronaut_png, "anchor")
     out = tmp_path / "fit.json"
     opts = {"preset": "tiny", "steps": 1, "device": "cpu", "dtype": "float32", "segment_frames": 81}
-    argv = ["calibrate", "fit-segments", "--persona", "anchor", "--loop", "nod", "--width", "64", "--height", "128",
-            "--json", str(out)] + [f"-o{k}={json.dumps(v)}" for k, v in opts.items()]  # fmt: skip
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 0
-    result = json.loads(out.read_text())
+    result = _calibrate_cli("fit-segments", opts, out)
     exact, fitted = result["runs"]["exact"], result["runs"]["fit_segments=True"]
     assert result["backend"] == "wan-animate-2" and "random weights" in result["weights"]
     assert fitted["frames"] == 120 and 0 < fitted["ssim"] <= 1 and fitted["speedup_vs_exact"] > 0
@@ -109,12 +115,7 @@ def test_cudnn_attention_calibration_compares_it_with_the_default_attention(astr
     install_source(storage, astronaut_png, "anchor")
     out = tmp_path / "cudnn.json"
     opts = {"preset": "tiny", "steps": 1, "device": "cpu", "dtype": "float32"}
-    argv = ["calibrate", "cudnn-attention", "--persona", "anchor", "--loop", "nod", "--width", "64", "--height", "128",
-            "--json", str(out)] + [f"-o{k}={json.dumps(v)}" for k, v in opts.items()]  # fmt: skip
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 0
-    result = json.loads(out.read_text())
+    result = _calibrate_cli("cudnn-attention", opts, out)
     run = result["runs"]["attention=fp8-cudnn"]
     assert result["backend"] == "wan-animate-2" and result["values"] == ["fp8-cudnn"]
     assert run["frames"] == 120 and 0 < run["ssim"] <= 1 and run["psnr_db"] > 0
