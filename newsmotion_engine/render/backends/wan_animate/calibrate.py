@@ -150,6 +150,7 @@ def calibrate_approximation(
     only: every result carries the weights label.
     """
     from newsmotion_engine.render import get_backend
+    from newsmotion_engine.render.base import validate_options
     from newsmotion_engine.render.job import ensure_render_inputs, render_persona_loop
 
     if approximation not in APPROXIMATIONS:
@@ -165,6 +166,8 @@ def calibrate_approximation(
             runs.append((f"keyframes={v}", dict(options), dataclasses.replace(spec, keyframes=v)))
         else:
             runs.append((f"{key}={v}", {**options, key: v}, spec))
+    for _, opts, _ in runs:  # a bad value is refused before the first render, not after the exact one
+        validate_options(backend_name, opts)
     results: dict[str, Any] = {}
     weights = None
     with tempfile.TemporaryDirectory(prefix="newsmotion-calibrate-") as tmp:

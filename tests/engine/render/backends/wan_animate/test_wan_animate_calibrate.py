@@ -61,6 +61,19 @@ def test_approximation_calibration_refuses_bad_requests(storage, name, options, 
                                 approximation=name, values=[1])  # fmt: skip
 
 
+def test_a_bad_value_is_refused_before_any_render(astronaut_png, storage, monkeypatch):
+    """``--values`` words reach the backend's option parser: a value it refuses stops the
+    calibration before the exact run, naming the option."""
+    from newsmotion_engine.render import job
+    from newsmotion_engine.render.backends.wan_animate.calibrate import calibrate_approximation
+
+    install_source(storage, astronaut_png, "anchor")
+    monkeypatch.setattr(job, "render_persona_loop", lambda *a, **k: pytest.fail("rendered before the values were checked"))
+    with pytest.raises(NewsmotionError, match="pyramid_low_steps='abc'"):
+        calibrate_approximation(storage, "anchor", "nod", dict(TINY), RenderSpec(width=64, height=128),
+                                approximation="pyramid", values=["abc"])  # fmt: skip
+
+
 def _calibrate_cli(name, opts, out):
     """``newsmotion calibrate NAME`` on anchor x nod at 64x128 with ``opts`` as ``-o`` flags: exits 0;
     the JSON it wrote to ``out``."""
