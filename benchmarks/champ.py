@@ -11,11 +11,14 @@ file (``--smpl``; it is licensed and not shipped):
   (``reference_pass="official"``: the reference UNet for both CFG halves, the unconditional rows
   attended twice);
 - ``conditional``: the reference UNet once, the unconditional rows once (the same frames: tested);
+- ``conditional+compile`` (CUDA only): plus regional ``torch.compile`` of the denoising UNet's
+  transformer blocks through the acceleration registry. The 8-bit attention kernel of
+  ``newsmotion_engine/accel`` targets the Wan transformer (head size 128) and is not applied here;
 - ``conditional+compile+channels_last`` (CUDA only): plus the convolution weights channels-last
   (:mod:`newsmotion_engine.accel.memory_format`; cuDNN's bf16 convolutions run natively in NHWC);
-- ``conditional+compile`` (CUDA only): plus regional ``torch.compile`` of the denoising UNet's
-  transformer blocks through the acceleration registry. The FP8 linears and the 8-bit attention
-  kernel of ``newsmotion_engine/accel`` target the Wan transformer and are not applied here.
+- ``conditional+fp8+compile[+channels_last]`` (CUDA only): plus the linears of the denoising
+  UNet's blocks in FP8 (:mod:`newsmotion_engine.accel.fp8`, rowwise scales, as in the Wan
+  transformer; the originals kept, so the next variant gets the bf16 UNet back).
 
 Each variant renders once to warm up (caches, compile) and once timed. Frames are not encoded
 (:class:`benchmarks.clip.FrameSink`). With random weights only speed and memory mean anything.
@@ -51,16 +54,21 @@ from benchmarks.lab_record import stock_vs_ours, top_level_figures, write_lab_re
 
 __all__ = ["VARIANTS", "bench_champ", "bench_maps"]
 
-VARIANTS = ("stock", "conditional", "conditional+compile", "conditional+compile+channels_last")
+VARIANTS = ("stock", "conditional", "conditional+compile", "conditional+compile+channels_last", "conditional+fp8+compile",
+            "conditional+fp8+compile+channels_last")
 
 
 def _variant_options(name: str) -> dict[str, Any]:
     from newsmotion_engine.accel.compile import Compile
+    from newsmotion_engine.accel.fp8 import Fp8Linears
     from newsmotion_engine.accel.memory_format import ChannelsLast
 
+    fp8 = Fp8Linears(mode="compute", keep_original=True)  # originals kept: the next variant gets the bf16 UNet back
     return {"stock": {"reference_pass": "official"}, "conditional": {},
             "conditional+compile": {"accelerations": (Compile(),)},
-            "conditional+compile+channels_last": {"accelerations": (ChannelsLast(), Compile())}}[name]  # fmt: skip
+            "conditional+compile+channels_last": {"accelerations": (ChannelsLast(), Compile())},
+            "conditional+fp8+compile": {"accelerations": (fp8, Compile())},
+            "conditional+fp8+compile+channels_last": {"accelerations": (fp8, ChannelsLast(), Compile())}}[name]  # fmt: skip
 
 
 def _timed_render(backend: Any, loop: Any, persona: Any, spec: Any, out: Path, profile_steps: int | None = None) -> dict[str, Any]:

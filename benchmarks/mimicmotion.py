@@ -9,10 +9,11 @@ One random-weight model (``svd-xt-1.1``: the released architecture) renders thro
   (``batch_cfg=False``), 72-frame windows overlapping by 6 with progressive latent fusion, the
   temporal decoder 8 frames at a time; no acceleration;
 - ours (:data:`VARIANTS`): the two CFG passes as one batch, then regional ``torch.compile`` of the
-  UNet's repeated blocks through the acceleration registry (the FP8 linears and the 8-bit attention
-  kernel of ``newsmotion_engine/accel`` target the Wan transformer and are not applied here);
+  UNet's repeated blocks through the acceleration registry (the 8-bit attention kernel of
+  ``newsmotion_engine/accel`` targets the Wan transformer and is not applied here);
   ``...+channels_last`` also puts the convolution weights in NHWC order
-  (:mod:`newsmotion_engine.accel.memory_format`); ``...+keyframes2`` renders every 2nd frame and infills the rest (the official recipe's own
+  (:mod:`newsmotion_engine.accel.memory_format`); ``+fp8`` runs the linears of the UNet's blocks
+  in FP8 (:mod:`newsmotion_engine.accel.fp8`, rowwise scales, as in the Wan transformer); ``...+keyframes2`` renders every 2nd frame and infills the rest (the official recipe's own
   15-fps output, ``sample_stride`` 2) — reported apart from the every-frame speedup.
 
 Each "ours" variant renders once to warm up (compile) and once timed; stock runs once. Frames are
@@ -46,12 +47,14 @@ from benchmarks.lab_record import top_level_figures, write_lab_result
 __all__ = ["VARIANTS", "bench_mimicmotion"]
 
 Log = Callable[[str], None]
-VARIANTS = ("stock", "batch_cfg", "batch_cfg+compile", "batch_cfg+compile+channels_last", "batch_cfg+compile+keyframes2")
+VARIANTS = ("stock", "batch_cfg", "batch_cfg+compile", "batch_cfg+compile+channels_last", "batch_cfg+fp8+compile",
+            "batch_cfg+fp8+compile+channels_last", "batch_cfg+compile+keyframes2")
 
 
 def _variants(cuda: bool) -> dict[str, tuple[dict[str, Any], int]]:
     """Variant name -> (backend options over the stock ones, keyframe ratio)."""
     from newsmotion_engine.accel.compile import Compile
+    from newsmotion_engine.accel.fp8 import Fp8Linears
     from newsmotion_engine.accel.memory_format import ChannelsLast
 
     out: dict[str, tuple[dict[str, Any], int]] = {"stock": ({"batch_cfg": False}, 1), "batch_cfg": ({"batch_cfg": True}, 1)}
@@ -60,6 +63,10 @@ def _variants(cuda: bool) -> dict[str, tuple[dict[str, Any], int]]:
         out["batch_cfg+compile+keyframes2"] = ({"batch_cfg": True, "accelerations": (Compile(),)}, 2)
         # the convolution weights NHWC (accel.memory_format): cuDNN's bf16 convolutions' native layout
         out["batch_cfg+compile+channels_last"] = ({"batch_cfg": True, "accelerations": (ChannelsLast(), Compile())}, 1)
+        # the block linears FP8 (accel.fp8; originals kept, so the next variant gets the bf16 UNet back)
+        fp8 = Fp8Linears(mode="compute", keep_original=True)
+        out["batch_cfg+fp8+compile"] = ({"batch_cfg": True, "accelerations": (fp8, Compile())}, 1)
+        out["batch_cfg+fp8+compile+channels_last"] = ({"batch_cfg": True, "accelerations": (fp8, ChannelsLast(), Compile())}, 1)
     return out
 
 

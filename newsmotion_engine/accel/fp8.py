@@ -1,6 +1,7 @@
 """FP8 (e4m3) linear layers: rowwise-scaled weights, FP8 compute through ``torch._scaled_mm``.
 
-Each ``nn.Linear`` in the transformer's repeated blocks (and face-adapter blocks) is swapped, in
+Each ``nn.Linear`` in the denoiser's repeated blocks is swapped (a DiT's ``blocks`` and face-adapter
+blocks; a UNet's ``down_blocks``, ``mid_block`` and ``up_blocks``: :func:`fp8_scopes`), in
 place and one at a time (so peak memory never holds two copies of the model), for a
 :class:`Float8Linear` holding an e4m3 weight with one float32 scale per output row. Per call the
 activation gets one dynamic scale per token row, and the matmul runs on the FP8 tensor cores with
@@ -51,6 +52,7 @@ __all__ = [
     "Fp8Swap",
     "Fp8UnsupportedError",
     "fp8_compute_supported",
+    "fp8_scopes",
     "fuse_gelu",
     "module_weight_gib",
     "quantize_fp8",
@@ -59,6 +61,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 DEFAULT_SCOPES = ("blocks", "face_adapter")
+# A UNet (SVD's for mimicmotion, SD1.5's for champ) keeps its transformer and resnet blocks per level.
+UNET_SCOPES = ("down_blocks", "mid_block", "up_blocks")
 FP8_MODES = ("auto", "compute", "storage")
 
 
@@ -108,7 +112,8 @@ class Float8Linear(nn.Module):
     def dequantized_weight(self) -> torch.Tensor:
         return (self.weight_fp8.float() * self.weight_scale.view(-1, 1)).to(self.out_dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - nn.Linear's name: diffusers calls proj_in(input=...)
+        x = input
         gelu = self.activation == "gelu_tanh"
         if not self.compute:
             if gelu:
@@ -135,7 +140,7 @@ def module_weight_gib(module: nn.Module) -> float:
 
 @dataclass(frozen=True)
 class Fp8Linears(AccelConfig):
-    """FP8 linears in the transformer's repeated blocks (and face-adapter blocks).
+    """FP8 linears in the denoiser's repeated blocks (:func:`fp8_scopes`).
 
     Args:
         mode: ``"auto"`` (FP8 compute where the GPU has it, else the labelled storage fallback),
@@ -222,6 +227,11 @@ def quantize_fp8(model: nn.Module, config: Fp8Linears = Fp8Linears(), *, scopes:
     return Fp8Swap(report, originals, gelus)
 
 
+def fp8_scopes(model: nn.Module) -> tuple[str, ...]:
+    """Where ``model``'s repeated blocks live: a DiT's ``blocks`` (and face adapter), else a UNet's levels."""
+    return DEFAULT_SCOPES if hasattr(model, "blocks") else UNET_SCOPES
+
+
 def _is_tanh_gelu(m: nn.Module) -> bool:
     # torch's nn.GELU, or diffusers' GELU module (its projection, then the activation)
     return getattr(m, "approximate", None) == "tanh" and (isinstance(m, nn.GELU) or type(m).__name__ == "GELU")
@@ -263,7 +273,7 @@ def restore_fp8(swap: Fp8Swap) -> None:
 
 
 def _apply(components: Any, config: Fp8Linears) -> AccelHandle:
-    swap = quantize_fp8(components.transformer, config)
+    swap = quantize_fp8(components.transformer, config, scopes=fp8_scopes(components.transformer))
     if swap.report["fallback"]:
         log.warning("fp8: %s", swap.report["fallback"])
     return AccelHandle(report=swap.report, state=swap)

@@ -40,7 +40,7 @@ NAME = "champ"
 MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR_CHAMP"
 SMPL_ENV = "NEWSMOTION_SMPL_MODEL"
 # The accelerations that apply to a UNet here (the others target Wan's transformer blocks).
-ACCELERATION_KEYS = ("compile", "channels_last")
+ACCELERATION_KEYS = ("compile", "channels_last", "fp8")
 REFERENCE_PASSES = ("conditional", "official")
 
 
@@ -112,7 +112,8 @@ class ChampOptions(DiffusersOptions):
         attending over the bank, the unconditional rows then recomputed without it). Same frames;
         ``"official"`` is the benchmark's stock side.
     Accelerations: ``compile`` (``"blocks"``: each transformer block of the denoising UNet
-        compiled) — the acceleration that applies to a UNet here.
+        compiled), ``channels_last`` (NHWC convolution weights) and ``fp8`` (the denoising UNet's
+        block linears in FP8) — the accelerations that apply to a UNet here.
     Tests: cache_root (where the sub-caches go; default inside the parent caches).
     """
 
@@ -163,8 +164,8 @@ class ChampOptions(DiffusersOptions):
         if self.lora:
             raise self._bad("lora", "champ takes no LoRAs")
         object.__setattr__(self, "accelerations", self._ordered_accelerations())
-        if any(c.technique not in ("compile", "channels_last") for c in self.accelerations):
-            raise self._bad("accelerations", "champ applies compile and channels_last only (the others target Wan's transformer)")
+        if any(c.technique not in ACCELERATION_KEYS for c in self.accelerations):
+            raise self._bad("accelerations", f"champ applies {', '.join(ACCELERATION_KEYS)} only (the others target Wan's transformer)")
         object.__setattr__(self, "guidance_scale", float(self.guidance_scale))
         if self.smpl_model is None:
             raise SmplModelMissingError(smpl_missing_message())

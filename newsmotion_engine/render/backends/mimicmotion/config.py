@@ -20,8 +20,10 @@ Everything produced with random weights says so. With a ``model_path`` (an SVD-x
 folder) and the MimicMotion checkpoint (``checkpoint``, default ``{model_path}/MimicMotion_1-1.pth``)
 the preset is ignored and unset options take the released defaults.
 
-Accelerations: only ``compile`` (regional: the UNet's spatio-temporal transformer and resnet blocks)
-applies to this UNet through the registry; the other Wan-oriented keys are refused. Two exact
+Accelerations through the registry: ``compile`` (regional: the UNet's spatio-temporal transformer
+and resnet blocks), ``channels_last`` (NHWC convolution weights) and ``fp8`` (the linears of the
+UNet's down / mid / up blocks in FP8, :mod:`newsmotion_engine.accel.fp8`); the other Wan-oriented
+keys are refused. Two exact
 savings are always on (``denoise.py``): each window's PoseNet features are computed once per render
 instead of once per step, and ``batch_cfg`` (default on) runs the unconditional and the conditional
 pass of a window as one batch of two instead of two calls.
@@ -48,7 +50,7 @@ MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR_MIMICMOTION"
 RELEASED_DIR = Path(__file__).parent / "released"
 SVD_RELEASE = "svd-xt-1.1"
 # The flat acceleration keys that apply to the SVD UNet (the others target Wan's transformer).
-ACCELERATION_KEYS = ("compile", "channels_last")
+ACCELERATION_KEYS = ("compile", "channels_last", "fp8")
 _WAN_ONLY_KEYS = frozenset(FLAT_ACCELERATION_KEYS) - set(ACCELERATION_KEYS)
 ASPECT_RATIO = 9 / 16  # the official constants.py: width / height of the portrait target
 
@@ -154,7 +156,7 @@ class MimicMotionOptions(DiffusersOptions):
         motion_bucket_id (127), conditioning_fps (7; the pipeline conditions on fps - 1),
         decode_chunk (8 frames per temporal-decoder call), batch_cfg (True: both CFG passes of a
         window in one UNet call; False: two calls, as the official pipeline).
-    Accelerations: ``compile`` only (module docstring).
+    Accelerations: ``compile``, ``channels_last``, ``fp8`` (module docstring).
     Tests: cache_root (where backend sub-caches go).
     """
 
@@ -214,10 +216,10 @@ class MimicMotionOptions(DiffusersOptions):
         if self.lora:
             raise self._bad("lora", "mimicmotion takes no LoRA")
         object.__setattr__(self, "accelerations", self._ordered_accelerations())
-        other = sorted({c.technique for c in self.accelerations} - {"compile", "channels_last"})
+        other = sorted({c.technique for c in self.accelerations} - set(ACCELERATION_KEYS))
         if other:
             raise self.config_error(f"{NAME} option accelerations: {', '.join(other)} do not apply to the SVD UNet; "
-                                    "use compile or channels_last")
+                                    f"use {', '.join(ACCELERATION_KEYS)}")
         object.__setattr__(self, "guidance_scale", float(self.guidance_scale))
         object.__setattr__(self, "noise_aug_strength", float(self.noise_aug_strength))
 

@@ -160,8 +160,10 @@ def test_bad_options_are_refused_with_the_rule():
         _backend(lora="a.safetensors")
     with pytest.raises(BackendOptionError, match="segment_frames"):
         _backend(segment_frames=1)
-    opts = mimicmotion.MimicMotionOptions.from_mapping({"compile": "blocks"})
-    assert [c.technique for c in opts.accelerations] == ["compile"]
+    opts = mimicmotion.MimicMotionOptions.from_mapping({"compile": "blocks", "fp8": "auto"})
+    assert [c.technique for c in opts.accelerations] == ["fp8", "compile"]
+    with pytest.raises(MimicMotionConfigError, match="unknown mimicmotion option.*attention"):
+        _backend(attention="fp8-triton")
 
 
 def _official_latents(comps, p, pose, *, steps, scale, tile, overlap, seed, size):
@@ -251,6 +253,33 @@ def test_compile_applies_to_the_unets_repeated_blocks_and_is_removed(tiny):
     finally:
         registry.remove_accelerations(tiny.components, applied)
     assert not any(getattr(m, "_compiled_call_impl", None) for m in tiny.components.unet.modules())
+
+
+def test_fp8_swaps_the_unets_block_linears_renders_close_frames_and_is_removed(pair, tiny):
+    """FP8 linears reach the UNet's down / mid / up blocks (a UNet has no ``blocks``): every linear
+    there is swapped (on the CPU as the labelled storage fallback: e4m3 weights, dequantized per
+    call), the frames stay close, and removing it (originals kept) renders the exact frames again."""
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.accel.fp8 import Float8Linear, Fp8Linears
+
+    loop, persona = pair
+    kp = loop.keypoints[:5]
+    tiny.prepare_persona(persona, SPEC)
+    unet = tiny.components.transformer
+    linears = sum(isinstance(m, torch.nn.Linear) for scope in ("down_blocks", "mid_block", "up_blocks")
+                  for m in getattr(unet, scope).modules())  # fmt: skip
+    before = np.stack(list(tiny.frames(loop, persona, kp, SPEC))).astype(np.int16)
+    applied = registry.apply_accelerations(tiny.components, (Fp8Linears(mode="storage", keep_original=True),))
+    try:
+        assert linears > 0 and applied.report["fp8"]["layers"] == linears
+        assert sum(isinstance(m, Float8Linear) for m in unet.modules()) == linears
+        after = np.stack(list(tiny.frames(loop, persona, kp, SPEC))).astype(np.int16)
+    finally:
+        registry.remove_accelerations(tiny.components, applied)
+    assert not any(isinstance(m, Float8Linear) for m in unet.modules())
+    assert 0 < np.abs(after - before).mean() < 8, np.abs(after - before).mean()  # e4m3 weights: close, not equal
+    again = np.stack(list(tiny.frames(loop, persona, kp, SPEC))).astype(np.int16)
+    assert np.array_equal(again, before)
 
 
 def test_channels_last_renders_the_same_frames_and_is_removed(pair, tiny):
