@@ -36,7 +36,6 @@ Parts (``--part``):
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as _dt
 import json
 import math
@@ -291,7 +290,7 @@ def _part_forward(preset: str, dev_name: str, width: int, height: int, segment_f
                   warmup: int, reps: int, deadline: float, result: dict, write: Callable[[], None], log: Log) -> None:  # fmt: skip
     import torch
 
-    from newsmotion_engine.accel.compile import Compile, uncompile_blocks
+    from newsmotion_engine.accel.compile import uncompile_blocks
     from newsmotion_engine.accel.registry import apply_accelerations
     from newsmotion_engine.render.backends.wan_animate_2.components import load_render_components
     from newsmotion_engine.render.backends.wan_animate_2.denoise import geometry
@@ -647,7 +646,7 @@ def _part_clip(preset: str, dev_name: str, width: int, height: int, frames: int,
         sides = []
         for i, side in enumerate(("ours", "stock")):
             device = f"cuda:{i}" if n_gpu >= 2 else dev_name
-            sides.append((side, [f"--part", f"clip-{side}", "--device", device]))
+            sides.append((side, ["--part", f"clip-{side}", "--device", device]))
         deadline = time.perf_counter() + budget_s
 
         def wait(proc: subprocess.Popen) -> int | str:

@@ -15,7 +15,6 @@ half-written mp4).
 
 
 import dagster as dg
-import numpy as np
 
 from newsmotion_assets.assets.backend import backend_guidance_cache, backend_persona_cache
 from newsmotion_assets.assets.guidance import guidance_cache

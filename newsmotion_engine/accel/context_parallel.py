@@ -30,7 +30,6 @@ compare a 2-process run with a 1-process run).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar

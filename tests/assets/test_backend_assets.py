@@ -1,7 +1,6 @@
 import dagster as dg
 
 from newsmotion_assets.assets.backend import backend_guidance_cache, backend_persona_cache
-from newsmotion_assets.assets.guidance import guidance_cache
 from newsmotion_assets.partitions import loop_partitions
 from newsmotion_assets.resources import RendererResource, StorageResource
 from newsmotion_engine.render.backends.wan_animate import caches as wan_caches

@@ -10,8 +10,6 @@ pytest.importorskip("diffusers")
 
 from newsmotion_assets.assets.ab import ab_comparison  # noqa: E402
 from newsmotion_assets.assets.backend import backend_guidance_cache, backend_persona_cache  # noqa: E402
-from newsmotion_assets.assets.guidance import guidance_cache  # noqa: E402
-from newsmotion_assets.assets.persona import persona_cache  # noqa: E402
 from newsmotion_assets.assets.render import render  # noqa: E402
 from newsmotion_assets.resources import RendererResource, StorageResource, release_warm_backends  # noqa: E402
 from newsmotion_engine.render.telemetry import RenderTelemetry  # noqa: E402

@@ -90,7 +90,6 @@ class MuseTalkPass:
     def __init__(self, frames: np.ndarray, faces: np.ndarray, samples: np.ndarray, sample_rate: int, fps: int,
                  opts: MuseTalkOptions, *, avatar_dir: Path, source: dict[str, Any], components: Any = None,
                  frames_out: int | None = None, on_avatar: Progress | None = None) -> None:  # fmt: skip
-        t_start = time.perf_counter()
         if len(faces) != len(frames):  # a clip's frames follow its keypoints one to one
             raise ValueError(f"{len(frames)} frames, but {len(faces)} frames of face landmarks")
         self.clip, self.opts = frames, opts

@@ -27,7 +27,6 @@ TOL = 1e-5
 
 
 def _tiny():
-    from newsmotion_engine.bench.gpu import forward_inputs
     from newsmotion_engine.render.backends.wan_animate.components import build_transformer
     from newsmotion_engine.render.backends.wan_animate.config import WanAnimateOptions
 

@@ -269,7 +269,6 @@ class WanAnimateBackend(DiffusersBackend):
         o = self.options
         start = work.plan.start(k)
         idx = [(start + j) % work.frames for j in range(work.plan.segment_frames)]
-        t0 = time.perf_counter()
         with self._oom_explained(work.spec):
             latents, st = S.denoise_latents(self.components, work.guidance, work.persona, work.faces[idx], plan=work.plan,
                                             segment=k, noise=work.noises[k], steps=o.steps, guidance_scale=o.guidance_scale,

@@ -20,8 +20,7 @@ pytest.importorskip("diffusers")
 from newsmotion_engine.errors import BadInputError  # noqa: E402
 from newsmotion_engine.guidance import driver  # noqa: E402
 from newsmotion_engine.render import RenderSpec, get_backend, render_clip  # noqa: E402
-from newsmotion_engine.render.base import BackendCacheMissingError, BackendCacheStaleError, InvalidSpecError, available_backends  # noqa: E402
-from newsmotion_engine.render.backends.scail_2 import caches as C  # noqa: E402
+from newsmotion_engine.render.base import BackendCacheMissingError, BackendCacheStaleError, available_backends  # noqa: E402
 from newsmotion_engine.render.backends.scail_2.config import Scail2ConfigError, model_size  # noqa: E402
 
 SPEC = RenderSpec(width=64, height=128)

@@ -51,7 +51,6 @@ def _stock_frames(backend, loop, persona, spec, *, schedule, steps, seed):
     import PIL.Image
     from diffusers.modular_pipelines import WanAnimate2Blocks, WanAnimate2DistilledBlocks
 
-    from newsmotion_engine.render.backends.wan_animate_2 import caches as C
     from newsmotion_engine.render.backends.wan_animate_2.components import load_image_encoder, load_text_encoder
 
     o, comps = backend.options, backend.components
