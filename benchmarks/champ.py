@@ -42,7 +42,6 @@ Example (from the repository root)::
 from __future__ import annotations
 
 import dataclasses
-import math
 import platform
 import tempfile
 import time
@@ -50,6 +49,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.budget import VariantBudget
 from benchmarks.lab_record import stock_vs_ours, top_level_figures, write_lab_result
 
 __all__ = ["VARIANTS", "bench_champ", "bench_maps"]
@@ -116,7 +116,7 @@ def bench_champ(smpl_model: str | Path, preset: str = "champ", *, sizes: Sequenc
         raise ValueError(f"variants {sorted(unknown)}: use {', '.join(VARIANTS)}")
     names = [n for n in (variants or VARIANTS) if cuda or "compile" not in n]
     t_start = time.perf_counter()
-    deadline = t_start + budget_s if budget_s else math.inf
+    budget = VariantBudget(budget_s)
     result: dict[str, Any] = {"bench": "champ", "weights": RANDOM_WEIGHTS_LABEL, "preset": preset, "dtype": dtype,
                               "smpl_body": "synthetic box body (no SMPL file)" if Path(smpl_model).name == "SMPL_SYNTH.npz" else "user's SMPL file",
                               "note": "random weights: speed and memory only; frames not encoded",
@@ -144,8 +144,8 @@ def bench_champ(smpl_model: str | Path, preset: str = "champ", *, sizes: Sequenc
             backend.prepare_guidance(loop, spec)
             backend.prepare_persona(persona, spec)
             for name in names:
-                if time.perf_counter() > deadline:
-                    rows[name] = {"skipped": "device-time budget of this run spent"}
+                if why := budget.next_variant():
+                    rows[name] = {"skipped": why}
                     continue
                 backend.options = dataclasses.replace(base, **_variant_options(name))
                 row: dict[str, Any] = {"model_size": list(backend.options.model_size(width, height))}

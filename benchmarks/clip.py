@@ -33,7 +33,6 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import gc
-import math
 import platform
 import tempfile
 import time
@@ -47,6 +46,7 @@ import numpy as np
 from newsmotion_engine.accel.registry import AccelConfig
 from newsmotion_engine.bench.timing import peak_gib, peak_reset, sync
 
+from benchmarks.budget import VariantBudget
 from benchmarks.lab_record import top_level_figures, write_lab_result
 
 __all__ = ["CLIP_VARIANTS", "FrameSink", "bench_clip", "options_replaced", "profile_clip", "timed_variant"]
@@ -314,7 +314,7 @@ def bench_clip(
     if bad:
         raise ValueError(f"clip variants {bad}: use {', '.join(CLIP_VARIANTS)}")
     t_start = time.perf_counter()
-    deadline = t_start + budget_s if budget_s else math.inf
+    budget = VariantBudget(budget_s)
     result: dict[str, Any] = {"bench": "gpu_clip", "weights": RANDOM_WEIGHTS_LABEL, "preset": preset,
                               "note": "random weights: speed and memory only; frames are not encoded (no ffmpeg on the GPU machine)",
                               "shape": {"width": width, "height": height, "frames": frames, "steps": steps},
@@ -344,7 +344,7 @@ def bench_clip(
         if "vae" in parts:
             result["vae"] = _bench_vae(backend, width, height, vae_frames, log)
             write()
-        if "stock" in parts and time.perf_counter() < deadline:
+        if "stock" in parts and not budget.spent():
             result["stock"] = _bench_stock(backend, loop, persona, width, height, frames, steps, log)
             result["clip_120f_720p_s_stock"] = result["stock"]["end_to_end_s"]
             write()
@@ -357,8 +357,8 @@ def bench_clip(
         t0 = time.perf_counter()
         for name in names:
             v = CLIP_VARIANTS[name]
-            if time.perf_counter() > deadline:
-                result["ours"][name] = {"skipped": "device-time budget of this run spent"}
+            if why := budget.next_variant():
+                result["ours"][name] = {"skipped": why}
                 continue
             spec = RenderSpec(width=width, height=height, keyframes=v["keyframes"])
             row: dict[str, Any] = {"keyframes": v["keyframes"], "experimental": bool(v.get("experimental")),

@@ -30,7 +30,6 @@ Example (from the repository root)::
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import platform
 import tempfile
 import time
@@ -40,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.budget import VariantBudget
 from benchmarks.lab_record import stock_vs_ours, top_level_figures, write_lab_result
 
 __all__ = ["VARIANTS", "bench_echomimic"]
@@ -106,7 +106,7 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
     if unknown:
         raise ValueError(f"variants {sorted(unknown)}: use {', '.join(VARIANTS)}")
     t_start = time.perf_counter()
-    deadline = t_start + budget_s if budget_s else math.inf
+    budget = VariantBudget(budget_s)
     result: dict[str, Any] = {"bench": "echomimic_v3", "weights": RANDOM_WEIGHTS_LABEL, "preset": preset,
                               "note": "random weights and random audio features: speed and memory only; frames not encoded",
                               "shape": {"seconds": seconds, "steps": steps, "model_fps": 25, "sizes": [list(s) for s in sizes]},
@@ -137,8 +137,8 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
             loop, persona = bench_inputs(width, height, 13, tmp / key)
             spec = RenderSpec(width=width, height=height)
             for name in names:
-                if time.perf_counter() > deadline:
-                    rows[name] = {"skipped": "device-time budget of this run spent"}
+                if why := budget.next_variant():
+                    rows[name] = {"skipped": why}
                     continue
                 from newsmotion_engine.accel import registry
 

@@ -13,8 +13,12 @@ One random-weight model (``svd-xt-1.1``: the released architecture) renders thro
   ``newsmotion_engine/accel`` targets the Wan transformer and is not applied here);
   ``...+channels_last`` also puts the convolution weights in NHWC order
   (:mod:`newsmotion_engine.accel.memory_format`); ``+fp8`` runs the linears of the UNet's blocks
-  in FP8 (:mod:`newsmotion_engine.accel.fp8`, rowwise scales, as in the Wan transformer); ``...+keyframes2`` renders every 2nd frame and infills the rest (the official recipe's own
-  15-fps output, ``sample_stride`` 2) — reported apart from the every-frame speedup.
+  in FP8 (:mod:`newsmotion_engine.accel.fp8`, rowwise scales, as in the Wan transformer);
+  ``...+keyframes2`` renders every 2nd frame and infills the rest (the official recipe's own
+  15-fps output, ``sample_stride`` 2): an approximation, reported apart (``..._approximate``).
+
+``--combine A.json B.json --json OUT.json`` joins runs that each measured some variants on one
+warm machine (:func:`benchmarks.lab_record.combine_runs`).
 
 Each "ours" variant renders once to warm up (compile) and once timed; stock runs once. Frames are
 not encoded (:class:`benchmarks.clip.FrameSink`). With random weights only speed and memory mean
@@ -34,7 +38,7 @@ Example (from the repository root)::
 from __future__ import annotations
 
 import datetime as _dt
-import math
+import json
 import platform
 import tempfile
 import time
@@ -42,7 +46,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.lab_record import top_level_figures, write_lab_result
+from benchmarks.budget import VariantBudget
+from benchmarks.lab_record import combine_runs, stock_vs_ours, top_level_figures, write_lab_result
 
 __all__ = ["VARIANTS", "bench_mimicmotion"]
 
@@ -78,7 +83,8 @@ def bench_mimicmotion(preset: str = "svd-xt-1.1", *, sizes: Sequence[tuple[int, 
 
     Keys: ``rows`` (size -> variant -> seconds, peak VRAM, windows, UNet calls, native size), and
     per size ``clip_{W}x{H}_s_stock``, ``clip_{W}x{H}_s`` (the fastest every-frame "ours"),
-    ``speedup_{W}x{H}`` and, when measured, ``speedup_{W}x{H}_keyframes2``. ``profile_steps``: each
+    ``speedup_{W}x{H}`` and, when measured, the keyframes-2 row's ``..._approximate`` figures
+    (:func:`benchmarks.lab_record.stock_vs_ours`). ``profile_steps``: each
     row's ``profile`` (a clip at this many steps under the profiler, after the timed one).
     """
     import dataclasses
@@ -103,7 +109,7 @@ def bench_mimicmotion(preset: str = "svd-xt-1.1", *, sizes: Sequence[tuple[int, 
     table = _variants(cuda)
     names = [n for n in (variants or VARIANTS) if n in table]
     t_start = time.perf_counter()
-    deadline = t_start + budget_s if budget_s else math.inf
+    budget = VariantBudget(budget_s)
     result: dict[str, Any] = {"bench": "mimicmotion", "weights": RANDOM_WEIGHTS_LABEL, "preset": preset, "dtype": dtype,
                               "note": "random weights: speed and memory only; frames not encoded",
                               "shape": {"frames": frames, "steps": steps, "sizes": [list(s) for s in sizes]},
@@ -128,13 +134,14 @@ def bench_mimicmotion(preset: str = "svd-xt-1.1", *, sizes: Sequence[tuple[int, 
             rows = result["rows"].setdefault(key, {})
             loop, persona = bench_inputs(width, height, frames, tmp / key)
             for name in names:
-                if time.perf_counter() > deadline:
-                    rows[name] = {"skipped": "device-time budget of this run spent"}
+                if why := budget.next_variant():
+                    rows[name] = {"skipped": why}
                     continue
                 options, ratio = table[name]
                 backend.options = dataclasses.replace(base, **options)
                 spec = RenderSpec(width=width, height=height, keyframes=ratio)
-                row: dict[str, Any] = {"native": list(backend.native(spec)), "keyframes": ratio,
+                # keyframes 2 infills every other frame: an approximation, beside the exact headline
+                row: dict[str, Any] = {"native": list(backend.native(spec)), "keyframes": ratio, "approximate": ratio > 1,
                                        "settings": [c.describe() for c in backend.options.accelerations]}  # fmt: skip
                 applied = None
                 try:
@@ -160,19 +167,7 @@ def bench_mimicmotion(preset: str = "svd-xt-1.1", *, sizes: Sequence[tuple[int, 
                 rows[name] = row
                 log(f"{key} {name}: {row}")
                 write()
-            done = {n: r for n, r in rows.items() if "end_to_end_s" in r}
-            every = {n: r for n, r in done.items() if n != "stock" and r["keyframes"] == 1}
-            if "stock" in done:
-                result[f"clip_{key}_s_stock"] = done["stock"]["end_to_end_s"]
-            if every:
-                best = min(every, key=lambda n: every[n]["end_to_end_s"])
-                result[f"clip_{key}_s"] = every[best]["end_to_end_s"]
-                result[f"fastest_{key}"] = best
-                if "stock" in done:
-                    result[f"speedup_{key}"] = round(done["stock"]["end_to_end_s"] / every[best]["end_to_end_s"], 3)
-            sparse = done.get("batch_cfg+compile+keyframes2")
-            if sparse and "stock" in done:
-                result[f"speedup_{key}_keyframes2"] = round(done["stock"]["end_to_end_s"] / sparse["end_to_end_s"], 3)
+            stock_vs_ours(result, key, rows)
             write()
         backend.close()
     write()
@@ -192,8 +187,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--budget-s", type=float, default=None)
     parser.add_argument("--profile-steps", type=int, default=None,
                         help="after each timed clip, one more at N steps under torch.profiler (the row's kernel breakdown)")
+    parser.add_argument("--combine", nargs="+", metavar="RUN_JSON",
+                        help="join the records of runs that each measured some variants (same card, clip, preset) into --json")
     parser.add_argument("--json", default=None)
     a = parser.parse_args(argv)
+    if a.combine:
+        joined = combine_runs(a.combine)
+        if a.json:
+            write_lab_result(a.json, joined, title=f"mimicmotion {joined.get('preset')}: a {joined['shape']['frames']}-frame clip, "
+                             f"stock vs ours ({len(a.combine)} runs on one card)", headline=top_level_figures(joined))  # fmt: skip
+        print(json.dumps(top_level_figures(joined)))
+        return
     sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
     bench_mimicmotion(a.preset, sizes=sizes, frames=a.frames, steps=a.steps, dtype=a.dtype,  # type: ignore[arg-type]
                       variants=a.variants.split(",") if a.variants else None, budget_s=a.budget_s,

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import platform
 import tempfile
 import time
@@ -50,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.budget import VariantBudget
 from benchmarks.lab_record import combine_runs, stock_vs_ours, top_level_figures, write_lab_result
 
 __all__ = ["VARIANTS", "bench_scail2"]
@@ -108,7 +108,7 @@ def bench_scail2(preset: str = "14b", *, sizes: Sequence[tuple[int, int]] = ((72
         raise ValueError(f"variants {sorted(unknown)}: use {', '.join(VARIANTS)}")
     names = [n for n in (variants or VARIANTS) if n in table]
     t_start = time.perf_counter()
-    deadline = t_start + budget_s if budget_s else math.inf
+    budget = VariantBudget(budget_s)
     result: dict[str, Any] = {"bench": "scail2", "weights": RANDOM_WEIGHTS_LABEL, "preset": preset,
                               "note": "random weights: speed and memory only; frames not encoded; driving matte = whole frame",
                               "shape": {"frames": frames, "steps": steps, "model_fps": 24, "sizes": [list(s) for s in sizes]},
@@ -138,8 +138,8 @@ def bench_scail2(preset: str = "14b", *, sizes: Sequence[tuple[int, int]] = ((72
                 backend.prepare_guidance(loop, spec)
                 backend.prepare_persona(persona, spec)
                 for name in names:
-                    if time.perf_counter() > deadline:
-                        rows[name] = {"skipped": "device-time budget of this run spent"}
+                    if why := budget.next_variant():
+                        rows[name] = {"skipped": why}
                         continue
                     options = {k: v for k, v in table[name].items() if k != "approximate"}
                     backend.options = Scail2Options(**{**base.as_mapping(), **options})

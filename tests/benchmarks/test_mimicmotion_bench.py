@@ -24,3 +24,17 @@ def test_bench_runs_stock_and_ours_on_the_tiny_preset(tmp_path):
     assert result["speedup_80x128"] == round(rows["stock"]["end_to_end_s"] / rows["batch_cfg"]["end_to_end_s"], 3)
     assert result["weights"] == "random weights"
     assert read_lab_data(out)["rows"]["80x128"]["stock"]["frames_out"] == 9
+
+
+def test_runs_of_some_variants_each_combine_into_one_record(tmp_path, capsys):
+    """Stock in one device command, ours in the next (same warm machine): --combine joins them."""
+    a, b, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "joined.json"
+    for path, variants in ((a, ["stock"]), (b, ["batch_cfg"])):
+        bench.bench_mimicmotion("tiny", sizes=[(80, 128)], frames=9, steps=1, device="cpu", dtype="float32", variants=variants,
+                                json_path=path, log=lambda m: None)  # fmt: skip
+    bench.main(["--combine", str(a), str(b), "--json", str(out)])
+    joined = read_lab_data(out)
+    rows = joined["rows"]["80x128"]
+    assert set(rows) == {"stock", "batch_cfg"} and [r["variants"] for r in joined["runs"]] == [["stock"], ["batch_cfg"]]
+    assert joined["speedup_80x128"] == round(rows["stock"]["end_to_end_s"] / rows["batch_cfg"]["end_to_end_s"], 3)
+    assert joined["fastest_80x128"] == "batch_cfg" and not rows["batch_cfg"]["approximate"]
