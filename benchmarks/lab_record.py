@@ -107,3 +107,21 @@ def combine_runs(paths: list[str | Path], *, same: tuple[str, ...] = ("device", 
     for size, rows in out["rows"].items():
         stock_vs_ours(out, size, rows)
     return out
+
+
+COMBINE_HELP = "join the records of runs that each measured some variants (same card, clip, preset) into --json"
+
+
+def combine_to_record(paths: list[str | Path], json_path: str | Path | None, *, bench: str) -> dict[str, Any]:
+    """A bench's ``--combine``: :func:`combine_runs` of ``paths``, written as a result record at
+    ``json_path`` (when given) and its figures printed; returns the joined output."""
+    import json
+
+    joined = combine_runs(paths)
+    figures = top_level_figures(joined)
+    if json_path:
+        write_lab_result(json_path, joined, title=f"{bench} {joined.get('preset')}: a {joined['shape']['frames']}-frame clip, "
+                         f"stock vs ours ({len(paths)} runs on one card)", headline=figures)  # fmt: skip
+    print(json.dumps(figures))
+    return joined
+

@@ -38,7 +38,6 @@ Example (from the repository root)::
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import platform
 import tempfile
 import time
@@ -47,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.budget import VariantBudget
-from benchmarks.lab_record import combine_runs, stock_vs_ours, top_level_figures, write_lab_result
+from benchmarks.lab_record import COMBINE_HELP, combine_to_record, stock_vs_ours, top_level_figures, write_lab_result
 
 __all__ = ["VARIANTS", "bench_mimicmotion"]
 
@@ -187,16 +186,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--budget-s", type=float, default=None)
     parser.add_argument("--profile-steps", type=int, default=None,
                         help="after each timed clip, one more at N steps under torch.profiler (the row's kernel breakdown)")
-    parser.add_argument("--combine", nargs="+", metavar="RUN_JSON",
-                        help="join the records of runs that each measured some variants (same card, clip, preset) into --json")
+    parser.add_argument("--combine", nargs="+", metavar="RUN_JSON", help=COMBINE_HELP)
     parser.add_argument("--json", default=None)
     a = parser.parse_args(argv)
     if a.combine:
-        joined = combine_runs(a.combine)
-        if a.json:
-            write_lab_result(a.json, joined, title=f"mimicmotion {joined.get('preset')}: a {joined['shape']['frames']}-frame clip, "
-                             f"stock vs ours ({len(a.combine)} runs on one card)", headline=top_level_figures(joined))  # fmt: skip
-        print(json.dumps(top_level_figures(joined)))
+        combine_to_record(a.combine, a.json, bench="mimicmotion")
         return
     sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
     bench_mimicmotion(a.preset, sizes=sizes, frames=a.frames, steps=a.steps, dtype=a.dtype,  # type: ignore[arg-type]

@@ -39,7 +39,6 @@ call and ours in the next on the same warm machine, then join the two records::
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import platform
 import tempfile
 import time
@@ -50,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.budget import VariantBudget
-from benchmarks.lab_record import combine_runs, stock_vs_ours, top_level_figures, write_lab_result
+from benchmarks.lab_record import COMBINE_HELP, combine_to_record, stock_vs_ours, top_level_figures, write_lab_result
 
 __all__ = ["VARIANTS", "bench_scail2"]
 
@@ -178,16 +177,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--warm-up-steps", type=int, default=None, help="ours' warm-up render's steps (it only compiles)")
     parser.add_argument("--profile-steps", type=int, default=None,
                         help="after each timed clip, one more at N steps under torch.profiler (the row's kernel breakdown)")
-    parser.add_argument("--combine", nargs="+", metavar="RUN_JSON",
-                        help="join the records of runs that each measured some variants (same card, clip, preset) into --json")
+    parser.add_argument("--combine", nargs="+", metavar="RUN_JSON", help=COMBINE_HELP)
     parser.add_argument("--json", default=None)
     a = parser.parse_args(argv)
     if a.combine:
-        joined = combine_runs(a.combine)
-        if a.json:
-            write_lab_result(a.json, joined, title=f"scail-2 {joined.get('preset')}: a {joined['shape']['frames']}-frame clip, "
-                             f"stock vs ours ({len(a.combine)} runs on one card)", headline=top_level_figures(joined))  # fmt: skip
-        print(json.dumps(top_level_figures(joined)))
+        combine_to_record(a.combine, a.json, bench="scail-2")
         return
     sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
     bench_scail2(a.preset, sizes=sizes, frames=a.frames, steps=a.steps,  # type: ignore[arg-type]

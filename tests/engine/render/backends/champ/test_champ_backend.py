@@ -196,31 +196,17 @@ def test_channels_last_renders_the_same_frames(loaded, pair):
 
 
 def test_fp8_swaps_the_denoising_unets_block_linears_and_is_removed(loaded, pair):
-    """FP8 linears reach the denoising UNet's down / mid / up blocks (the reference UNet stays as
-    loaded: it runs once per render), on the CPU as the labelled storage fallback; the frames stay
-    close, and removing it (originals kept) renders the exact frames again. ``-o fp8=auto`` parses."""
-    from newsmotion_engine.accel import registry
-    from newsmotion_engine.accel.fp8 import Float8Linear, Fp8Linears
+    """FP8 linears reach the denoising UNet's down / mid / up blocks; the reference UNet (run once
+    per render) stays as loaded. ``-o fp8=auto`` parses."""
     from newsmotion_engine.render.backends.champ.config import ChampOptions
+    from tests.engine.render.backends.fp8_unet import check_fp8_round_trip
 
     loop, persona = pair
     spec = RenderSpec(width=64, height=128, seed=3)
     loaded.prepare_guidance(loop, spec)
     loaded.prepare_persona(persona, spec)
     kp = _kp(loop, persona)
-    unet = loaded.components.transformer
-    linears = sum(isinstance(m, torch.nn.Linear) for scope in ("down_blocks", "mid_block", "up_blocks")
-                  for m in getattr(unet, scope).modules())  # fmt: skip
-    before = np.stack(list(loaded.frames(loop, persona, kp, spec))).astype(np.int16)
-    applied = registry.apply_accelerations(loaded.components, (Fp8Linears(mode="storage", keep_original=True),))
-    try:
-        assert linears > 0 and applied.report["fp8"]["layers"] == linears
-        assert not any(isinstance(m, Float8Linear) for m in loaded.components.reference_unet.modules())
-        after = np.stack(list(loaded.frames(loop, persona, kp, spec))).astype(np.int16)
-    finally:
-        registry.remove_accelerations(loaded.components, applied)
-    assert not any(isinstance(m, Float8Linear) for m in unet.modules())
-    assert 0 < np.abs(after - before).mean() < 8, np.abs(after - before).mean()  # e4m3 weights: close, not equal
-    assert np.array_equal(np.stack(list(loaded.frames(loop, persona, kp, spec))).astype(np.int16), before)
+    check_fp8_round_trip(loaded.components, lambda: loaded.frames(loop, persona, kp, spec),
+                         untouched=(loaded.components.reference_unet,))  # fmt: skip
     opts = ChampOptions.from_mapping({"fp8": "auto", "compile": "blocks", "smpl_model": "body.npz"})
     assert [c.technique for c in opts.accelerations] == ["fp8", "compile"]
