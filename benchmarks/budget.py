@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 __all__ = ["SPENT", "VariantBudget"]
 
@@ -21,7 +22,7 @@ class VariantBudget:
     variant: it returns None to run it, or why it is skipped (the row's ``skipped``). The time
     between two calls counts as the earlier variant's."""
 
-    def __init__(self, budget_s: float | None, *, clock=time.perf_counter) -> None:
+    def __init__(self, budget_s: float | None, *, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
         self.deadline = clock() + budget_s if budget_s else math.inf
         self.longest_s = 0.0

@@ -124,4 +124,3 @@ def combine_to_record(paths: list[str | Path], json_path: str | Path | None, *, 
                          f"stock vs ours ({len(paths)} runs on one card)", headline=figures)  # fmt: skip
     print(json.dumps(figures))
     return joined
-
