@@ -1,0 +1,199 @@
+"""GPU benchmark: where SVD's temporal VAE decode and UNet forward spend their time, and what
+running their time-only 3-D convolutions as 2-D ones (:mod:`newsmotion_engine.accel.temporal_conv`)
+and channels-last weights (:mod:`newsmotion_engine.accel.memory_format`) change.
+
+Random weights in the released SVD-xt-1.1 architecture (mimicmotion's), bf16, at mimicmotion's
+shapes for the reference clip (576x1024, latents 72x128):
+
+- ``decode``: the temporal decoder on one official chunk of 8 frames (``decode_chunk``);
+- ``unet``: one UNet forward on a 72-frame window with both guidance halves batched (batch 2);
+- ``convs``: one time-only convolution per (channels, size) the decoder and UNet use, alone.
+
+Each variant: the median of ``--repeats`` timed calls after a warm-up, and the largest absolute
+difference from the stock output relative to the stock output's largest magnitude. The stock
+decode and UNet forward are also run once under the profiler (:func:`benchmarks.kernel_profile.profile_call`).
+
+Example (device, repository root; no compile, so about two minutes on an H100)::
+
+    python -m benchmarks.temporal_conv --json $OUT/temporal_conv_h100.json
+    python -m benchmarks.temporal_conv --device cpu --small   # CPU check of the code path
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.lab_record import top_level_figures, write_lab_result
+
+__all__ = ["bench_temporal_conv"]
+
+Log = Callable[[str], None]
+VARIANTS = ("stock", "channels_last", "temporal_conv", "channels_last+temporal_conv")
+
+
+def _sync(dev: Any) -> None:
+    import torch
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _time(fn: Callable[[], Any], dev: Any, repeats: int) -> tuple[float, Any]:
+    out = fn()  # warm-up (cuDNN picks its algorithms here)
+    _sync(dev)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        _sync(dev)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def _rel_diff(a: Any, ref: Any) -> float:
+    return float((a.float() - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-12))
+
+
+def _variants(module: Any, fn: Callable[[], Any], dev: Any, repeats: int, log: Log, what: str) -> dict[str, Any]:
+    from newsmotion_engine.accel.memory_format import set_conv_format
+    from newsmotion_engine.accel.temporal_conv import set_temporal_conv
+
+    rows: dict[str, Any] = {}
+    ref = None
+    for name in VARIANTS:
+        set_conv_format(module, "channels_last" in name)
+        n = set_temporal_conv(module, "temporal_conv" in name)
+        s, out = _time(fn, dev, repeats)
+        ref = out if ref is None else ref
+        rows[name] = {"ms": round(s * 1000, 2), "max_rel_diff": _rel_diff(out, ref), "temporal_convs": n}
+        log(f"  {what} {name}: {rows[name]['ms']} ms (max rel diff {rows[name]['max_rel_diff']:.2e})")
+        del out
+    set_conv_format(module, False)
+    set_temporal_conv(module, False)
+    return rows
+
+
+def bench_temporal_conv(*, device: str = "auto", small: bool = False, repeats: int = 5, parts: tuple[str, ...] = ("convs", "decode", "unet"),
+                        json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
+    """Run the benchmark (module docstring); the JSON is rewritten after every part."""
+    import diffusers
+    import torch
+    from diffusers import AutoencoderKLTemporalDecoder, UNetSpatioTemporalConditionModel
+
+    from benchmarks.kernel_profile import profile_call
+    from newsmotion_engine.accel.temporal_conv import temporal_conv2d
+    from newsmotion_engine.render.backends.mimicmotion.config import released_component
+
+    dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device))
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    h, w, frames, window = (72, 128, 8, 72) if not small else (12, 16, 4, 4)
+    result: dict[str, Any] = {
+        "bench": "temporal_conv",
+        "weights": "random weights",
+        "note": "random weights (the released SVD-xt-1.1 architecture): speed only",
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
+        "dtype": str(dtype).replace("torch.", ""),
+        "latent": [h, w],
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "versions": {"torch": torch.__version__, "diffusers": diffusers.__version__, "cudnn": torch.backends.cudnn.version()},
+    }
+
+    def write() -> None:
+        if json_path:
+            headline = top_level_figures(result) or {"parts": len(parts)}
+            write_lab_result(json_path, result, title="SVD temporal decode and UNet forward: time-only 3-D convolutions as 2-D",
+                             headline=headline)  # fmt: skip
+
+    def config(name: str, small_channels: list[int]) -> dict[str, Any]:
+        cfg = {k: v for k, v in released_component(name).items() if not k.startswith("_")}
+        if small:
+            cfg["block_out_channels"] = small_channels
+            if "num_attention_heads" in cfg:
+                cfg["num_attention_heads"] = [2] * len(small_channels)
+        return cfg
+
+    gen = torch.Generator("cpu").manual_seed(0)
+    if "convs" in parts:
+        rows = {}
+        shapes = [(128, 8, 8 * h, 8 * w), (256, 8, 4 * h, 4 * w), (512, 8, 2 * h, 2 * w), (320, 2 * window, h, w),
+                  (640, 2 * window, h // 2, w // 2)] if not small else [(8, 4, 8, 8)]  # fmt: skip
+        for c, t, hh, ww in shapes:
+            conv = torch.nn.Conv3d(c, c, (3, 1, 1), padding=(1, 0, 0)).to(dev, dtype)
+            x = torch.randn(1, c, t, hh, ww, generator=gen).to(dev, dtype)
+            row: dict[str, Any] = {}
+            s, ref = _time(lambda: conv(x), dev, repeats)
+            row["conv3d_ms"] = round(s * 1000, 3)
+            s, out = _time(lambda: temporal_conv2d(conv, x), dev, repeats)
+            row["as_conv2d_ms"], row["as_conv2d_max_rel_diff"] = round(s * 1000, 3), _rel_diff(out, ref)
+            xl = x.contiguous(memory_format=torch.channels_last_3d)
+            conv.weight.data = conv.weight.data.contiguous(memory_format=torch.channels_last_3d)
+            s, _ = _time(lambda: conv(xl), dev, repeats)
+            row["conv3d_channels_last_ms"] = round(s * 1000, 3)
+            s, out = _time(lambda: temporal_conv2d(conv, xl), dev, repeats)
+            row["as_conv2d_channels_last_ms"], row["as_conv2d_channels_last_max_rel_diff"] = round(s * 1000, 3), _rel_diff(out, ref)
+            flops = 2 * 3 * c * c * t * hh * ww
+            row["tflops_conv3d"] = round(flops / row["conv3d_ms"] / 1e9, 1)
+            row["tflops_as_conv2d"] = round(flops / row["as_conv2d_ms"] / 1e9, 1)
+            key = f"C{c}_T{t}_{hh}x{ww}"
+            rows[key] = row
+            log(f"  conv {key}: {row}")
+            del conv, x, xl, out, ref
+        result["convs"] = rows
+        write()
+    if "decode" in parts:
+        with torch.device(dev):
+            vae = AutoencoderKLTemporalDecoder.from_config(config("vae/config.json", [32, 64, 64, 64])).to(dtype).eval()
+        z = torch.randn(frames, 4, h, w, generator=gen).to(dev, dtype)
+
+        def decode() -> Any:
+            with torch.no_grad():
+                return vae.decode(z, num_frames=frames).sample
+
+        result["decode"] = _variants(vae, decode, dev, repeats, log, "decode")
+        result["decode_ms_stock"] = result["decode"]["stock"]["ms"]
+        result["decode_ms_best"] = min(r["ms"] for r in result["decode"].values())
+        _, result["decode_profile_stock"] = profile_call(decode, top=15)
+        write()
+        del vae, z
+    if "unet" in parts:
+        with torch.device(dev):
+            unet = UNetSpatioTemporalConditionModel.from_config(config("unet/config.json", [32, 64, 64, 64])).to(dtype).eval()
+        x = torch.randn(2, window, unet.config.in_channels, h, w, generator=gen).to(dev, dtype)
+        enc = torch.randn(2, 1, unet.config.cross_attention_dim, generator=gen).to(dev, dtype)
+        ids = torch.tensor([[6.0, 127.0, 0.02]] * 2).to(dev, dtype)
+        t = torch.tensor([1.0], device=dev)
+
+        def forward() -> Any:
+            with torch.no_grad():
+                return unet(x, t, enc, added_time_ids=ids).sample
+
+        result["unet"] = _variants(unet, forward, dev, max(2, repeats // 2), log, "unet")
+        result["unet_ms_stock"] = result["unet"]["stock"]["ms"]
+        result["unet_ms_best"] = min(r["ms"] for r in result["unet"].values())
+        _, result["unet_profile_stock"] = profile_call(forward, top=15)
+        write()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.temporal_conv", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--small", action="store_true", help="tiny channels and shapes (a CPU check of the code path)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--parts", default="convs,decode,unet")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    bench_temporal_conv(device=args.device, small=args.small, repeats=args.repeats, parts=tuple(args.parts.split(",")),
+                        json_path=args.json)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
