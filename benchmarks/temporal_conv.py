@@ -7,7 +7,13 @@ shapes for the reference clip (576x1024, latents 72x128):
 
 - ``decode``: the temporal decoder on one official chunk of 8 frames (``decode_chunk``);
 - ``unet``: one UNet forward on a 72-frame window with both guidance halves batched (batch 2);
-- ``convs``: one time-only convolution per (channels, size) the decoder and UNet use, alone.
+- ``convs``: one time-only convolution per (channels, size) the decoder and UNet use, alone;
+- ``wan_decode``: for comparison, the Wan VAE (Wan-Animate-2's release, a causal 3-D VAE whose
+  convolutions span space and time) decoding 5 latent frames (17 frames) at 720x1280, float32 as
+  the Wan backends load it (channels-last-3d), float32 contiguous, and bf16; with its FLOPs
+  counted (``torch.utils.flop_counter``), so the table says what rate the convolutions reach;
+  ``..._taps`` runs each 3-D convolution as one 2-D convolution per temporal tap, summed
+  (:func:`conv3d_by_taps`, an experiment here, not in the engine).
 
 Each variant: the median of ``--repeats`` timed calls after a warm-up, and the largest absolute
 difference from the stock output relative to the stock output's largest magnitude. The stock
@@ -61,6 +67,45 @@ def _rel_diff(a: Any, ref: Any) -> float:
     return float((a.float() - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-12))
 
 
+def conv3d_by_taps(x: Any, weight: Any, bias: Any, padding: tuple[int, int, int]) -> Any:
+    """``F.conv3d(x, weight, bias, padding=padding)`` (stride 1, no dilation or groups) as one
+    2-D convolution per temporal tap over the frames seen as a batch, summed in the output's dtype."""
+    import torch.nn.functional as F
+
+    pt, ph, pw = padding
+    if pt:
+        x = F.pad(x, (0, 0, 0, 0, pt, pt))
+    b, c, t, h, w = x.shape
+    kt = weight.shape[2]
+    t_out = t - kt + 1
+    out = None
+    for k in range(kt):
+        frames = x[:, :, k : k + t_out].transpose(1, 2).reshape(b * t_out, c, h, w)
+        y = F.conv2d(frames, weight[:, :, k], bias if k == 0 else None, padding=(ph, pw))
+        out = y if out is None else out.add_(y)
+    return out.unflatten(0, (b, t_out)).transpose(1, 2)
+
+
+def _by_taps(module: Any, on: bool) -> int:
+    """Every ``nn.Conv3d`` of ``module`` (stride 1, no dilation or groups) computed by
+    :func:`conv3d_by_taps` (``on``) or as loaded; how many. Overrides ``_conv_forward`` on the
+    instance, so a layer's own forward (Wan's causal cache and padding) stays as it is."""
+    import functools
+
+    import torch
+
+    n = 0
+    for m in module.modules():
+        if isinstance(m, torch.nn.Conv3d) and tuple(m.stride) == (1, 1, 1) and m.groups == 1 and tuple(m.dilation) == (1, 1, 1):
+            if on:
+                m._conv_forward = functools.partial(lambda x, weight, bias, pad: conv3d_by_taps(x, weight, bias, pad),
+                                                    pad=tuple(m.padding))  # fmt: skip
+            else:
+                m.__dict__.pop("_conv_forward", None)
+            n += 1
+    return n
+
+
 def _variants(module: Any, fn: Callable[[], Any], dev: Any, repeats: int, log: Log, what: str) -> dict[str, Any]:
     from newsmotion_engine.accel.memory_format import set_conv_format
     from newsmotion_engine.accel.temporal_conv import set_temporal_conv
@@ -80,7 +125,7 @@ def _variants(module: Any, fn: Callable[[], Any], dev: Any, repeats: int, log: L
     return rows
 
 
-def bench_temporal_conv(*, device: str = "auto", small: bool = False, repeats: int = 5, parts: tuple[str, ...] = ("convs", "decode", "unet"),
+def bench_temporal_conv(*, device: str = "auto", small: bool = False, repeats: int = 5, parts: tuple[str, ...] = ("convs", "decode", "unet", "wan_decode"),
                         json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
     """Run the benchmark (module docstring); the JSON is rewritten after every part."""
     import diffusers
@@ -179,7 +224,57 @@ def bench_temporal_conv(*, device: str = "auto", small: bool = False, repeats: i
         result["unet_ms_best"] = min(r["ms"] for r in result["unet"].values())
         _, result["unet_profile_stock"] = profile_call(forward, top=15)
         write()
+        del unet, x
+    if "wan_decode" in parts:
+        result["wan_decode"] = _wan_decode(dev, small, repeats, log)
+        write()
     return result
+
+
+def _wan_decode(dev: Any, small: bool, repeats: int, log: Log) -> dict[str, Any]:
+    """The Wan VAE's decode of 5 latent frames, three ways (module docstring)."""
+    import torch
+    from diffusers import AutoencoderKLWan
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from benchmarks.kernel_profile import profile_call
+    from newsmotion_engine.accel.memory_format import set_conv_format
+    from newsmotion_engine.render.backends.wan.released import component_kwargs
+
+    cfg = component_kwargs("wan-animate-2", "vae")
+    if small:
+        cfg["base_dim"] = 16
+    h, w = (90, 160) if not small else (8, 8)
+    gen = torch.Generator("cpu").manual_seed(0)
+    z = torch.randn(1, cfg.get("z_dim", 16), 5, h, w, generator=gen)
+    rows: dict[str, Any] = {}
+    ref = None
+    for name, dtype, last in (("float32_channels_last", torch.float32, True), ("float32_channels_last_taps", torch.float32, True),
+                              ("float32", torch.float32, False), ("bfloat16_channels_last", torch.bfloat16, True),
+                              ("bfloat16_channels_last_taps", torch.bfloat16, True)):  # fmt: skip
+        torch.manual_seed(0)  # the same weights for every variant
+        with torch.device(dev):
+            vae = AutoencoderKLWan.from_config(cfg).to(dtype).eval()
+        set_conv_format(vae, last)
+        taps = _by_taps(vae, name.endswith("_taps"))
+        zz = z.to(dev, dtype)
+
+        def decode() -> Any:
+            with torch.no_grad():
+                return vae.decode(zz).sample
+
+        s, out = _time(decode, dev, max(2, repeats // 2))
+        ref = out if ref is None else ref
+        with FlopCounterMode(display=False) as counter:
+            decode()
+        tflop = counter.get_total_flops() / 1e12
+        rows[name] = {"ms": round(s * 1000, 1), "tflop": round(tflop, 2), "tflops_per_s": round(tflop / s, 1),
+                      "max_rel_diff": _rel_diff(out, ref), "frames": int(out.shape[2]), "convs_by_taps": taps if name.endswith("_taps") else 0}  # fmt: skip
+        if name == "float32_channels_last":
+            _, rows["profile_" + name] = profile_call(decode, top=12)
+        log(f"  wan decode {name}: {rows[name]}")
+        del vae, out, zz
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
