@@ -51,8 +51,8 @@ from benchmarks.lab_record import COMBINE_HELP, combine_to_record, stock_vs_ours
 __all__ = ["VARIANTS", "bench_mimicmotion"]
 
 Log = Callable[[str], None]
-VARIANTS = ("stock", "batch_cfg", "batch_cfg+compile", "batch_cfg+compile+channels_last", "batch_cfg+compile+temporal_conv",
-            "batch_cfg+compile+channels_last+temporal_conv", "batch_cfg+fp8+compile", "batch_cfg+fp8+compile+channels_last",
+VARIANTS = ("stock", "batch_cfg", "batch_cfg+compile", "batch_cfg+compile+channels_last", "batch_cfg+compile+conv3d_as_2d",
+            "batch_cfg+compile+channels_last+conv3d_as_2d", "batch_cfg+fp8+compile", "batch_cfg+fp8+compile+channels_last",
             "batch_cfg+compile+keyframes2")
 
 
@@ -61,7 +61,7 @@ def _variants(cuda: bool) -> dict[str, tuple[dict[str, Any], int]]:
     from newsmotion_engine.accel.compile import Compile
     from newsmotion_engine.accel.fp8 import Fp8Linears
     from newsmotion_engine.accel.memory_format import ChannelsLast
-    from newsmotion_engine.accel.temporal_conv import TemporalConv
+    from newsmotion_engine.accel.conv3d import Conv3dAs2d
 
     out: dict[str, tuple[dict[str, Any], int]] = {"stock": ({"batch_cfg": False}, 1), "batch_cfg": ({"batch_cfg": True}, 1)}
     if cuda:
@@ -69,10 +69,10 @@ def _variants(cuda: bool) -> dict[str, tuple[dict[str, Any], int]]:
         out["batch_cfg+compile+keyframes2"] = ({"batch_cfg": True, "accelerations": (Compile(),)}, 2)
         # the convolution weights NHWC (accel.memory_format): cuDNN's bf16 convolutions' native layout
         out["batch_cfg+compile+channels_last"] = ({"batch_cfg": True, "accelerations": (ChannelsLast(), Compile())}, 1)
-        # the time-only 3-D convolutions (UNet and temporal decoder) as 2-D ones (accel.temporal_conv)
-        out["batch_cfg+compile+temporal_conv"] = ({"batch_cfg": True, "accelerations": (TemporalConv(), Compile())}, 1)
-        out["batch_cfg+compile+channels_last+temporal_conv"] = (
-            {"batch_cfg": True, "accelerations": (ChannelsLast(), TemporalConv(), Compile())}, 1)
+        # the 3-D convolutions (UNet and temporal decoder) as 2-D ones (accel.conv3d)
+        out["batch_cfg+compile+conv3d_as_2d"] = ({"batch_cfg": True, "accelerations": (Conv3dAs2d(), Compile())}, 1)
+        out["batch_cfg+compile+channels_last+conv3d_as_2d"] = (
+            {"batch_cfg": True, "accelerations": (ChannelsLast(), Conv3dAs2d(), Compile())}, 1)
         # the block linears FP8 (accel.fp8; originals kept, so the next variant gets the bf16 UNet back)
         fp8 = Fp8Linears(mode="compute", keep_original=True)
         out["batch_cfg+fp8+compile"] = ({"batch_cfg": True, "accelerations": (fp8, Compile())}, 1)

@@ -1,5 +1,5 @@
 """GPU benchmark: where SVD's temporal VAE decode and UNet forward spend their time, and what
-running their time-only 3-D convolutions as 2-D ones (:mod:`newsmotion_engine.accel.temporal_conv`)
+running their 3-D convolutions as 2-D ones (:mod:`newsmotion_engine.accel.conv3d`)
 and channels-last weights (:mod:`newsmotion_engine.accel.memory_format`) change.
 
 Random weights in the released SVD-xt-1.1 architecture (mimicmotion's), bf16, at mimicmotion's
@@ -12,8 +12,8 @@ shapes for the reference clip (576x1024, latents 72x128):
   convolutions span space and time) decoding 5 latent frames (17 frames) at 720x1280, float32 as
   the Wan backends load it (channels-last-3d), float32 contiguous, and bf16; with its FLOPs
   counted (``torch.utils.flop_counter``), so the table says what rate the convolutions reach;
-  ``..._taps`` runs each 3-D convolution as one 2-D convolution per temporal tap, summed
-  (:func:`conv3d_by_taps`, an experiment here, not in the engine).
+  ``..._as_2d`` runs each 3-D convolution as one 2-D convolution per temporal tap, summed
+  (:mod:`newsmotion_engine.accel.conv3d`).
 
 Each variant: the median of ``--repeats`` timed calls after a warm-up, and the largest absolute
 difference from the stock output relative to the stock output's largest magnitude. The stock
@@ -41,7 +41,7 @@ from benchmarks.lab_record import top_level_figures, write_lab_result
 __all__ = ["bench_temporal_conv"]
 
 Log = Callable[[str], None]
-VARIANTS = ("stock", "channels_last", "temporal_conv", "channels_last+temporal_conv")
+VARIANTS = ("stock", "channels_last", "conv3d_as_2d", "channels_last+conv3d_as_2d")
 
 
 def _sync(dev: Any) -> None:
@@ -67,61 +67,22 @@ def _rel_diff(a: Any, ref: Any) -> float:
     return float((a.float() - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-12))
 
 
-def conv3d_by_taps(x: Any, weight: Any, bias: Any, padding: tuple[int, int, int]) -> Any:
-    """``F.conv3d(x, weight, bias, padding=padding)`` (stride 1, no dilation or groups) as one
-    2-D convolution per temporal tap over the frames seen as a batch, summed in the output's dtype."""
-    import torch.nn.functional as F
-
-    pt, ph, pw = padding
-    if pt:
-        x = F.pad(x, (0, 0, 0, 0, pt, pt))
-    b, c, t, h, w = x.shape
-    kt = weight.shape[2]
-    t_out = t - kt + 1
-    out = None
-    for k in range(kt):
-        frames = x[:, :, k : k + t_out].transpose(1, 2).reshape(b * t_out, c, h, w)
-        y = F.conv2d(frames, weight[:, :, k], bias if k == 0 else None, padding=(ph, pw))
-        out = y if out is None else out.add_(y)
-    return out.unflatten(0, (b, t_out)).transpose(1, 2)
-
-
-def _by_taps(module: Any, on: bool) -> int:
-    """Every ``nn.Conv3d`` of ``module`` (stride 1, no dilation or groups) computed by
-    :func:`conv3d_by_taps` (``on``) or as loaded; how many. Overrides ``_conv_forward`` on the
-    instance, so a layer's own forward (Wan's causal cache and padding) stays as it is."""
-    import functools
-
-    import torch
-
-    n = 0
-    for m in module.modules():
-        if isinstance(m, torch.nn.Conv3d) and tuple(m.stride) == (1, 1, 1) and m.groups == 1 and tuple(m.dilation) == (1, 1, 1):
-            if on:
-                m._conv_forward = functools.partial(lambda x, weight, bias, pad: conv3d_by_taps(x, weight, bias, pad),
-                                                    pad=tuple(m.padding))  # fmt: skip
-            else:
-                m.__dict__.pop("_conv_forward", None)
-            n += 1
-    return n
-
-
 def _variants(module: Any, fn: Callable[[], Any], dev: Any, repeats: int, log: Log, what: str) -> dict[str, Any]:
+    from newsmotion_engine.accel.conv3d import set_conv3d_as_2d
     from newsmotion_engine.accel.memory_format import set_conv_format
-    from newsmotion_engine.accel.temporal_conv import set_temporal_conv
 
     rows: dict[str, Any] = {}
     ref = None
     for name in VARIANTS:
         set_conv_format(module, "channels_last" in name)
-        n = set_temporal_conv(module, "temporal_conv" in name)
+        n = set_conv3d_as_2d(module, "conv3d_as_2d" in name)
         s, out = _time(fn, dev, repeats)
         ref = out if ref is None else ref
-        rows[name] = {"ms": round(s * 1000, 2), "max_rel_diff": _rel_diff(out, ref), "temporal_convs": n}
+        rows[name] = {"ms": round(s * 1000, 2), "max_rel_diff": _rel_diff(out, ref), "convs_as_2d": n if "conv3d_as_2d" in name else 0}
         log(f"  {what} {name}: {rows[name]['ms']} ms (max rel diff {rows[name]['max_rel_diff']:.2e})")
         del out
     set_conv_format(module, False)
-    set_temporal_conv(module, False)
+    set_conv3d_as_2d(module, False)
     return rows
 
 
@@ -133,7 +94,7 @@ def bench_temporal_conv(*, device: str = "auto", small: bool = False, repeats: i
     from diffusers import AutoencoderKLTemporalDecoder, UNetSpatioTemporalConditionModel
 
     from benchmarks.kernel_profile import profile_call
-    from newsmotion_engine.accel.temporal_conv import temporal_conv2d
+    from newsmotion_engine.accel.conv3d import conv3d_as_2d
     from newsmotion_engine.render.backends.mimicmotion.config import released_component
 
     dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device))
@@ -166,27 +127,36 @@ def bench_temporal_conv(*, device: str = "auto", small: bool = False, repeats: i
 
     gen = torch.Generator("cpu").manual_seed(0)
     if "convs" in parts:
+        # (channels, frames in, height, width, kernel, padding, dtype): SVD's time-only ones in bf16
+        # (decoder chunk of 8, UNet window of 2 x 72), then Wan's causal (3, 3, 3) ones as its decoder
+        # runs them (6 frames in: 2 cached + 4 new, time padded already) in float32 and bf16.
+        t3, p3, tw, pw_ = (3, 1, 1), (1, 0, 0), (3, 3, 3), (0, 1, 1)
+        shapes = [(128, 8, 8 * h, 8 * w, t3, p3, dtype), (256, 8, 4 * h, 4 * w, t3, p3, dtype), (512, 8, 2 * h, 2 * w, t3, p3, dtype),
+                  (320, 2 * window, h, w, t3, p3, dtype), (640, 2 * window, h // 2, w // 2, t3, p3, dtype)]  # fmt: skip
+        for wdt in (torch.float32, torch.bfloat16):
+            shapes += [(96, 6, 720, 1280, tw, pw_, wdt), (192, 6, 360, 640, tw, pw_, wdt), (384, 3, 180, 320, tw, pw_, wdt)]
+        if small:
+            shapes = [(8, 4, 8, 8, t3, p3, dtype), (8, 6, 8, 8, tw, pw_, dtype)]
         rows = {}
-        shapes = [(128, 8, 8 * h, 8 * w), (256, 8, 4 * h, 4 * w), (512, 8, 2 * h, 2 * w), (320, 2 * window, h, w),
-                  (640, 2 * window, h // 2, w // 2)] if not small else [(8, 4, 8, 8)]  # fmt: skip
-        for c, t, hh, ww in shapes:
-            conv = torch.nn.Conv3d(c, c, (3, 1, 1), padding=(1, 0, 0)).to(dev, dtype)
-            x = torch.randn(1, c, t, hh, ww, generator=gen).to(dev, dtype)
-            row: dict[str, Any] = {}
+        for c, t, hh, ww, kernel, pad, cdt in shapes:
+            conv = torch.nn.Conv3d(c, c, kernel, padding=pad).to(dev, cdt).requires_grad_(False)
+            x = torch.randn(1, c, t, hh, ww, generator=gen).to(dev, cdt)
+            row: dict[str, Any] = {"dtype": str(cdt).replace("torch.", "")}
             s, ref = _time(lambda: conv(x), dev, repeats)
             row["conv3d_ms"] = round(s * 1000, 3)
-            s, out = _time(lambda: temporal_conv2d(conv, x), dev, repeats)
+            s, out = _time(lambda: conv3d_as_2d(x, conv.weight, conv.bias, conv.padding), dev, repeats)
             row["as_conv2d_ms"], row["as_conv2d_max_rel_diff"] = round(s * 1000, 3), _rel_diff(out, ref)
             xl = x.contiguous(memory_format=torch.channels_last_3d)
             conv.weight.data = conv.weight.data.contiguous(memory_format=torch.channels_last_3d)
             s, _ = _time(lambda: conv(xl), dev, repeats)
             row["conv3d_channels_last_ms"] = round(s * 1000, 3)
-            s, out = _time(lambda: temporal_conv2d(conv, xl), dev, repeats)
+            s, out = _time(lambda: conv3d_as_2d(xl, conv.weight, conv.bias, conv.padding), dev, repeats)
             row["as_conv2d_channels_last_ms"], row["as_conv2d_channels_last_max_rel_diff"] = round(s * 1000, 3), _rel_diff(out, ref)
-            flops = 2 * 3 * c * c * t * hh * ww
-            row["tflops_conv3d"] = round(flops / row["conv3d_ms"] / 1e9, 1)
-            row["tflops_as_conv2d"] = round(flops / row["as_conv2d_ms"] / 1e9, 1)
-            key = f"C{c}_T{t}_{hh}x{ww}"
+            t_out = t + 2 * pad[0] - kernel[0] + 1
+            flops = 2 * c * c * kernel[0] * kernel[1] * kernel[2] * t_out * hh * ww
+            for k in ("conv3d", "as_conv2d", "conv3d_channels_last", "as_conv2d_channels_last"):
+                row[f"tflops_{k}"] = round(flops / row[f"{k}_ms"] / 1e9, 1)
+            key = f"C{c}_T{t}_{hh}x{ww}_k{''.join(map(str, kernel))}_{row['dtype']}"
             rows[key] = row
             log(f"  conv {key}: {row}")
             del conv, x, xl, out, ref
@@ -238,6 +208,7 @@ def _wan_decode(dev: Any, small: bool, repeats: int, log: Log) -> dict[str, Any]
     from torch.utils.flop_counter import FlopCounterMode
 
     from benchmarks.kernel_profile import profile_call
+    from newsmotion_engine.accel.conv3d import set_conv3d_as_2d
     from newsmotion_engine.accel.memory_format import set_conv_format
     from newsmotion_engine.render.backends.wan.released import component_kwargs
 
@@ -249,14 +220,14 @@ def _wan_decode(dev: Any, small: bool, repeats: int, log: Log) -> dict[str, Any]
     z = torch.randn(1, cfg.get("z_dim", 16), 5, h, w, generator=gen)
     rows: dict[str, Any] = {}
     ref = None
-    for name, dtype, last in (("float32_channels_last", torch.float32, True), ("float32_channels_last_taps", torch.float32, True),
+    for name, dtype, last in (("float32_channels_last", torch.float32, True), ("float32_channels_last_as_2d", torch.float32, True),
                               ("float32", torch.float32, False), ("bfloat16_channels_last", torch.bfloat16, True),
-                              ("bfloat16_channels_last_taps", torch.bfloat16, True)):  # fmt: skip
+                              ("bfloat16_channels_last_as_2d", torch.bfloat16, True)):  # fmt: skip
         torch.manual_seed(0)  # the same weights for every variant
         with torch.device(dev):
             vae = AutoencoderKLWan.from_config(cfg).to(dtype).eval()
         set_conv_format(vae, last)
-        taps = _by_taps(vae, name.endswith("_taps"))
+        n2d = set_conv3d_as_2d(vae, name.endswith("_as_2d"))
         zz = z.to(dev, dtype)
 
         def decode() -> Any:
@@ -269,7 +240,7 @@ def _wan_decode(dev: Any, small: bool, repeats: int, log: Log) -> dict[str, Any]
             decode()
         tflop = counter.get_total_flops() / 1e12
         rows[name] = {"ms": round(s * 1000, 1), "tflop": round(tflop, 2), "tflops_per_s": round(tflop / s, 1),
-                      "max_rel_diff": _rel_diff(out, ref), "frames": int(out.shape[2]), "convs_by_taps": taps if name.endswith("_taps") else 0}  # fmt: skip
+                      "max_rel_diff": _rel_diff(out, ref), "frames": int(out.shape[2]), "convs_as_2d": n2d if name.endswith("_as_2d") else 0}  # fmt: skip
         if name == "float32_channels_last":
             _, rows["profile_" + name] = profile_call(decode, top=12)
         log(f"  wan decode {name}: {rows[name]}")

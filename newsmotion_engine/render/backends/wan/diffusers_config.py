@@ -162,11 +162,11 @@ def _channels_last(v: dict[str, Any]) -> AccelConfig | None:
     return _config_class("memory_format", "ChannelsLast")() if on else None
 
 
-def _temporal_conv(v: dict[str, Any]) -> AccelConfig | None:
-    on = v.get("temporal_conv", False)
+def _conv3d_as_2d(v: dict[str, Any]) -> AccelConfig | None:
+    on = v.get("conv3d_as_2d", False)
     if not isinstance(on, bool):
         raise AccelConfigError("use true or false")
-    return _config_class("temporal_conv", "TemporalConv")() if on else None
+    return _config_class("conv3d", "Conv3dAs2d")() if on else None
 
 
 # Flat option keys per technique -> the parser building its typed config (None = not used).
@@ -181,7 +181,7 @@ ACCELERATION_KEYS: dict[tuple[str, ...], Callable[[dict[str, Any]], AccelConfig 
     ("sparse_attention", "sparse_dense_steps", "sparse_global_frames"): _sparse_attention,
     ("pyramid_low_steps", "pyramid_factor"): _pyramid,
     ("channels_last",): _channels_last,
-    ("temporal_conv",): _temporal_conv,
+    ("conv3d_as_2d",): _conv3d_as_2d,
 }
 FLAT_ACCELERATION_KEYS = tuple(k for keys in ACCELERATION_KEYS for k in keys)
 

@@ -284,19 +284,19 @@ def test_channels_last_renders_the_same_frames_and_is_removed(pair, tiny):
     assert all(m.weight.is_contiguous() for m in tiny.components.transformer.modules() if isinstance(m, torch.nn.Conv2d))
 
 
-def test_temporal_conv_renders_the_same_frames_and_is_removed(pair, tiny):
-    """The time-only 3-D convolutions of the UNet and the temporal decoder as 2-D ones: the same
+def test_conv3d_as_2d_renders_the_same_frames_and_is_removed(pair, tiny):
+    """The 3-D convolutions of the UNet and the temporal decoder as 2-D ones: the same
     products, so the same frames up to float rounding; removed, the stock forwards again."""
     from newsmotion_engine.accel import registry
-    from newsmotion_engine.accel.temporal_conv import TemporalConv
+    from newsmotion_engine.accel.conv3d import Conv3dAs2d
 
     loop, persona = pair
     kp = loop.keypoints[:5]
     tiny.prepare_persona(persona, SPEC)
     before = np.stack(list(tiny.frames(loop, persona, kp, SPEC))).astype(np.int16)
-    applied = registry.apply_accelerations(tiny.components, (TemporalConv(),))
+    applied = registry.apply_accelerations(tiny.components, (Conv3dAs2d(),))
     try:
-        counts = applied.report["temporal_conv"]["modules"]
+        counts = applied.report["conv3d_as_2d"]["modules"]
         assert set(counts) == {"transformer", "vae"} and all(counts.values()), counts
         after = np.stack(list(tiny.frames(loop, persona, kp, SPEC))).astype(np.int16)
     finally:
