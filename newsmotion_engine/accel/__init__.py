@@ -12,6 +12,7 @@ frozen config class and registers its apply/remove handler in :mod:`.registry`:
 - :mod:`.attention_cudnn`: cuDNN's FP8 attention (``Attention("fp8-cudnn")``, opt-in, an approximation).
 - :mod:`.memory`: ``VaeTiling`` (tiled VAE decode) and ``FfnChunks`` (chunked feed-forward).
 - :mod:`.memory_format`: ``ChannelsLast``, convolution weights in NHWC order (the UNet backends).
+- :mod:`.conv3d`: ``Conv3dAs2d``, 3-D convolutions (SVD's temporal layers, the Wan VAE) computed by 2-D ones.
 - :mod:`.sparse`: ``SparseAttention``, EXPERIMENTAL block-sparse attention in the FP8 kernel.
 - :mod:`.pyramid`: ``PyramidCascade``, EXPERIMENTAL first denoising steps at a lower resolution.
 
