@@ -86,7 +86,7 @@ def _variants(module: Any, fn: Callable[[], Any], dev: Any, repeats: int, log: L
     return rows
 
 
-def bench_temporal_conv(*, device: str = "auto", small: bool = False, repeats: int = 5, parts: tuple[str, ...] = ("convs", "decode", "unet", "wan_decode"),
+def bench_temporal_conv(*, device: str = "auto", small: bool = False, repeats: int = 5, parts: tuple[str, ...] = ("wan_decode", "convs", "decode", "unet"),
                         json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
     """Run the benchmark (module docstring); the JSON is rewritten after every part."""
     import diffusers
@@ -126,78 +126,82 @@ def bench_temporal_conv(*, device: str = "auto", small: bool = False, repeats: i
         return cfg
 
     gen = torch.Generator("cpu").manual_seed(0)
-    if "convs" in parts:
-        # (channels, frames in, height, width, kernel, padding, dtype): SVD's time-only ones in bf16
-        # (decoder chunk of 8, UNet window of 2 x 72), then Wan's causal (3, 3, 3) ones as its decoder
-        # runs them (6 frames in: 2 cached + 4 new, time padded already) in float32 and bf16.
-        t3, p3, tw, pw_ = (3, 1, 1), (1, 0, 0), (3, 3, 3), (0, 1, 1)
-        shapes = [(128, 8, 8 * h, 8 * w, t3, p3, dtype), (256, 8, 4 * h, 4 * w, t3, p3, dtype), (512, 8, 2 * h, 2 * w, t3, p3, dtype),
-                  (320, 2 * window, h, w, t3, p3, dtype), (640, 2 * window, h // 2, w // 2, t3, p3, dtype)]  # fmt: skip
-        for wdt in (torch.float32, torch.bfloat16):
-            shapes += [(96, 6, 720, 1280, tw, pw_, wdt), (192, 6, 360, 640, tw, pw_, wdt), (384, 3, 180, 320, tw, pw_, wdt)]
-        if small:
-            shapes = [(8, 4, 8, 8, t3, p3, dtype), (8, 6, 8, 8, tw, pw_, dtype)]
-        rows = {}
-        for c, t, hh, ww, kernel, pad, cdt in shapes:
-            conv = torch.nn.Conv3d(c, c, kernel, padding=pad).to(dev, cdt).requires_grad_(False)
-            x = torch.randn(1, c, t, hh, ww, generator=gen).to(dev, cdt)
-            row: dict[str, Any] = {"dtype": str(cdt).replace("torch.", "")}
-            s, ref = _time(lambda: conv(x), dev, repeats)
-            row["conv3d_ms"] = round(s * 1000, 3)
-            s, out = _time(lambda: conv3d_as_2d(x, conv.weight, conv.bias, conv.padding), dev, repeats)
-            row["as_conv2d_ms"], row["as_conv2d_max_rel_diff"] = round(s * 1000, 3), _rel_diff(out, ref)
-            xl = x.contiguous(memory_format=torch.channels_last_3d)
-            conv.weight.data = conv.weight.data.contiguous(memory_format=torch.channels_last_3d)
-            s, _ = _time(lambda: conv(xl), dev, repeats)
-            row["conv3d_channels_last_ms"] = round(s * 1000, 3)
-            s, out = _time(lambda: conv3d_as_2d(xl, conv.weight, conv.bias, conv.padding), dev, repeats)
-            row["as_conv2d_channels_last_ms"], row["as_conv2d_channels_last_max_rel_diff"] = round(s * 1000, 3), _rel_diff(out, ref)
-            t_out = t + 2 * pad[0] - kernel[0] + 1
-            flops = 2 * c * c * kernel[0] * kernel[1] * kernel[2] * t_out * hh * ww
-            for k in ("conv3d", "as_conv2d", "conv3d_channels_last", "as_conv2d_channels_last"):
-                row[f"tflops_{k}"] = round(flops / row[f"{k}_ms"] / 1e9, 1)
-            key = f"C{c}_T{t}_{hh}x{ww}_k{''.join(map(str, kernel))}_{row['dtype']}"
-            rows[key] = row
-            log(f"  conv {key}: {row}")
-            del conv, x, xl, out, ref
-        result["convs"] = rows
-        write()
-    if "decode" in parts:
-        with torch.device(dev):
-            vae = AutoencoderKLTemporalDecoder.from_config(config("vae/config.json", [32, 64, 64, 64])).to(dtype).eval()
-        z = torch.randn(frames, 4, h, w, generator=gen).to(dev, dtype)
+    unknown = set(parts) - {"convs", "decode", "unet", "wan_decode"}
+    if unknown:
+        raise ValueError(f"parts {sorted(unknown)}: use convs, decode, unet, wan_decode")
+    for part in parts:  # in the order given
+        if part == "convs":
+            # (channels, frames in, height, width, kernel, padding, dtype): SVD's time-only ones in bf16
+            # (decoder chunk of 8, UNet window of 2 x 72), then Wan's causal (3, 3, 3) ones as its decoder
+            # runs them (6 frames in: 2 cached + 4 new, time padded already) in float32 and bf16.
+            t3, p3, tw, pw_ = (3, 1, 1), (1, 0, 0), (3, 3, 3), (0, 1, 1)
+            shapes = [(128, 8, 8 * h, 8 * w, t3, p3, dtype), (256, 8, 4 * h, 4 * w, t3, p3, dtype), (512, 8, 2 * h, 2 * w, t3, p3, dtype),
+                      (320, 2 * window, h, w, t3, p3, dtype), (640, 2 * window, h // 2, w // 2, t3, p3, dtype)]  # fmt: skip
+            for wdt in (torch.float32, torch.bfloat16):
+                shapes += [(96, 6, 720, 1280, tw, pw_, wdt), (192, 6, 360, 640, tw, pw_, wdt), (384, 3, 180, 320, tw, pw_, wdt)]
+            if small:
+                shapes = [(8, 4, 8, 8, t3, p3, dtype), (8, 6, 8, 8, tw, pw_, dtype)]
+            rows = {}
+            for c, t, hh, ww, kernel, pad, cdt in shapes:
+                conv = torch.nn.Conv3d(c, c, kernel, padding=pad).to(dev, cdt).requires_grad_(False)
+                x = torch.randn(1, c, t, hh, ww, generator=gen).to(dev, cdt)
+                row: dict[str, Any] = {"dtype": str(cdt).replace("torch.", "")}
+                s, ref = _time(lambda: conv(x), dev, repeats)
+                row["conv3d_ms"] = round(s * 1000, 3)
+                s, out = _time(lambda: conv3d_as_2d(x, conv.weight, conv.bias, conv.padding), dev, repeats)
+                row["as_conv2d_ms"], row["as_conv2d_max_rel_diff"] = round(s * 1000, 3), _rel_diff(out, ref)
+                xl = x.contiguous(memory_format=torch.channels_last_3d)
+                conv.weight.data = conv.weight.data.contiguous(memory_format=torch.channels_last_3d)
+                s, _ = _time(lambda: conv(xl), dev, repeats)
+                row["conv3d_channels_last_ms"] = round(s * 1000, 3)
+                s, out = _time(lambda: conv3d_as_2d(xl, conv.weight, conv.bias, conv.padding), dev, repeats)
+                row["as_conv2d_channels_last_ms"], row["as_conv2d_channels_last_max_rel_diff"] = round(s * 1000, 3), _rel_diff(out, ref)
+                t_out = t + 2 * pad[0] - kernel[0] + 1
+                flops = 2 * c * c * kernel[0] * kernel[1] * kernel[2] * t_out * hh * ww
+                for k in ("conv3d", "as_conv2d", "conv3d_channels_last", "as_conv2d_channels_last"):
+                    row[f"tflops_{k}"] = round(flops / row[f"{k}_ms"] / 1e9, 1)
+                key = f"C{c}_T{t}_{hh}x{ww}_k{''.join(map(str, kernel))}_{row['dtype']}"
+                rows[key] = row
+                log(f"  conv {key}: {row}")
+                del conv, x, xl, out, ref
+            result["convs"] = rows
+            write()
+        elif part == "decode":
+            with torch.device(dev):
+                vae = AutoencoderKLTemporalDecoder.from_config(config("vae/config.json", [32, 64, 64, 64])).to(dtype).eval()
+            z = torch.randn(frames, 4, h, w, generator=gen).to(dev, dtype)
 
-        def decode() -> Any:
-            with torch.no_grad():
-                return vae.decode(z, num_frames=frames).sample
+            def decode() -> Any:
+                with torch.no_grad():
+                    return vae.decode(z, num_frames=frames).sample
 
-        result["decode"] = _variants(vae, decode, dev, repeats, log, "decode")
-        result["decode_ms_stock"] = result["decode"]["stock"]["ms"]
-        result["decode_ms_best"] = min(r["ms"] for r in result["decode"].values())
-        _, result["decode_profile_stock"] = profile_call(decode, top=15)
-        write()
-        del vae, z
-    if "unet" in parts:
-        with torch.device(dev):
-            unet = UNetSpatioTemporalConditionModel.from_config(config("unet/config.json", [32, 64, 64, 64])).to(dtype).eval()
-        x = torch.randn(2, window, unet.config.in_channels, h, w, generator=gen).to(dev, dtype)
-        enc = torch.randn(2, 1, unet.config.cross_attention_dim, generator=gen).to(dev, dtype)
-        ids = torch.tensor([[6.0, 127.0, 0.02]] * 2).to(dev, dtype)
-        t = torch.tensor([1.0], device=dev)
+            result["decode"] = _variants(vae, decode, dev, repeats, log, "decode")
+            result["decode_ms_stock"] = result["decode"]["stock"]["ms"]
+            result["decode_ms_best"] = min(r["ms"] for r in result["decode"].values())
+            _, result["decode_profile_stock"] = profile_call(decode, top=15)
+            write()
+            del vae, z
+        elif part == "unet":
+            with torch.device(dev):
+                unet = UNetSpatioTemporalConditionModel.from_config(config("unet/config.json", [32, 64, 64, 64])).to(dtype).eval()
+            x = torch.randn(2, window, unet.config.in_channels, h, w, generator=gen).to(dev, dtype)
+            enc = torch.randn(2, 1, unet.config.cross_attention_dim, generator=gen).to(dev, dtype)
+            ids = torch.tensor([[6.0, 127.0, 0.02]] * 2).to(dev, dtype)
+            t = torch.tensor([1.0], device=dev)
 
-        def forward() -> Any:
-            with torch.no_grad():
-                return unet(x, t, enc, added_time_ids=ids).sample
+            def forward() -> Any:
+                with torch.no_grad():
+                    return unet(x, t, enc, added_time_ids=ids).sample
 
-        result["unet"] = _variants(unet, forward, dev, max(2, repeats // 2), log, "unet")
-        result["unet_ms_stock"] = result["unet"]["stock"]["ms"]
-        result["unet_ms_best"] = min(r["ms"] for r in result["unet"].values())
-        _, result["unet_profile_stock"] = profile_call(forward, top=15)
-        write()
-        del unet, x
-    if "wan_decode" in parts:
-        result["wan_decode"] = _wan_decode(dev, small, repeats, log)
-        write()
+            result["unet"] = _variants(unet, forward, dev, max(2, repeats // 2), log, "unet")
+            result["unet_ms_stock"] = result["unet"]["stock"]["ms"]
+            result["unet_ms_best"] = min(r["ms"] for r in result["unet"].values())
+            _, result["unet_profile_stock"] = profile_call(forward, top=15)
+            write()
+            del unet, x
+        elif part == "wan_decode":
+            result["wan_decode"] = _wan_decode(dev, small, repeats, log)
+            write()
     return result
 
 
@@ -253,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--small", action="store_true", help="tiny channels and shapes (a CPU check of the code path)")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--parts", default="convs,decode,unet")
+    parser.add_argument("--parts", default="wan_decode,convs,decode,unet", help="in this order")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     bench_temporal_conv(device=args.device, small=args.small, repeats=args.repeats, parts=tuple(args.parts.split(",")),
