@@ -63,6 +63,16 @@ def _time(fn: Callable[[], Any], dev: Any, repeats: int) -> tuple[float, Any]:
     return statistics.median(times), out
 
 
+def _tflop(fn: Callable[[], Any]) -> float:
+    """TFLOP of one ``fn()`` as ``torch.utils.flop_counter`` counts them (convolutions, matmuls,
+    and SDPA where its CUDA kernels run)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return round(counter.get_total_flops() / 1e12, 3)
+
+
 def _rel_diff(a: Any, ref: Any) -> float:
     return float((a.float() - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-12))
 
@@ -178,6 +188,8 @@ def bench_temporal_conv(*, device: str = "auto", small: bool = False, repeats: i
             result["decode"] = _variants(vae, decode, dev, repeats, log, "decode")
             result["decode_ms_stock"] = result["decode"]["stock"]["ms"]
             result["decode_ms_best"] = min(r["ms"] for r in result["decode"].values())
+            result["decode_tflop"] = _tflop(decode)
+            result["decode_tflops_per_s_stock"] = round(result["decode_tflop"] / result["decode_ms_stock"] * 1000, 1)
             _, result["decode_profile_stock"] = profile_call(decode, top=15)
             write()
             del vae, z
@@ -196,6 +208,8 @@ def bench_temporal_conv(*, device: str = "auto", small: bool = False, repeats: i
             result["unet"] = _variants(unet, forward, dev, max(2, repeats // 2), log, "unet")
             result["unet_ms_stock"] = result["unet"]["stock"]["ms"]
             result["unet_ms_best"] = min(r["ms"] for r in result["unet"].values())
+            result["unet_tflop"] = _tflop(forward)  # SDPA counted on CUDA only
+            result["unet_tflops_per_s_stock"] = round(result["unet_tflop"] / result["unet_ms_stock"] * 1000, 1)
             _, result["unet_profile_stock"] = profile_call(forward, top=15)
             write()
             del unet, x
@@ -209,8 +223,6 @@ def _wan_decode(dev: Any, small: bool, repeats: int, log: Log) -> dict[str, Any]
     """The Wan VAE's decode of 5 latent frames, three ways (module docstring)."""
     import torch
     from diffusers import AutoencoderKLWan
-    from torch.utils.flop_counter import FlopCounterMode
-
     from benchmarks.kernel_profile import profile_call
     from newsmotion_engine.accel.conv3d import set_conv3d_as_2d
     from newsmotion_engine.accel.memory_format import set_conv_format
@@ -240,9 +252,7 @@ def _wan_decode(dev: Any, small: bool, repeats: int, log: Log) -> dict[str, Any]
 
         s, out = _time(decode, dev, max(2, repeats // 2))
         ref = out if ref is None else ref
-        with FlopCounterMode(display=False) as counter:
-            decode()
-        tflop = counter.get_total_flops() / 1e12
+        tflop = _tflop(decode)
         rows[name] = {"ms": round(s * 1000, 1), "tflop": round(tflop, 2), "tflops_per_s": round(tflop / s, 1),
                       "max_rel_diff": _rel_diff(out, ref), "frames": int(out.shape[2]), "convs_as_2d": n2d if name.endswith("_as_2d") else 0}  # fmt: skip
         if name == "float32_channels_last":
