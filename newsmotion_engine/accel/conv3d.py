@@ -41,7 +41,8 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, AccelHandle, register_acceleration
+from newsmotion_engine.accel.module_toggle import check_module_names, modules_holding, register_module_toggle
+from newsmotion_engine.accel.registry import AccelConfig
 
 __all__ = ["Conv3dAs2d", "conv3d_as_2d", "conv3d_modules", "is_eligible", "set_conv3d_as_2d"]
 
@@ -58,8 +59,7 @@ class Conv3dAs2d(AccelConfig):
     modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if isinstance(self.modules, str) or not all(isinstance(m, str) and m for m in self.modules):
-            raise AccelConfigError(f"conv3d_as_2d modules {self.modules!r}: give a tuple of component attribute names")
+        check_module_names(self.technique, self.modules)
 
 
 def is_eligible(module: torch.nn.Module) -> bool:
@@ -107,7 +107,7 @@ def _convs(module: torch.nn.Module) -> list[torch.nn.Module]:
 
 def conv3d_modules(components: Any) -> list[str]:
     """The components' attributes that are modules holding an eligible 3-D convolution."""
-    return [name for name, value in vars(components).items() if isinstance(value, torch.nn.Module) and _convs(value)]
+    return modules_holding(components, is_eligible)
 
 
 def set_conv3d_as_2d(module: torch.nn.Module, on: bool) -> int:
@@ -121,23 +121,4 @@ def set_conv3d_as_2d(module: torch.nn.Module, on: bool) -> int:
     return len(convs)
 
 
-def _set(components: Any, names: list[str], on: bool) -> dict[str, int]:
-    counts = {}
-    for name in names:
-        module = getattr(components, name, None)
-        if not isinstance(module, torch.nn.Module):
-            raise AccelConfigError(f"conv3d_as_2d: the components have no module {name!r}")
-        counts[name] = set_conv3d_as_2d(module, on)
-    return counts
-
-
-def _apply(components: Any, config: Conv3dAs2d) -> AccelHandle:
-    names = list(config.modules) or conv3d_modules(components)
-    return AccelHandle(report={"modules": _set(components, names, True)}, state=names)
-
-
-def _remove(components: Any, handle: AccelHandle) -> None:
-    _set(components, handle.state, False)
-
-
-register_acceleration(Conv3dAs2d, order=75, apply=_apply, remove=_remove)
+register_module_toggle(Conv3dAs2d, order=75, holds=is_eligible, switch=set_conv3d_as_2d)

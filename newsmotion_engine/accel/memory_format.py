@@ -25,7 +25,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, AccelHandle, register_acceleration
+from newsmotion_engine.accel.module_toggle import check_module_names, modules_holding, register_module_toggle
+from newsmotion_engine.accel.registry import AccelConfig
 
 __all__ = ["ChannelsLast", "conv_modules", "set_conv_format"]
 
@@ -42,17 +43,20 @@ class ChannelsLast(AccelConfig):
     modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if isinstance(self.modules, str) or not all(isinstance(m, str) and m for m in self.modules):
-            raise AccelConfigError(f"channels_last modules {self.modules!r}: give a tuple of component attribute names")
+        check_module_names(self.technique, self.modules)
+
+
+def _is_conv(module: torch.nn.Module) -> bool:
+    return isinstance(module, (torch.nn.Conv2d, torch.nn.Conv3d))
 
 
 def _convs(module: torch.nn.Module) -> list[torch.nn.Module]:
-    return [m for m in module.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))]
+    return [m for m in module.modules() if _is_conv(m)]
 
 
 def conv_modules(components: Any) -> list[str]:
     """The components' attributes that are modules holding a 2-D or 3-D convolution."""
-    return [name for name, value in vars(components).items() if isinstance(value, torch.nn.Module) and _convs(value)]
+    return modules_holding(components, _is_conv)
 
 
 def set_conv_format(module: torch.nn.Module, channels_last: bool) -> int:
@@ -67,23 +71,4 @@ def set_conv_format(module: torch.nn.Module, channels_last: bool) -> int:
     return len(convs)
 
 
-def _set_format(components: Any, names: list[str], last: bool) -> dict[str, int]:
-    counts = {}
-    for name in names:
-        module = getattr(components, name, None)
-        if not isinstance(module, torch.nn.Module):
-            raise AccelConfigError(f"channels_last: the components have no module {name!r}")
-        counts[name] = set_conv_format(module, last)
-    return counts
-
-
-def _apply(components: Any, config: ChannelsLast) -> AccelHandle:
-    names = list(config.modules) or conv_modules(components)
-    return AccelHandle(report={"modules": _set_format(components, names, True)}, state=names)
-
-
-def _remove(components: Any, handle: AccelHandle) -> None:
-    _set_format(components, handle.state, False)
-
-
-register_acceleration(ChannelsLast, order=70, apply=_apply, remove=_remove)
+register_module_toggle(ChannelsLast, order=70, holds=_is_conv, switch=set_conv_format)
