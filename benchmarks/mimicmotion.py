@@ -12,7 +12,8 @@ One random-weight model (``svd-xt-1.1``: the released architecture) renders thro
   UNet's repeated blocks through the acceleration registry (the 8-bit attention kernel of
   ``newsmotion_engine/accel`` targets the Wan transformer and is not applied here);
   ``...+channels_last`` also puts the convolution weights in NHWC order
-  (:mod:`newsmotion_engine.accel.memory_format`); ``+fp8`` runs the linears of the UNet's blocks
+  (:mod:`newsmotion_engine.accel.memory_format`); ``...+conv3d_as_2d`` runs the UNet's and the
+  temporal decoder's time-only 3-D convolutions as 2-D ones (:mod:`newsmotion_engine.accel.conv3d`); ``+fp8`` runs the linears of the UNet's blocks
   in FP8 (:mod:`newsmotion_engine.accel.fp8`, rowwise scales, as in the Wan transformer);
   ``...+keyframes2`` renders every 2nd frame and infills the rest (the official recipe's own
   15-fps output, ``sample_stride`` 2): an approximation, reported apart (``..._approximate``).
@@ -59,9 +60,9 @@ VARIANTS = ("stock", "batch_cfg", "batch_cfg+compile", "batch_cfg+compile+channe
 def _variants(cuda: bool) -> dict[str, tuple[dict[str, Any], int]]:
     """Variant name -> (backend options over the stock ones, keyframe ratio)."""
     from newsmotion_engine.accel.compile import Compile
+    from newsmotion_engine.accel.conv3d import Conv3dAs2d
     from newsmotion_engine.accel.fp8 import Fp8Linears
     from newsmotion_engine.accel.memory_format import ChannelsLast
-    from newsmotion_engine.accel.conv3d import Conv3dAs2d
 
     out: dict[str, tuple[dict[str, Any], int]] = {"stock": ({"batch_cfg": False}, 1), "batch_cfg": ({"batch_cfg": True}, 1)}
     if cuda:

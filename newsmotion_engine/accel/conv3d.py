@@ -3,9 +3,9 @@
 Why: the video VAEs and SVD's UNet run ``nn.Conv3d`` layers: SVD's UNet and temporal decoder
 (mimicmotion) mix frames with time-only kernels (``(3, 1, 1)``, and ``(1, 1, 1)`` shortcuts); the
 Wan VAE (wan-animate, wan-animate-2, echomimic-v3, scail-2) is built of causal ``(3, 3, 3)``
-convolutions. cuDNN runs them through its 3-D kernels, which reach a fraction of the rate of its
-2-D ones on the same GPU (``python -m benchmarks.temporal_conv`` measures both). The same sums
-can be had from 2-D convolutions:
+convolutions. cuDNN runs them through its 3-D kernels; whether those reach the rate of its 2-D
+ones on Hopper is not measured yet (``python -m benchmarks.conv3d`` measures both, and the
+option stays off until it has). The same sums can be had from 2-D convolutions:
 
 - a time-only kernel ``(k, 1, 1)`` never mixes pixels: it is one 2-D convolution with a
   ``(k, 1)`` kernel over the ``[B, C, T, H*W]`` view of its input (a view for contiguous and
@@ -15,7 +15,7 @@ can be had from 2-D convolutions:
 
 The products are the same and each convolution accumulates in fp32; only the summation order
 differs (the taps' partial sums are added in the output's dtype, so a bf16 model rounds twice
-more per output: measured in the bench, beside the bf16 model's own error against float32).
+more per output; the bench reports that error beside the bf16 model's own against float32).
 
 How: each eligible convolution (stride 1, no dilation, no groups, zero padding) gets an
 instance-level ``_conv_forward``, the call ``nn.Conv3d.forward`` ends in. Its own forward stays:
@@ -30,7 +30,7 @@ every ``torch.nn.Module`` attribute of the components that holds an eligible con
 Example::
 
     applied = apply_accelerations(components, (Conv3dAs2d(), Compile()))
-    applied.report["conv3d_as_2d"]   # {"modules": {"unet": 32, "vae": 31}}
+    applied.report["conv3d_as_2d"]   # mimicmotion's release: {"modules": {"transformer": 44, "vae": 29}}
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ folder) and the MimicMotion checkpoint (``checkpoint``, default ``{model_path}/M
 the preset is ignored and unset options take the released defaults.
 
 Accelerations through the registry: ``compile`` (regional: the UNet's spatio-temporal transformer
-and resnet blocks), ``channels_last`` (NHWC convolution weights) and ``fp8`` (the linears of the
+and resnet blocks), ``channels_last`` (NHWC convolution weights), ``conv3d_as_2d`` (the time-only
+3-D convolutions as 2-D ones, :mod:`newsmotion_engine.accel.conv3d`) and ``fp8`` (the linears of the
 UNet's down / mid / up blocks in FP8, :mod:`newsmotion_engine.accel.fp8`); the other Wan-oriented
 keys are refused. Two exact
 savings are always on (``denoise.py``): each window's PoseNet features are computed once per render
@@ -156,7 +157,7 @@ class MimicMotionOptions(DiffusersOptions):
         motion_bucket_id (127), conditioning_fps (7; the pipeline conditions on fps - 1),
         decode_chunk (8 frames per temporal-decoder call), batch_cfg (True: both CFG passes of a
         window in one UNet call; False: two calls, as the official pipeline).
-    Accelerations: ``compile``, ``channels_last``, ``fp8`` (module docstring).
+    Accelerations: ``compile``, ``channels_last``, ``conv3d_as_2d``, ``fp8`` (module docstring).
     Tests: cache_root (where backend sub-caches go).
     """
 

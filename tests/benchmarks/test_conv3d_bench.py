@@ -7,13 +7,13 @@ import pytest
 
 pytest.importorskip("diffusers")
 
-from benchmarks import temporal_conv as bench  # noqa: E402
+from benchmarks import conv3d as bench  # noqa: E402
 from benchmarks.lab_record import read_lab_data  # noqa: E402
 
 
 def test_every_part_runs_small_on_the_cpu_and_the_variants_agree(tmp_path):
-    out = tmp_path / "temporal_conv.json"
-    result = bench.bench_temporal_conv(device="cpu", small=True, repeats=1, json_path=out, log=lambda m: None)
+    out = tmp_path / "conv3d.json"
+    result = bench.bench_conv3d(device="cpu", small=True, repeats=1, json_path=out, log=lambda m: None)
     assert result["weights"] == "random weights"
     for part in ("decode", "unet"):
         rows = result[part]
@@ -30,4 +30,4 @@ def test_every_part_runs_small_on_the_cpu_and_the_variants_agree(tmp_path):
 
 def test_unknown_parts_are_refused():
     with pytest.raises(ValueError, match="parts"):
-        bench.bench_temporal_conv(device="cpu", small=True, parts=("vae",), log=lambda m: None)
+        bench.bench_conv3d(device="cpu", small=True, parts=("vae",), log=lambda m: None)

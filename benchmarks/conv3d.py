@@ -1,28 +1,31 @@
-"""GPU benchmark: where SVD's temporal VAE decode and UNet forward spend their time, and what
-running their 3-D convolutions as 2-D ones (:mod:`newsmotion_engine.accel.conv3d`)
-and channels-last weights (:mod:`newsmotion_engine.accel.memory_format`) change.
+"""GPU benchmark of the video models' 3-D convolutions: where SVD's temporal decode and UNet
+forward spend their time, what running the 3-D convolutions as 2-D ones
+(:mod:`newsmotion_engine.accel.conv3d`) and channels-last weights
+(:mod:`newsmotion_engine.accel.memory_format`) change, and the same for the Wan VAE.
 
-Random weights in the released SVD-xt-1.1 architecture (mimicmotion's), bf16, at mimicmotion's
-shapes for the reference clip (576x1024, latents 72x128):
+Random weights in the released architectures (SVD-xt-1.1 for mimicmotion, Wan-Animate-2's VAE), at
+the reference clip's shapes (SVD: 576x1024, latents 72x128, bf16; Wan: 720x1280). Parts, run in the
+order given (``--parts``, default ``wan_decode,convs,decode,unet``):
 
-- ``decode``: the temporal decoder on one official chunk of 8 frames (``decode_chunk``);
-- ``unet``: one UNet forward on a 72-frame window with both guidance halves batched (batch 2);
-- ``convs``: one time-only convolution per (channels, size) the decoder and UNet use, alone;
-- ``wan_decode``: for comparison, the Wan VAE (Wan-Animate-2's release, a causal 3-D VAE whose
-  convolutions span space and time) decoding 5 latent frames (17 frames) at 720x1280, float32 as
-  the Wan backends load it (channels-last-3d), float32 contiguous, and bf16; with its FLOPs
-  counted (``torch.utils.flop_counter``), so the table says what rate the convolutions reach;
-  ``..._as_2d`` runs each 3-D convolution as one 2-D convolution per temporal tap, summed
-  (:mod:`newsmotion_engine.accel.conv3d`).
+- ``wan_decode``: the Wan VAE (a causal 3-D VAE whose convolutions span space and time) decoding 5
+  latent frames (17 frames): float32 channels-last-3d as the Wan backends load it, with
+  ``..._as_2d`` (each 3-D convolution as one 2-D convolution per temporal tap, summed), float32
+  contiguous, and bf16 with and without ``..._as_2d``; each with its FLOPs counted
+  (``torch.utils.flop_counter``) and the rate they imply;
+- ``convs``: one convolution per (channels, size) alone: SVD's time-only ``(3, 1, 1)`` ones (bf16),
+  then Wan's causal ``(3, 3, 3)`` ones as its decoder runs them (float32 and bf16), each as 3-D and
+  as 2-D, contiguous and channels-last, with its rate;
+- ``decode``: SVD's temporal decoder on one official chunk of 8 frames (``decode_chunk``);
+- ``unet``: one SVD UNet forward on a 72-frame window with both guidance halves batched (batch 2).
 
 Each variant: the median of ``--repeats`` timed calls after a warm-up, and the largest absolute
 difference from the stock output relative to the stock output's largest magnitude. The stock
 decode and UNet forward are also run once under the profiler (:func:`benchmarks.kernel_profile.profile_call`).
 
-Example (device, repository root; no compile, so about two minutes on an H100)::
+Example (device, repository root; nothing is compiled)::
 
-    python -m benchmarks.temporal_conv --json $OUT/temporal_conv_h100.json
-    python -m benchmarks.temporal_conv --device cpu --small   # CPU check of the code path
+    python -m benchmarks.conv3d --json $OUT/conv3d_h100.json
+    python -m benchmarks.conv3d --device cpu --small   # CPU check of the code path
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from typing import Any
 
 from benchmarks.lab_record import top_level_figures, write_lab_result
 
-__all__ = ["bench_temporal_conv"]
+__all__ = ["bench_conv3d"]
 
 Log = Callable[[str], None]
 VARIANTS = ("stock", "channels_last", "conv3d_as_2d", "channels_last+conv3d_as_2d")
@@ -96,7 +99,7 @@ def _variants(module: Any, fn: Callable[[], Any], dev: Any, repeats: int, log: L
     return rows
 
 
-def bench_temporal_conv(*, device: str = "auto", small: bool = False, repeats: int = 5, parts: tuple[str, ...] = ("wan_decode", "convs", "decode", "unet"),
+def bench_conv3d(*, device: str = "auto", small: bool = False, repeats: int = 5, parts: tuple[str, ...] = ("wan_decode", "convs", "decode", "unet"),
                         json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
     """Run the benchmark (module docstring); the JSON is rewritten after every part."""
     import diffusers
@@ -111,9 +114,9 @@ def bench_temporal_conv(*, device: str = "auto", small: bool = False, repeats: i
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     h, w, frames, window = (72, 128, 8, 72) if not small else (12, 16, 4, 4)
     result: dict[str, Any] = {
-        "bench": "temporal_conv",
+        "bench": "conv3d",
         "weights": "random weights",
-        "note": "random weights (the released SVD-xt-1.1 architecture): speed only",
+        "note": "random weights (the released SVD-xt-1.1 and Wan-Animate-2 VAE architectures): speed only",
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
         "dtype": str(dtype).replace("torch.", ""),
         "latent": [h, w],
@@ -263,14 +266,14 @@ def _wan_decode(dev: Any, small: bool, repeats: int, log: Log) -> dict[str, Any]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.temporal_conv", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.conv3d", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--small", action="store_true", help="tiny channels and shapes (a CPU check of the code path)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--parts", default="wan_decode,convs,decode,unet", help="in this order")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    bench_temporal_conv(device=args.device, small=args.small, repeats=args.repeats, parts=tuple(args.parts.split(",")),
+    bench_conv3d(device=args.device, small=args.small, repeats=args.repeats, parts=tuple(args.parts.split(",")),
                         json_path=args.json)  # fmt: skip
     return 0
 
