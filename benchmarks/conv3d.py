@@ -9,9 +9,11 @@ order given (``--parts``, default ``wan_decode,convs,decode,unet``):
 
 - ``wan_decode``: the Wan VAE (a causal 3-D VAE whose convolutions span space and time) decoding 5
   latent frames (17 frames): float32 channels-last-3d as the Wan backends load it, with
-  ``..._as_2d`` (each 3-D convolution as one 2-D convolution per temporal tap, summed), float32
-  contiguous, and bf16 with and without ``..._as_2d``; each with its FLOPs counted
-  (``torch.utils.flop_counter``) and the rate they imply;
+  ``..._pad_fold`` (the spatial padding done by the convolution, :mod:`newsmotion_engine.accel.causal_pad`),
+  ``..._as_2d`` (each 3-D convolution as one 2-D convolution per temporal tap, summed) and both,
+  float32 contiguous, and bf16 with and without ``..._as_2d``; each with its FLOPs counted
+  (``torch.utils.flop_counter``) and the rate they imply; then (``encode``) the encode of 17
+  frames, as the continuation runs it, float32 channels-last stock, ``_pad_fold`` and both;
 - ``convs``: one convolution per (channels, size) alone: SVD's time-only ``(3, 1, 1)`` ones (bf16),
   then Wan's causal ``(3, 3, 3)`` ones as its decoder runs them (float32 and bf16), each as 3-D and
   as 2-D, contiguous and channels-last, with its rate;
@@ -222,11 +224,24 @@ def bench_conv3d(*, device: str = "auto", small: bool = False, repeats: int = 5,
     return result
 
 
+WAN_VARIANTS = (  # name, dtype, channels-last, causal_pad_fold, conv3d_as_2d
+    ("float32_channels_last", "float32", True, False, False),
+    ("float32_channels_last_pad_fold", "float32", True, True, False),
+    ("float32_channels_last_as_2d", "float32", True, False, True),
+    ("float32_channels_last_pad_fold_as_2d", "float32", True, True, True),
+    ("float32", "float32", False, False, False),
+    ("bfloat16_channels_last", "bfloat16", True, False, False),
+    ("bfloat16_channels_last_as_2d", "bfloat16", True, False, True),
+)
+WAN_ENCODE_VARIANTS = ("float32_channels_last", "float32_channels_last_pad_fold", "float32_channels_last_pad_fold_as_2d")
+
+
 def _wan_decode(dev: Any, small: bool, repeats: int, log: Log) -> dict[str, Any]:
-    """The Wan VAE's decode of 5 latent frames, three ways (module docstring)."""
+    """The Wan VAE's decode of 5 latent frames and encode of 17 frames (module docstring)."""
     import torch
     from diffusers import AutoencoderKLWan
     from benchmarks.kernel_profile import profile_call
+    from newsmotion_engine.accel.causal_pad import set_causal_pad_fold
     from newsmotion_engine.accel.conv3d import set_conv3d_as_2d
     from newsmotion_engine.accel.memory_format import set_conv_format
     from newsmotion_engine.render.backends.wan.released import component_kwargs
@@ -237,16 +252,18 @@ def _wan_decode(dev: Any, small: bool, repeats: int, log: Log) -> dict[str, Any]
     h, w = (90, 160) if not small else (8, 8)
     gen = torch.Generator("cpu").manual_seed(0)
     z = torch.randn(1, cfg.get("z_dim", 16), 5, h, w, generator=gen)
+    video = torch.rand(1, 3, 17, 8 * h, 8 * w, generator=gen) * 2 - 1
     rows: dict[str, Any] = {}
-    ref = None
-    for name, dtype, last in (("float32_channels_last", torch.float32, True), ("float32_channels_last_as_2d", torch.float32, True),
-                              ("float32", torch.float32, False), ("bfloat16_channels_last", torch.bfloat16, True),
-                              ("bfloat16_channels_last_as_2d", torch.bfloat16, True)):  # fmt: skip
+    encode_rows: dict[str, Any] = {}
+    ref = ref_enc = None
+    for name, dtype_name, last, fold, as_2d in WAN_VARIANTS:
+        dtype = getattr(torch, dtype_name)
         torch.manual_seed(0)  # the same weights for every variant
         with torch.device(dev):
             vae = AutoencoderKLWan.from_config(cfg).to(dtype).eval()
         set_conv_format(vae, last)
-        n2d = set_conv3d_as_2d(vae, name.endswith("_as_2d"))
+        n_fold = set_causal_pad_fold(vae, fold)
+        n2d = set_conv3d_as_2d(vae, as_2d)
         zz = z.to(dev, dtype)
 
         def decode() -> Any:
@@ -257,11 +274,26 @@ def _wan_decode(dev: Any, small: bool, repeats: int, log: Log) -> dict[str, Any]
         ref = out if ref is None else ref
         tflop = _tflop(decode)
         rows[name] = {"ms": round(s * 1000, 1), "tflop": round(tflop, 2), "tflops_per_s": round(tflop / s, 1),
-                      "max_rel_diff": _rel_diff(out, ref), "frames": int(out.shape[2]), "convs_as_2d": n2d if name.endswith("_as_2d") else 0}  # fmt: skip
+                      "max_rel_diff": _rel_diff(out, ref), "frames": int(out.shape[2]),
+                      "convs_pad_fold": n_fold if fold else 0, "convs_as_2d": n2d if as_2d else 0}  # fmt: skip
         if name == "float32_channels_last":
             _, rows["profile_" + name] = profile_call(decode, top=12)
         log(f"  wan decode {name}: {rows[name]}")
-        del vae, out, zz
+        del out
+        if name in WAN_ENCODE_VARIANTS:  # the continuation of wan-animate-2 encodes its previous frames
+            vv = video.to(dev, dtype)
+
+            def encode() -> Any:
+                with torch.no_grad():
+                    return vae.encode(vv).latent_dist.mean
+
+            s, enc = _time(encode, dev, max(2, repeats // 2))
+            ref_enc = enc if ref_enc is None else ref_enc
+            encode_rows[name] = {"ms": round(s * 1000, 1), "max_rel_diff": _rel_diff(enc, ref_enc), "frames": int(video.shape[2])}
+            log(f"  wan encode {name}: {encode_rows[name]}")
+            del enc, vv
+        del vae, zz
+    rows["encode"] = encode_rows
     return rows
 
 

@@ -13,7 +13,8 @@ frozen config class and registers its apply/remove handler in :mod:`.registry`:
 - :mod:`.memory`: ``VaeTiling`` (tiled VAE decode) and ``FfnChunks`` (chunked feed-forward).
 - :mod:`.memory_format`: ``ChannelsLast``, convolution weights in NHWC order (the UNet backends).
 - :mod:`.conv3d`: ``Conv3dAs2d``, 3-D convolutions (SVD's temporal layers, the Wan VAE) computed by 2-D ones.
-- :mod:`.module_toggle`: the apply / remove pair of the two above (a setting switched in named components' layers).
+- :mod:`.causal_pad`: ``CausalPadFold``, the Wan VAE's spatial padding done by its convolutions (no ``F.pad`` copy).
+- :mod:`.module_toggle`: the apply / remove pair of the three above (a setting switched in named components' layers).
 - :mod:`.sparse`: ``SparseAttention``, EXPERIMENTAL block-sparse attention in the FP8 kernel.
 - :mod:`.pyramid`: ``PyramidCascade``, EXPERIMENTAL first denoising steps at a lower resolution.
 

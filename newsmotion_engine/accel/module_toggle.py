@@ -1,9 +1,10 @@
 """Accelerations that switch a setting on in every matching layer of named components.
 
-Channels-last weights (:mod:`.memory_format`) and 3-D convolutions by 2-D ones (:mod:`.conv3d`)
-share one shape: a config with a ``modules`` tuple (component attribute names; empty: every
-``torch.nn.Module`` attribute holding a matching layer), a function that switches one module's
-layers on or off and says how many it touched, and a report ``{"modules": {name: count}}``.
+Channels-last weights (:mod:`.memory_format`), 3-D convolutions by 2-D ones (:mod:`.conv3d`) and
+the Wan convolutions' folded padding (:mod:`.causal_pad`) share one shape: a config with a
+``modules`` tuple (component attribute names; empty: every ``torch.nn.Module`` attribute holding
+a matching layer), a function that switches one module's layers on or off and says how many it
+touched, and a report ``{"modules": {name: count}}``.
 :func:`register_module_toggle` registers that apply / remove pair for a config type.
 """
 

@@ -30,6 +30,8 @@ order config (module)                       apply                       remove
 60    ``VaeTiling`` (:mod:`.memory`)        tiled VAE encode/decode     untiled again
 70    ``ChannelsLast``                      conv weights NHWC / NDHWC   default order again
       (:mod:`.memory_format`)
+72    ``CausalPadFold``                     Wan causal convs pad in     ``F.pad`` in space again
+      (:mod:`.causal_pad`)                  space inside the conv
 75    ``Conv3dAs2d`` (:mod:`.conv3d`)       3-D convolutions by 2-D     the 3-D convolutions again
                                             ones
 90    ``ContextParallel``                   split a segment's tokens    one process again

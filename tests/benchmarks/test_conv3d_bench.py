@@ -24,6 +24,10 @@ def test_every_part_runs_small_on_the_cpu_and_the_variants_agree(tmp_path):
     wan = result["wan_decode"]
     assert wan["float32_channels_last_as_2d"]["convs_as_2d"] > 10 and wan["float32_channels_last_as_2d"]["max_rel_diff"] < 1e-4
     assert wan["float32_channels_last"]["tflop"] > 0 and wan["float32_channels_last"]["frames"] == 17
+    both = wan["float32_channels_last_pad_fold_as_2d"]
+    assert both["convs_pad_fold"] > 10 and both["convs_as_2d"] > 10 and both["max_rel_diff"] < 1e-4
+    assert set(wan["encode"]) == set(bench.WAN_ENCODE_VARIANTS)
+    assert all(r["max_rel_diff"] < 1e-4 and r["frames"] == 17 for r in wan["encode"].values())
     assert all(r["as_conv2d_max_rel_diff"] < 1e-4 for r in result["convs"].values())
     assert set(read_lab_data(out)) >= {"decode", "unet", "wan_decode", "convs"}
 

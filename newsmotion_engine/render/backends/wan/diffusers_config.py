@@ -169,6 +169,13 @@ def _conv3d_as_2d(v: dict[str, Any]) -> AccelConfig | None:
     return _config_class("conv3d", "Conv3dAs2d")() if on else None
 
 
+def _causal_pad_fold(v: dict[str, Any]) -> AccelConfig | None:
+    on = v.get("causal_pad_fold", False)
+    if not isinstance(on, bool):
+        raise AccelConfigError("use true or false")
+    return _config_class("causal_pad", "CausalPadFold")() if on else None
+
+
 # Flat option keys per technique -> the parser building its typed config (None = not used).
 ACCELERATION_KEYS: dict[tuple[str, ...], Callable[[dict[str, Any]], AccelConfig | None]] = {
     ("fp8",): _fp8,
@@ -182,6 +189,7 @@ ACCELERATION_KEYS: dict[tuple[str, ...], Callable[[dict[str, Any]], AccelConfig 
     ("pyramid_low_steps", "pyramid_factor"): _pyramid,
     ("channels_last",): _channels_last,
     ("conv3d_as_2d",): _conv3d_as_2d,
+    ("causal_pad_fold",): _causal_pad_fold,
 }
 FLAT_ACCELERATION_KEYS = tuple(k for keys in ACCELERATION_KEYS for k in keys)
 
