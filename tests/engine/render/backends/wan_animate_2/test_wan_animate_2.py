@@ -351,9 +351,11 @@ def test_the_last_segment_streams_its_decode_and_a_continued_one_decodes_whole_f
     assert seen[13:] == [7] * 4 + [8] * 8 and len(calls) == 8
 
 
-def test_conv3d_as_2d_renders_the_same_frames(pair, tmp_path):
-    """``conv3d_as_2d`` (accel/conv3d.py) runs the Wan VAE's causal 3-D convolutions as 2-D ones:
-    the continuation's encode and every decode give the same frames, over three segments."""
+@pytest.mark.parametrize("option", ["conv3d_as_2d", "causal_pad_fold"])
+def test_the_vae_convolution_options_render_the_same_frames(pair, tmp_path, option):
+    """``conv3d_as_2d`` (accel/conv3d.py) runs the Wan VAE's causal 3-D convolutions as 2-D ones,
+    ``causal_pad_fold`` (accel/causal_pad.py) pads them in space inside the convolution: the
+    continuation's encode and every decode give the same frames, over three segments."""
     import dataclasses
 
     nod, persona = pair
@@ -361,11 +363,11 @@ def test_conv3d_as_2d_renders_the_same_frames(pair, tmp_path):
     loop = dataclasses.replace(nod, loop_id="nod-19", keypoints=np.concatenate([nod.keypoints, nod.keypoints[:6]]), path=tmp_path / "long", fps=24)
     frames = {}
     for on in (False, True):
-        backend = _backend(conv3d_as_2d=on, continuation="frames")
+        backend = _backend(**{option: on}, continuation="frames")
         backend.prepare_guidance(loop, SPEC)
         backend.prepare_persona(persona, SPEC)
         frames[on] = _render(backend, loop, persona).astype(np.int16)
         if on:
-            assert backend.accel_report["conv3d_as_2d"]["modules"]["vae"] > 10
+            assert backend.accel_report[option]["modules"]["vae"] > 10
         backend.close()
     assert np.abs(frames[True] - frames[False]).max() <= 1
