@@ -1,21 +1,23 @@
-"""EXPERIMENT: the FP8 attention kernel's dense loop warp-specialized (Triton's Hopper pass), timed
-against the production kernel on the GPU.
+"""The FP8 attention's warp-specialized kernel (``attention_triton.attention_fwd_ws``) against the
+one-loop production kernel on the GPU, and what it compiles to for sm_90 on any machine.
 
 Why: our attention kernel runs at ~750-780 TFLOP/s on Hopper (``attention_kernel_h200.json``),
 where FlashAttention-3's FP8 kernel reaches more by giving the tensor-core feed (TMA loads) to a
 producer warp and splitting each 128-row query tile over two consumer warpgroups whose softmax
 overlaps the other's matrix products. Triton 3.6 does this itself for a loop marked
-``tl.range(..., warp_specialize=True)`` when the kernel is simple enough; compiled here for sm_90
-(``python -m benchmarks.attention_ws --sass``, no GPU needed) it does so (12 warps, ``setmaxnreg``,
-168 registers, no spills) only when (found by trying): the loop is the kernel's only code with a
-matrix product (a ragged tail tile or the in-context reference's tiles before or after it turn
-the pass off), and every load is a TMA descriptor load (the per-row query scale loaded through a
-pointer makes the pass assert). So this kernel takes keys in whole tiles only, or masks every tile
-(``mask_tail``) to cover a ragged end; the wan-animate-2 in-context reference is not in it.
+``tl.range(..., warp_specialize=True)`` when the kernel is simple enough (compiled here for sm_90:
+12 warps, ``setmaxnreg``, 168 registers, no spills) - only, found by trying, when the loop is the
+kernel's one place with matrix products (a ragged tail tile or the in-context reference's tiles
+before or after it turn the pass off) and every load before it is a TMA load (the per-row query
+scale loaded through a pointer makes the pass assert). Hence its shape: a ragged end masked in
+every tile, and for the in-context reference the dense loop leaves its softmax state
+(``STATE_OUT``) for the one-loop kernel to finish with the reference keys (``STATE_IN``).
 
-The question this answers before any of it goes into the product: how much faster is the
-warp-specialized loop than the production kernel on the same quantized inputs, and is its output
-the same (against the production kernel, and both against bf16 SDPA)?
+Rows per shape: the production one-loop kernel (autotuned), the warp-specialized launch
+(autotuned over ``WS_CONFIGS``) and each of its configs alone; median ms
+(``triton.testing.do_bench``), TFLOP/s, the difference from the one-loop output and each one's
+error against bf16 SDPA (dense shapes) or the float32 in-context reference on a slice of rows
+(``wan_animate_2``).
 
     python -m benchmarks.attention_ws --json $OUT/attention_ws_h200.json      # GPU
     python -m benchmarks.attention_ws --sass                                  # compile only (CPU)
@@ -30,69 +32,43 @@ from pathlib import Path
 from typing import Any
 
 import triton
-import triton.language as tl
 
-from newsmotion_engine.accel.attention_triton import _scores, _softmax_pv
+from newsmotion_engine.accel import attention_triton as T
 
-__all__ = ["attention_ws", "bench_attention_ws"]
+__all__ = ["bench_attention_ws", "sass"]
 
 VARIANT = "int8qk-fp8pv"  # the production default
-CONFIGS = ((128, 128, 4, 2), (128, 128, 4, 3), (128, 64, 4, 2), (128, 64, 4, 3))  # BLOCK_M, BLOCK_N, warps, stages
-SHAPES = {"wan_14b": (1, 40, 75776, 128), "wan_1.3b": (1, 12, 48384, 128)}  # S a multiple of 128
-
-
-@triton.jit
-def attention_ws(q_desc, k_desc, vt_desc, qs_desc, O, VS, S, H, stride_ob, stride_os, stride_oh,
-                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, QK_INT8: tl.constexpr,
-                 PV_FP8: tl.constexpr, MASK_TAIL: tl.constexpr, WARP_SPEC: tl.constexpr):  # fmt: skip
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    start_m = pid_m * BLOCK_M
-    q = q_desc.load([bh, start_m, 0]).reshape(BLOCK_M, D)
-    c = qs_desc.load([bh, start_m]).reshape(BLOCK_M)  # TMA: rows past S come back 0 (finite, never stored)
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, D], tl.float32)
-    if MASK_TAIL:
-        hi = tl.cdiv(S, BLOCK_N) * BLOCK_N
-    else:
-        hi = (S // BLOCK_N) * BLOCK_N
-    for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=WARP_SPEC):
-        s = _scores(q, k_desc, bh, start_n, BLOCK_N, D)
-        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, 0.0, vt_desc, bh, start_n, 0, S,
-                                    D, BLOCK_N, MASK_TAIL, QK_INT8, PV_FP8)  # fmt: skip
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, D)
-    bh64 = bh.to(tl.int64)
-    out = acc * tl.load(VS + bh64 * D + offs_d)[None, :] * (1.0 / l_i)[:, None]
-    o_ptrs = O + (bh64 // H) * stride_ob + (bh64 % H) * stride_oh + offs_m[:, None].to(tl.int64) * stride_os + offs_d[None, :]
-    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=(offs_m < S)[:, None])
+# name: (B, H, S, D[, hw]) - S generation tokens; hw: tokens per frame of an in-context launch
+SHAPES = {"wan_animate_2": (1, 40, 79200, 128, 3600), "wan_14b": (1, 40, 75600, 128), "echomimic_v3": (2, 12, 48384, 128)}
 
 
 def _signature(bm: int, bn: int, d: int) -> dict[str, str]:
+    state = {"ST_ACC": "*fp32", "ST_M": "*fp32", "ST_L": "*fp32"}
     return {"q_desc": f"tensordesc<i8[1,{bm},{d}]>", "k_desc": f"tensordesc<i8[1,{bn},{d}]>",
             "vt_desc": f"tensordesc<fp8e4nv[1,{d},{bn}]>", "qs_desc": f"tensordesc<fp32[1,{bm}]>", "O": "*bf16",
-            "VS": "*fp32", "S": "i32", "H": "i32", "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32",
+            "VS": "*fp32", "S": "i32", "H": "i32", "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32", **state,
             "D": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "QK_INT8": "constexpr",
-            "PV_FP8": "constexpr", "MASK_TAIL": "constexpr", "WARP_SPEC": "constexpr"}  # fmt: skip
+            "PV_FP8": "constexpr", "MASK_TAIL": "constexpr", "STATE_OUT": "constexpr"}  # fmt: skip
 
 
-def sass(configs: tuple[tuple[int, int, int, int], ...] = CONFIGS, d: int = 128) -> dict[str, Any]:
-    """Compile each config for sm_90 on this machine: registers, spills, warps, whether the
-    warp-specialized form (``setmaxnreg``) came out."""
+def sass(d: int = 128) -> dict[str, Any]:
+    """Compile each of ``WS_CONFIGS`` for sm_90 on this machine, whole tiles / masked, output or
+    state out: registers, spills, warps, whether the warp-specialized form
+    (``setmaxnreg``) came out."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from benchmarks.kernel_sass import sass_report
+    from newsmotion_engine.accel.attention import WS_CONFIGS
 
     rows = {}
-    for bm, bn, warps, stages in configs:
+    for bm, bn, warps, stages in WS_CONFIGS:
         for mask in (False, True):
-            for ws in (True, False):
-                ce = {"D": d, "BLOCK_M": bm, "BLOCK_N": bn, "QK_INT8": True, "PV_FP8": True, "MASK_TAIL": mask, "WARP_SPEC": ws}
-                key = f"{bm}x{bn} w{warps} s{stages}" + (" mask_tail" if mask else "") + (" ws" if ws else "")
+            for state_out in (False, True):
+                ce = {"D": d, "BLOCK_M": bm, "BLOCK_N": bn, "QK_INT8": True, "PV_FP8": True, "MASK_TAIL": mask, "STATE_OUT": state_out}
+                key = f"{bm}x{bn} w{warps} s{stages}" + (" mask_tail" if mask else "") + (" state_out" if state_out else "")
                 try:
-                    k = triton.compile(ASTSource(fn=attention_ws, signature=_signature(bm, bn, d), constexprs=ce),
+                    k = triton.compile(ASTSource(fn=T.attention_fwd_ws, signature=_signature(bm, bn, d), constexprs=ce),
                                        target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})  # fmt: skip
                 except Exception as exc:  # noqa: BLE001 - a config the pass rejects is a finding, not a crash
                     rows[key] = {"error": str(exc).splitlines()[0][:200]}
@@ -104,86 +80,94 @@ def sass(configs: tuple[tuple[int, int, int, int], ...] = CONFIGS, d: int = 128)
     return rows
 
 
-def launch(x: Any, cfg: tuple[int, int, int, int], *, mask_tail: bool, warp_spec: bool = True) -> Any:
-    """Run :func:`attention_ws` on quantized inputs (``quantize_attention_inputs``) -> bf16 BSHD."""
-    import torch
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    bm, bn, warps, stages = cfg
-    B, H, S, D = x.q.shape
-    if not mask_tail and S % bn:
-        raise ValueError(f"S={S} is not a multiple of BLOCK_N={bn}: use mask_tail")
-    if S % 4:
-        raise ValueError("the query scales go through TMA: S must be a multiple of 4")
-    out = torch.empty((B, S, H, D), device=x.q.device, dtype=torch.bfloat16)
-
-    def desc(t: Any, rows: int, cols: int, block: list[int]) -> Any:
-        return TensorDescriptor(t, [B * H, rows, cols], [t.shape[-2] * t.shape[-1], t.shape[-1], 1], block)
-
-    qs = TensorDescriptor(x.q_scale, [B * H, S], [S, 1], [1, bm])
-    vt = TensorDescriptor(x.vt, [B * H, D, S], [D * x.vt.shape[-1], x.vt.shape[-1], 1], [1, D, bn])
-    attention_ws[(math.ceil(S / bm), B * H)](desc(x.q, S, D, [1, bm, D]), desc(x.k, S, D, [1, bn, D]), vt, qs, out,
-                                            x.v_scale, S, H, out.stride(0), out.stride(1), out.stride(2), D=D,
-                                            BLOCK_M=bm, BLOCK_N=bn, QK_INT8=True, PV_FP8=True, MASK_TAIL=mask_tail,
-                                            WARP_SPEC=warp_spec, num_warps=warps, num_stages=stages)  # fmt: skip
-    return out
-
-
-def bench_attention_ws(shapes: tuple[str, ...] = tuple(SHAPES), json_path: str | Path | None = None, log: Any = print) -> dict[str, Any]:
-    """Per shape: the production kernel (autotuned) and each config of this one, warp-specialized
-    or not, whole tiles and ``mask_tail``: median ms (``triton.testing.do_bench``), TFLOP/s, the
-    difference from the production output and each one's error against bf16 SDPA."""
+def _inputs(name: str) -> tuple[Any, Any, Any, Any]:
+    """Quantized inputs for a shape, a reference output to hold each kernel against, the flop count
+    and the in-context reference launch (or None)."""
     import torch
     import torch.nn.functional as F
 
+    from newsmotion_engine.accel import attention as A
+    from newsmotion_engine.accel import attention_incontext as I
+
+    B, H, S, D, *hw = SHAPES[name]
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    x = A.quantize_attention_inputs(q, k, v, VARIANT)
+    if not hw:
+        ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+        return x, ref, 4 * B * H * S * S * D, None
+    hw = hw[0]
+    k_ref, v_ref = (torch.randn(B, S - hw, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    prepared = I.prepare_reference(k_ref, v_ref, VARIANT)
+    r = I.reference_launch(q, k, prepared, hw, VARIANT)
+    # the float32 reference on the rows of frames 0..2 only (the full one does not fit): those rows see all keys
+    rows = 3 * hw
+    kk, vv = I.dequantize_reference(prepared)
+    keys = torch.cat([k.float(), kk[:, : 2 * hw]], dim=1)
+    vals = torch.cat([v.float(), vv[:, : 2 * hw]], dim=1)
+    allowed = torch.ones(rows, S + 2 * hw, dtype=torch.bool, device="cuda")
+    allowed[:, S:] = False
+    allowed[hw : 2 * hw, S : S + hw] = True
+    allowed[2 * hw :, S + hw :] = True
+    sc = torch.einsum("bshd,bthd->bhst", q[:, :rows].float(), keys) / math.sqrt(D)
+    ref = torch.einsum("bhst,bthd->bshd", sc.masked_fill(~allowed, float("-inf")).softmax(-1), vals)
+    return x, ref, 4 * B * H * S * (S + hw) * D, r
+
+
+def bench_attention_ws(shapes: tuple[str, ...] = tuple(SHAPES), json_path: str | Path | None = None, log: Any = print) -> dict[str, Any]:
+    """The rows of the module docstring per shape; the record is rewritten after each shape."""
+    import torch
+
     from benchmarks.lab_record import write_lab_result
-    from newsmotion_engine.accel.attention import _build_kernel, launch_kernel, quantize_attention_inputs
+    from newsmotion_engine.accel import attention as A
 
     result: dict[str, Any] = {"bench": "attention_ws", "weights": "random inputs", "variant": VARIANT,
                               "device": torch.cuda.get_device_name(), "triton": triton.__version__, "torch": torch.__version__,
                               "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "shapes": {}}  # fmt: skip
+    one_loop = A._build_kernel()
+    ws = T.autotuned_ws(A.WS_CONFIGS)
 
     def rel(a: Any, b: Any) -> float:
-        return round(float((a.float() - b.float()).norm() / b.float().norm()), 5)
+        n = b.shape[1]
+        return round(float((a[:, :n].float() - b.float()).norm() / b.float().norm()), 5)
 
-    production = _build_kernel()
     for name in shapes:
-        B, H, S, D = SHAPES[name]
-        torch.manual_seed(0)
-        q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
-        x = quantize_attention_inputs(q, k, v, VARIANT)
-        del q, k, v
-        flop = 4 * B * H * S * S * D
+        x, ref, flop, r = _inputs(name)
+        S = x.q.shape[2]
+        launches = {"one_loop": lambda: A.launch_kernel(one_loop, x, VARIANT, reference=r),
+                    "ws": lambda: A.launch_kernel_ws(ws, one_loop, x, VARIANT, reference=r)}  # fmt: skip
+        for bm, bn, warps, stages in A.WS_CONFIGS:
+            meta = {"BLOCK_M": bm, "BLOCK_N": bn, "MASK_TAIL": S % bn != 0, "num_warps": warps, "num_stages": stages}
+            launches[f"ws {bm}x{bn} w{warps} s{stages}"] = (
+                lambda meta=meta: A.launch_kernel_ws(T.attention_fwd_ws, one_loop, x, VARIANT, reference=r, **meta))  # fmt: skip
         rows: dict[str, Any] = {}
-        out = launch_kernel(production, x, VARIANT)
-        ms = triton.testing.do_bench(lambda: launch_kernel(production, x, VARIANT), warmup=100, rep=1000, return_mode="median")
-        rows["production"] = {"ms": round(ms, 2), "tflops": round(flop / ms / 1e9, 1), "err_vs_sdpa": rel(out, ref)}
-        base = out
-        log(f"{name} production: {rows['production']}")
-        for cfg in CONFIGS:
-            for mask in (False, True):
-                for ws in (True, False):
-                    key = f"{cfg[0]}x{cfg[1]} w{cfg[2]} s{cfg[3]}" + (" mask_tail" if mask else "") + (" ws" if ws else "")
-                    try:
-                        out = launch(x, cfg, mask_tail=mask, warp_spec=ws)
-                        torch.cuda.synchronize()
-                        ms = triton.testing.do_bench(lambda: launch(x, cfg, mask_tail=mask, warp_spec=ws), warmup=100, rep=1000,  # noqa: B023
-                                                     return_mode="median")  # fmt: skip
-                    except Exception as exc:  # noqa: BLE001 - record and go on
-                        rows[key] = {"error": str(exc).splitlines()[0][:200]}
-                        log(f"{name} {key}: {rows[key]}")
-                        continue
-                    rows[key] = {"ms": round(ms, 2), "tflops": round(flop / ms / 1e9, 1), "diff_vs_production": rel(out, base),
-                                 "err_vs_sdpa": rel(out, ref), "speedup_vs_production": round(rows["production"]["ms"] / ms, 3)}  # fmt: skip
-                    log(f"{name} {key}: {rows[key]}")
-        result["shapes"][name] = {"shape_bshd": [B, S, H, D], "tflop": round(flop / 1e12, 2), "rows": rows}
+        base = None
+        for key, fn in launches.items():
+            try:
+                out = fn()
+                torch.cuda.synchronize()
+                ms = triton.testing.do_bench(fn, warmup=100, rep=1000, return_mode="median")
+            except Exception as exc:  # noqa: BLE001 - record and go on
+                rows[key] = {"error": str(exc).splitlines()[0][:200]}
+                log(f"{name} {key}: {rows[key]}")
+                continue
+            base = out if base is None else base
+            rows[key] = {"ms": round(ms, 2), "tflops": round(flop / ms / 1e9, 1), "err_vs_exact": rel(out, ref),
+                         "diff_vs_one_loop": round(float((out.float() - base.float()).norm() / base.float().norm()), 5),
+                         "finite": bool(torch.isfinite(out).all())}  # fmt: skip
+            if "one_loop" in rows and key != "one_loop":
+                rows[key]["speedup_vs_one_loop"] = round(rows["one_loop"]["ms"] / ms, 3)
+            log(f"{name} {key}: {rows[key]}")
+        result["shapes"][name] = {"shape": list(SHAPES[name]), "tflop": round(flop / 1e12, 2), "rows": rows}
         if json_path:
-            best = {n: min((r["ms"] for r in s["rows"].values() if "ms" in r), default=None) for n, s in result["shapes"].items()}
-            write_lab_result(json_path, result, title="FP8 attention: warp-specialized dense loop vs the production kernel",
-                             headline={f"{n} production (ms)": s["rows"]["production"]["ms"] for n, s in result["shapes"].items()}
-                             | {f"{n} fastest (ms)": b for n, b in best.items()})  # fmt: skip
-        del x, ref, base, out
+            head = {}
+            for n, sh in result["shapes"].items():
+                for k_ in ("one_loop", "ws"):
+                    if "ms" in sh["rows"].get(k_, {}):
+                        head[f"{n} {k_} (ms)"] = sh["rows"][k_]["ms"]
+            write_lab_result(json_path, result, title="FP8 attention: warp-specialized kernel vs the one-loop kernel", headline=head)
+        del x, ref, r, base, out
+        torch.cuda.empty_cache()
     return result
 
 

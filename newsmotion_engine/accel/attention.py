@@ -432,7 +432,8 @@ def _build_kernel(autotune: bool = True):
 
 def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None,
                   sparse: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, return_lse: bool = False,
-                  reference: Any = None, **meta: Any) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+                  reference: Any = None, state: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                  **meta: Any) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Run ``kernel`` (from :func:`_build_kernel`) on quantized inputs -> bf16 BSHD output.
     ``meta`` (``BLOCK_M``, ``BLOCK_N``) is for the bare kernel; the autotuned one picks its own.
     ``sparse``: a block layout's ``(kv_idx, kv_cnt, kv_tail)`` int32 tensors on the kernel's
@@ -442,7 +443,11 @@ def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None,
     ``[B, H, S]`` (see :func:`fp8_attention_lse`, which adds the smoothing back).
     ``reference``: an in-context reference's kernel inputs
     (:class:`newsmotion_engine.accel.attention_incontext.ReferenceLaunch`): each query of frame
-    ``f >= 1`` also attends to reference frame ``f - 1`` in the same softmax."""
+    ``f >= 1`` also attends to reference frame ``f - 1`` in the same softmax.
+    ``state``: with a ``reference``, start each row from the online-softmax state in these float32
+    buffers (accumulator ``[B*H, S, D]`` in the generation V's units, running max and sum
+    ``[B*H, S]``, left by the warp-specialized kernel over the generation keys,
+    :func:`launch_kernel_ws`) and run the reference keys alone."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     _, var = _variant(variant)
@@ -488,19 +493,89 @@ def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None,
                     TensorDescriptor(r.vt, [B * H, D, s_ref], [D * r.vt.shape[-1], r.vt.shape[-1], 1], [1, D, bn]),
                     r.q_scale, r.delta, r.v_scale, r.hw)  # fmt: skip
         meta["REF"] = True
+        if state is not None:
+            meta.update(STATE_IN=True, ST_ACC=state[0], ST_M=state[1], ST_L=state[2])
+    if state is not None and reference is None:
+        raise ValueError("fp8 attention: a starting state goes with the reference part of an in-context launch")
     kernel[grid](q_desc, k_desc, vt_desc, out, x.q_scale, x.v_scale, S, H,
                  out.stride(0), out.stride(1), out.stride(2), idx, cnt, tail, max_k, lse, *ref_args, D=D,
                  QK_INT8=var.qk_int8, PV_FP8=var.pv_fp8, **meta)  # fmt: skip
     return (out, lse) if return_lse else out
 
 
+# The warp-specialized kernel (attention_triton.attention_fwd_ws): (BLOCK_M, BLOCK_N, num_warps,
+# num_stages); BLOCK_M 128 with 4 warps is what Triton's Hopper pass turns into a producer warp
+# group and two consumer warpgroups of 64 rows (12 warps, no spills; benchmarks.attention_ws --sass).
+WS_CONFIGS = ((128, 128, 4, 2), (128, 128, 4, 3), (128, 64, 4, 2), (128, 64, 4, 3))
+# Whether launches take the warp-specialized kernel where it applies (ws_applies). Off until the
+# GPU bench (python -m benchmarks.attention_ws) has shown it faster with the same output.
+WARP_SPECIALIZED = False
+_WS_KERNEL: Any = None
+
+
+def ws_applies(x: QuantizedQKV, sparse: Any = None, return_lse: bool = False) -> bool:
+    """The warp-specialized kernel takes dense launches without an LSE output whose query scales
+    can go through TMA (rows of 16-byte multiples: S divisible by 4)."""
+    return sparse is None and not return_lse and x.q.shape[2] % 4 == 0
+
+
+def launch_kernel_ws(kernel_ws: Any, kernel: Any, x: QuantizedQKV, variant: str | None = None, reference: Any = None,
+                     **meta: Any) -> torch.Tensor:  # fmt: skip
+    """:func:`launch_kernel` through ``attention_triton.attention_fwd_ws`` (autotuned, or bare with
+    ``BLOCK_M`` / ``BLOCK_N`` / ``MASK_TAIL`` and launch options in ``meta``). With an in-context
+    ``reference`` the warp-specialized loop leaves each row's online-softmax state in float32
+    buffers and ``kernel`` (:func:`_build_kernel`'s) finishes it with the reference keys
+    (``STATE_IN``): the same softmax over the same keys in the same order as one launch of
+    ``kernel``."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    _, var = _variant(variant)
+    B, H, S, D = x.q.shape
+    if not ws_applies(x):
+        raise ValueError(f"fp8 attention: the warp-specialized kernel needs S divisible by 4, got {S}")
+    out = torch.empty((B, S, H, D), device=x.q.device, dtype=torch.bfloat16)
+    bm, bn = meta.get("BLOCK_M", 128), meta.get("BLOCK_N", 128)  # the autotuner's pre-hook resets these
+
+    def desc(t: torch.Tensor, rows: int, cols: int, block: list[int]) -> Any:
+        return TensorDescriptor(t, [B * H, rows, cols], [t.shape[-2] * t.shape[-1], t.shape[-1], 1], block)
+
+    if reference is not None:
+        state = (torch.empty((B * H, S, D), device=x.q.device, dtype=torch.float32),
+                 torch.empty((B * H, S), device=x.q.device, dtype=torch.float32),
+                 torch.empty((B * H, S), device=x.q.device, dtype=torch.float32))  # fmt: skip
+    else:
+        state = (out, out, out)  # never touched: STATE_OUT=False stores the output instead
+    qs_desc = TensorDescriptor(x.q_scale, [B * H, S], [S, 1], [1, bm])
+    vt_desc = TensorDescriptor(x.vt, [B * H, D, S], [D * x.vt.shape[-1], x.vt.shape[-1], 1], [1, D, bn])
+    kernel_ws[lambda m_: (math.ceil(S / m_["BLOCK_M"]), B * H)](
+        desc(x.q, S, D, [1, bm, D]), desc(x.k, S, D, [1, bn, D]), vt_desc, qs_desc, out, x.v_scale, S, H,
+        out.stride(0), out.stride(1), out.stride(2), *state, D=D, QK_INT8=var.qk_int8, PV_FP8=var.pv_fp8,
+        STATE_OUT=reference is not None, **meta)  # fmt: skip
+    if reference is None:
+        return out
+    ref_meta = {k: v for k, v in meta.items() if k in ("BLOCK_M", "BLOCK_N")}
+    return launch_kernel(kernel, x, variant, reference=reference, state=state, **ref_meta)
+
+
+def _launch(x: QuantizedQKV, variant: str, reference: Any = None) -> torch.Tensor:
+    """The production launch: the warp-specialized kernel where it is on and applies, else the
+    one-loop kernel (both autotuned, built on first use)."""
+    global _KERNEL, _WS_KERNEL
+    if _KERNEL is None:
+        _KERNEL = _build_kernel()
+    if WARP_SPECIALIZED and ws_applies(x):
+        if _WS_KERNEL is None:
+            from newsmotion_engine.accel import attention_triton as T
+
+            _WS_KERNEL = T.autotuned_ws(WS_CONFIGS)
+        return launch_kernel_ws(_WS_KERNEL, _KERNEL, x, variant, reference=reference)
+    return launch_kernel(_KERNEL, x, variant, reference=reference)
+
+
 @torch.library.custom_op("newsmotion::fp8_attention_kernel", mutates_args=())
 def _kernel_op(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_scale: torch.Tensor, v_scale: torch.Tensor,
                variant: str) -> torch.Tensor:  # fmt: skip
-    global _KERNEL
-    if _KERNEL is None:
-        _KERNEL = _build_kernel()
-    return launch_kernel(_KERNEL, QuantizedQKV(q, k, vt, q_scale, v_scale), variant)
+    return _launch(QuantizedQKV(q, k, vt, q_scale, v_scale), variant)
 
 
 @_kernel_op.register_fake

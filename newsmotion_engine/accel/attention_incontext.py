@@ -110,10 +110,8 @@ def reference_incontext_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Ten
 def _kernel_op(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_scale: torch.Tensor, v_scale: torch.Tensor,
                rq: torch.Tensor, rq_scale: torch.Tensor, delta: torch.Tensor, rk: torch.Tensor, rvt: torch.Tensor,
                rv_scale: torch.Tensor, hw: int, variant: str) -> torch.Tensor:  # fmt: skip
-    if A._KERNEL is None:
-        A._KERNEL = A._build_kernel()
     reference = ReferenceLaunch(rq, rq_scale, delta, rk, rvt, rv_scale, hw)
-    return A.launch_kernel(A._KERNEL, A.QuantizedQKV(q, k, vt, q_scale, v_scale), variant, reference=reference)
+    return A._launch(A.QuantizedQKV(q, k, vt, q_scale, v_scale), variant, reference=reference)
 
 
 @_kernel_op.register_fake

@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["attention_fwd", "autotuned"]
+__all__ = ["attention_fwd", "attention_fwd_ws", "autotuned", "autotuned_ws"]
 
 MAGIC_BITS = tl.constexpr(0x4B400000)  # float32 bits of 1.5 * 2**23: (s + MAGIC_BITS) as float == 1.5 * 2**23 + s
 MAGIC = tl.constexpr(12582912.0)
@@ -78,7 +78,8 @@ def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
                   qr_desc, kr_desc, vtr_desc, QS_R, DELTA, VS_R, HW,
                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   QK_INT8: tl.constexpr, PV_FP8: tl.constexpr, PIPELINE_QK: tl.constexpr = False,
-                  SPARSE: tl.constexpr = False, RETURN_LSE: tl.constexpr = False, REF: tl.constexpr = False):  # fmt: skip
+                  SPARSE: tl.constexpr = False, RETURN_LSE: tl.constexpr = False, REF: tl.constexpr = False,
+                  STATE_IN: tl.constexpr = False, ST_ACC=None, ST_M=None, ST_L=None):  # fmt: skip
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     start_m = pid_m * BLOCK_M
@@ -87,10 +88,19 @@ def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
     bh64 = bh.to(tl.int64)  # B*H*S can pass 2**31 in the pointer math below
     q = q_desc.load([bh, start_m, 0]).reshape(BLOCK_M, D)
     c = tl.load(QS + bh64 * S + offs_m, mask=row_ok, other=1.0)  # padded rows: finite, never stored
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, D], tl.float32)
-    n_full = (S // BLOCK_N) * BLOCK_N
+    if STATE_IN:
+        # The generation keys were the warp-specialized kernel's (attention_fwd_ws, STATE_OUT): go
+        # on from its online-softmax state with the reference keys alone.
+        rows = bh64 * S + offs_m
+        m_i = tl.load(ST_M + rows, mask=row_ok, other=0.0)
+        l_i = tl.load(ST_L + rows, mask=row_ok, other=1.0)
+        acc = tl.load(ST_ACC + rows[:, None] * D + tl.arange(0, D)[None, :], mask=row_ok[:, None], other=0.0)
+        n_full = 0
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, D], tl.float32)
+        n_full = (S // BLOCK_N) * BLOCK_N
     if SPARSE:
         # Block-sparse (accel/sparse.py): this query tile visits only the full key tiles its row of
         # the layout lists (``KV_IDX[pid_m, :KV_CNT[pid_m]]``, ascending), plus the ragged last
@@ -124,7 +134,7 @@ def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
             s = _scores(q, k_desc, bh, start_n, BLOCK_N, D)
             acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, 0.0, vt_desc, bh, start_n, 0, S,
                                         D, BLOCK_N, False, QK_INT8, PV_FP8)  # fmt: skip
-    if not SPARSE and n_full < S:
+    if not SPARSE and not STATE_IN and n_full < S:
         s = _scores(q, k_desc, bh, n_full, BLOCK_N, D)
         acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, 0.0, vt_desc, bh, n_full, 0, S,
                                     D, BLOCK_N, True, QK_INT8, PV_FP8)  # fmt: skip
@@ -192,6 +202,50 @@ def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
         tl.store(LSE + bh64 * S + offs_m, lse, mask=row_ok)
 
 
+
+@triton.jit
+def attention_fwd_ws(q_desc, k_desc, vt_desc, qs_desc, O, VS, S, H, stride_ob, stride_os, stride_oh, ST_ACC, ST_M, ST_L,
+                     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, QK_INT8: tl.constexpr,
+                     PV_FP8: tl.constexpr, MASK_TAIL: tl.constexpr, STATE_OUT: tl.constexpr):  # fmt: skip
+    """The dense generation loop warp-specialized (Triton's Hopper pass: a producer warp feeds
+    TMA loads, two consumer warpgroups split the 128 query rows). The pass takes the loop only
+    when it is the kernel's one place with matrix products and every load before it is a TMA
+    load, so: the per-row query scale comes through a descriptor, a ragged end of the keys is
+    masked in every tile (``MASK_TAIL``) instead of a tile after the loop, and for an in-context
+    reference this kernel leaves its online-softmax state (``STATE_OUT``: accumulator in the
+    generation V's units, running max and sum, float32) for ``attention_fwd`` (``STATE_IN``) to
+    finish with the reference keys."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    start_m = pid_m * BLOCK_M
+    q = q_desc.load([bh, start_m, 0]).reshape(BLOCK_M, D)
+    c = qs_desc.load([bh, start_m]).reshape(BLOCK_M)  # rows past S come back 0: finite, never stored
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    if MASK_TAIL:
+        hi = tl.cdiv(S, BLOCK_N) * BLOCK_N
+    else:
+        hi = S
+    for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=True):
+        s = _scores(q, k_desc, bh, start_n, BLOCK_N, D)
+        acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, 0.0, vt_desc, bh, start_n, 0, S,
+                                    D, BLOCK_N, MASK_TAIL, QK_INT8, PV_FP8)  # fmt: skip
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    row_ok = offs_m < S
+    bh64 = bh.to(tl.int64)
+    if STATE_OUT:
+        rows = bh64 * S + offs_m
+        tl.store(ST_ACC + rows[:, None] * D + offs_d[None, :], acc, mask=row_ok[:, None])
+        tl.store(ST_M + rows, m_i, mask=row_ok)
+        tl.store(ST_L + rows, l_i, mask=row_ok)
+    else:
+        out = acc * tl.load(VS + bh64 * D + offs_d)[None, :] * (1.0 / l_i)[:, None]
+        o_ptrs = O + (bh64 // H) * stride_ob + (bh64 % H) * stride_oh + offs_m[:, None].to(tl.int64) * stride_os + offs_d[None, :]
+        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+
+
 def _set_block_shapes(nargs: dict) -> None:
     bm, bn, d = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["D"]
     nargs["q_desc"].block_shape = [1, bm, d]
@@ -209,4 +263,21 @@ def autotuned(configs: tuple[tuple[int, int, int, int, bool], ...]):
     cfgs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "PIPELINE_QK": pipe}, num_warps=w, num_stages=st,
                           pre_hook=_set_block_shapes)
             for bm, bn, w, st, pipe in configs]  # fmt: skip
-    return triton.autotune(configs=cfgs, key=["S", "D", "QK_INT8", "PV_FP8", "SPARSE", "REF", "HW"])(attention_fwd)
+    return triton.autotune(configs=cfgs, key=["S", "D", "QK_INT8", "PV_FP8", "SPARSE", "REF", "HW", "STATE_IN"])(attention_fwd)
+
+
+def _set_ws_block_shapes(nargs: dict) -> None:
+    bm, bn, d = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["D"]
+    nargs["q_desc"].block_shape = [1, bm, d]
+    nargs["k_desc"].block_shape = [1, bn, d]
+    nargs["vt_desc"].block_shape = [1, d, bn]
+    nargs["qs_desc"].block_shape = [1, bm]
+
+
+def autotuned_ws(configs: tuple[tuple[int, int, int, int], ...]):
+    """``attention_fwd_ws`` autotuned over ``(BLOCK_M, BLOCK_N, num_warps, num_stages)`` configs;
+    ``MASK_TAIL`` follows from each config's ``BLOCK_N`` (masked tiles only where S is ragged)."""
+    cfgs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st, pre_hook=_set_ws_block_shapes)
+            for bm, bn, w, st in configs]  # fmt: skip
+    kernel = triton.heuristics({"MASK_TAIL": lambda a: a["S"] % a["BLOCK_N"] != 0})(attention_fwd_ws)
+    return triton.autotune(configs=cfgs, key=["S", "D", "QK_INT8", "PV_FP8", "STATE_OUT"])(kernel)
