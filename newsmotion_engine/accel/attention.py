@@ -520,13 +520,13 @@ def ws_applies(x: QuantizedQKV, sparse: Any = None, return_lse: bool = False) ->
 
 
 def launch_kernel_ws(kernel_ws: Any, kernel: Any, x: QuantizedQKV, variant: str | None = None, reference: Any = None,
-                     **meta: Any) -> torch.Tensor:  # fmt: skip
+                     one_loop_meta: dict[str, Any] | None = None, **meta: Any) -> torch.Tensor:  # fmt: skip
     """:func:`launch_kernel` through ``attention_triton.attention_fwd_ws`` (autotuned, or bare with
     ``BLOCK_M`` / ``BLOCK_N`` / ``MASK_TAIL`` and launch options in ``meta``). With an in-context
     ``reference`` the warp-specialized loop leaves each row's online-softmax state in float32
-    buffers and ``kernel`` (:func:`_build_kernel`'s) finishes it with the reference keys
-    (``STATE_IN``): the same softmax over the same keys in the same order as one launch of
-    ``kernel``."""
+    buffers and ``kernel`` (:func:`_build_kernel`'s; ``one_loop_meta`` for a bare one) finishes it
+    with the reference keys (``STATE_IN``): the same softmax over the same keys in the same order
+    as one launch of ``kernel``."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     _, var = _variant(variant)
@@ -553,8 +553,7 @@ def launch_kernel_ws(kernel_ws: Any, kernel: Any, x: QuantizedQKV, variant: str 
         STATE_OUT=reference is not None, **meta)  # fmt: skip
     if reference is None:
         return out
-    ref_meta = {k: v for k, v in meta.items() if k in ("BLOCK_M", "BLOCK_N")}
-    return launch_kernel(kernel, x, variant, reference=reference, state=state, **ref_meta)
+    return launch_kernel(kernel, x, variant, reference=reference, state=state, **(one_loop_meta or {}))
 
 
 def _launch(x: QuantizedQKV, variant: str, reference: Any = None) -> torch.Tensor:

@@ -41,7 +41,8 @@ for name in ("fp8", "int8qk-fp8pv"):  # the interpreter's bf16 dot is unreliable
     x = A.quantize_attention_inputs(q, k, v, name)
     r = I.reference_launch(q, k, I.prepare_reference(k_ref, v_ref, name), hw, name)
     ref = A.launch_kernel(one_loop, x, name, reference=r, BLOCK_M=32, BLOCK_N=32)
-    out = A.launch_kernel_ws(T.attention_fwd_ws, one_loop, x, name, reference=r, BLOCK_M=32, BLOCK_N=32, MASK_TAIL=True)
+    out = A.launch_kernel_ws(T.attention_fwd_ws, one_loop, x, name, reference=r, BLOCK_M=32, BLOCK_N=32, MASK_TAIL=True,
+                           one_loop_meta={"BLOCK_M": 32, "BLOCK_N": 32})
     diff = float((out.float() - ref.float()).norm() / ref.float().norm())
     print(name, "in-context", diff)
     assert torch.equal(out, ref), (name, diff)
