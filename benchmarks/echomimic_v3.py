@@ -12,7 +12,9 @@ the chroma composite) by the same random-weight flash-pro model:
 - ``ours``: each :data:`VARIANTS` entry (the two guidance passes as one batch, then the registry's
   FP8 linears, regional compile and attention kernel on top) — a warm-up render, then the timed one.
   ``batch_cfg+teacache`` (the release's TeaCache coefficients and threshold) skips calls, an
-  approximation: reported beside the others, never the headline.
+  approximation: reported beside the others, never the headline. ``..._fp8_attention_ws`` runs
+  the attention kernel's warp-specialized form (``accel.attention.WARP_SPECIALIZED``; the same
+  arithmetic, another schedule).
 
 Frames are not encoded (no ffmpeg on the GPU machine): :class:`benchmarks.clip.FrameSink` takes them.
 
@@ -65,6 +67,10 @@ def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
         out["batch_cfg+fp8+compile"] = {"batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile())}
         out["batch_cfg+fp8+compile+fp8_attention"] = {
             "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-triton"))}
+        # the same kernel's dense loop warp-specialized (accel.attention.WARP_SPECIALIZED; exact)
+        out["batch_cfg+fp8+compile+fp8_attention_ws"] = {
+            "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-triton")),
+            "attention_ws": True}
         # cuDNN's FP8 kernel (nvidia-cudnn-frontend): E4M3 Q/K/V/P/output, error 0.061 against BF16
         # where ours is 0.040 (attention_cudnn_h100.json), so an approximation, never the headline
         out["batch_cfg+fp8+compile+cudnn_fp8_attention"] = {
@@ -74,7 +80,7 @@ def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
 
 
 VARIANTS = ("stock", "batch_cfg", "batch_cfg+teacache", "batch_cfg+fp8+compile", "batch_cfg+fp8+compile+fp8_attention",
-            "batch_cfg+fp8+compile+cudnn_fp8_attention")
+            "batch_cfg+fp8+compile+fp8_attention_ws", "batch_cfg+fp8+compile+cudnn_fp8_attention")
 
 
 def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int]] = ((768, 768), (720, 1280)),
@@ -142,7 +148,10 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
                     continue
                 from newsmotion_engine.accel import registry
 
-                options = {k: v for k, v in table[name].items() if k != "approximate"}
+                from newsmotion_engine.accel import attention as attention_module
+
+                options = {k: v for k, v in table[name].items() if k not in ("approximate", "attention_ws")}
+                attention_module.WARP_SPECIALIZED = bool(table[name].get("attention_ws"))
                 backend.options = EchoMimicV3Options(**{**base.as_mapping(), **options})
                 backend.use_speech_audio(speech)
                 row: dict[str, Any] = {"model_size": list(backend.options.model_size(width, height)),

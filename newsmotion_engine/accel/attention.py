@@ -46,6 +46,7 @@ error against bf16 SDPA and keeps the fastest one under its threshold.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
@@ -508,8 +509,9 @@ def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None,
 # group and two consumer warpgroups of 64 rows (12 warps, no spills; benchmarks.attention_ws --sass).
 WS_CONFIGS = ((128, 128, 4, 2), (128, 128, 4, 3), (128, 64, 4, 2), (128, 64, 4, 3))
 # Whether launches take the warp-specialized kernel where it applies (ws_applies). Off until the
-# GPU bench (python -m benchmarks.attention_ws) has shown it faster with the same output.
-WARP_SPECIALIZED = False
+# GPU bench (python -m benchmarks.attention_ws) has shown it faster with the same output; the
+# environment variable NEWSMOTION_ATTENTION_WS=1 / 0 sets it for a process (A/B in any bench).
+WARP_SPECIALIZED = os.environ.get("NEWSMOTION_ATTENTION_WS", "0") == "1"
 _WS_KERNEL: Any = None
 
 
