@@ -36,14 +36,13 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from newsmotion_engine.accel.module_toggle import check_module_names, register_module_toggle
-from newsmotion_engine.accel.registry import AccelConfig
+from newsmotion_engine.accel.module_toggle import ModuleToggleConfig, register_module_toggle
 
 __all__ = ["CausalPadFold", "is_causal_conv", "set_causal_pad_fold"]
 
 
 @dataclass(frozen=True)
-class CausalPadFold(AccelConfig):
+class CausalPadFold(ModuleToggleConfig):
     """The Wan causal convolutions' spatial padding inside the convolution (module docstring).
 
     Args:
@@ -51,10 +50,6 @@ class CausalPadFold(AccelConfig):
     """
 
     technique: ClassVar[str] = "causal_pad_fold"
-    modules: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        check_module_names(self.technique, self.modules)
 
 
 def is_causal_conv(module: torch.nn.Module) -> bool:

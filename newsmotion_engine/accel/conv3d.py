@@ -41,14 +41,13 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from newsmotion_engine.accel.module_toggle import check_module_names, modules_holding, register_module_toggle
-from newsmotion_engine.accel.registry import AccelConfig
+from newsmotion_engine.accel.module_toggle import ModuleToggleConfig, modules_holding, register_module_toggle
 
 __all__ = ["Conv3dAs2d", "conv3d_as_2d", "conv3d_modules", "is_eligible", "set_conv3d_as_2d"]
 
 
 @dataclass(frozen=True)
-class Conv3dAs2d(AccelConfig):
+class Conv3dAs2d(ModuleToggleConfig):
     """3-D convolutions computed by 2-D ones.
 
     Args:
@@ -56,10 +55,6 @@ class Conv3dAs2d(AccelConfig):
     """
 
     technique: ClassVar[str] = "conv3d_as_2d"
-    modules: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        check_module_names(self.technique, self.modules)
 
 
 def is_eligible(module: torch.nn.Module) -> bool:

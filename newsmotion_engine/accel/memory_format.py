@@ -25,14 +25,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from newsmotion_engine.accel.module_toggle import check_module_names, modules_holding, register_module_toggle
-from newsmotion_engine.accel.registry import AccelConfig
+from newsmotion_engine.accel.module_toggle import ModuleToggleConfig, modules_holding, register_module_toggle
 
 __all__ = ["ChannelsLast", "conv_modules", "set_conv_format"]
 
 
 @dataclass(frozen=True)
-class ChannelsLast(AccelConfig):
+class ChannelsLast(ModuleToggleConfig):
     """Convolution weights channels-last (NHWC; NDHWC for 3-D convolutions).
 
     Args:
@@ -40,10 +39,6 @@ class ChannelsLast(AccelConfig):
     """
 
     technique: ClassVar[str] = "channels_last"
-    modules: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        check_module_names(self.technique, self.modules)
 
 
 def _is_conv(module: torch.nn.Module) -> bool:

@@ -11,19 +11,31 @@ touched, and a report ``{"modules": {name: count}}``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, AccelHandle, register_acceleration
 
-__all__ = ["check_module_names", "modules_holding", "register_module_toggle"]
+__all__ = ["ModuleToggleConfig", "check_module_names", "modules_holding", "register_module_toggle"]
 
 
 def check_module_names(technique: str, modules: Any) -> None:
     """Refuse a ``modules`` field that is not a tuple of non-empty names (a config's ``__post_init__``)."""
     if isinstance(modules, str) or not all(isinstance(m, str) and m for m in modules):
         raise AccelConfigError(f"{technique} modules {modules!r}: give a tuple of component attribute names")
+
+
+@dataclass(frozen=True)
+class ModuleToggleConfig(AccelConfig):
+    """Base of these configs: ``modules``, component attribute names to change; empty: every
+    module holding a matching layer."""
+
+    modules: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_module_names(self.technique, self.modules)
 
 
 def modules_holding(components: Any, holds: Callable[[torch.nn.Module], bool]) -> list[str]:
