@@ -211,7 +211,8 @@ def attention_fwd_ws(q_desc, k_desc, vt_desc, qs_desc, O, VS, S, H, stride_ob, s
     TMA loads, two consumer warpgroups split the 128 query rows). The pass takes the loop only
     when it is the kernel's one place with matrix products and every load before it is a TMA
     load, so: the per-row query scale comes through a descriptor, a ragged end of the keys is
-    masked in every tile (``MASK_TAIL``) instead of a tile after the loop, and for an in-context
+    masked in every tile (``MASK_TAIL``; a tile after the loop, or a branch to a masked body in
+    it, turns the pass off: 255 registers and spills), and for an in-context
     reference this kernel leaves its online-softmax state (``STATE_OUT``: accumulator in the
     generation V's units, running max and sum, float32) for ``attention_fwd`` (``STATE_IN``) to
     finish with the reference keys."""
