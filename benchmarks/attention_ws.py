@@ -20,7 +20,7 @@ error against bf16 SDPA (dense shapes) or the float32 in-context reference on a 
 (``wan_animate_2``).
 
     python -m benchmarks.attention_ws --json $OUT/attention_ws_h200.json      # GPU
-    python -m benchmarks.attention_ws --sass                                  # compile only (CPU)
+    python -m benchmarks.attention_ws --sass --json benchmarks/results/attention_ws_sass.json   # compile only (CPU)
 """
 
 from __future__ import annotations
@@ -178,8 +178,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json")
     a = p.parse_args(argv)
     if a.sass:
-        for key, row in sass().items():
+        rows = sass()
+        for key, row in rows.items():
             print(key, row)
+        if a.json:
+            from benchmarks.lab_record import write_lab_result
+
+            out = {"target": "cuda sm_90 (compiled on CPU)", "device": "cuda sm_90 (compiled on CPU)", "triton": triton.__version__,
+                   "variant": VARIANT, "kernels": rows}  # fmt: skip
+            write_lab_result(a.json, out, title="FP8 attention, warp-specialized kernel compiled for sm_90: registers, warps, spills",
+                             headline={"configs warp-specialized": sum(bool(r.get("warp_specialized")) for r in rows.values()),
+                                       "configs": len(rows)})  # fmt: skip
         return 0
     bench_attention_ws(tuple(a.shapes.split(",")), json_path=a.json)
     return 0
