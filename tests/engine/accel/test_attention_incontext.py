@@ -4,9 +4,6 @@ inside a query tile; the quantized reference and its torch stand-in."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -51,11 +48,8 @@ for hw, frames, H, D in [(40, 3, 2, 64), (24, 4, 1, 64), (48, 3, 1, 64), (64, 3,
 """
 
 
-def test_kernel_reference_loop_under_the_interpreter():
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}  # read when the kernel module is imported: a fresh process
-    proc = subprocess.run([sys.executable, "-c", _INTERPRETED], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def test_kernel_reference_loop_under_the_interpreter(run_interpreted):
+    run_interpreted(_INTERPRETED)
 
 
 def test_prepared_reference_round_trips_within_8_bit_rounding():

@@ -4,9 +4,6 @@ processor's unfused ops, the processor's wiring, and the ``Attention.prep`` opti
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -63,12 +60,8 @@ _INTERPRETED = textwrap.dedent(
 )
 
 
-def test_kernels_against_the_torch_path_under_the_interpreter():
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}  # read when triton is imported: a fresh process
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    proc = subprocess.run([sys.executable, "-c", _INTERPRETED], env=env, capture_output=True, text=True, timeout=600, cwd=root)
-    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
+def test_kernels_against_the_torch_path_under_the_interpreter(run_interpreted):
+    run_interpreted(_INTERPRETED, timeout=600, ok=True)
 
 
 def test_the_torch_path_is_the_processors_unfused_arithmetic():

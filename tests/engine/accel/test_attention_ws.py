@@ -5,9 +5,6 @@ the production switch and what it refuses."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -50,11 +47,8 @@ print("ok")
 """
 
 
-def test_the_warp_specialized_kernel_matches_the_one_loop_kernel_under_the_interpreter():
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}  # read when triton is imported: a fresh process
-    proc = subprocess.run([sys.executable, "-c", _INTERPRETED], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
+def test_the_warp_specialized_kernel_matches_the_one_loop_kernel_under_the_interpreter(run_interpreted):
+    run_interpreted(_INTERPRETED, ok=True)
 
 
 def test_which_launches_it_takes():

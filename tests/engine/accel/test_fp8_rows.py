@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -52,11 +49,8 @@ _INTERPRETED = textwrap.dedent(
 )
 
 
-def test_kernel_arithmetic_under_the_interpreter():
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}  # read when triton is imported: a fresh process
-    proc = subprocess.run([sys.executable, "-c", _INTERPRETED], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
+def test_kernel_arithmetic_under_the_interpreter(run_interpreted):
+    run_interpreted(_INTERPRETED, ok=True)
 
 
 def test_off_the_gpu_the_reference_runs_and_bad_shapes_are_refused():
