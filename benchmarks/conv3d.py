@@ -129,7 +129,7 @@ def bench_conv3d(*, device: str = "auto", small: bool = False, repeats: int = 5,
     def write() -> None:
         if json_path:
             headline = top_level_figures(result) or {"parts": len(parts)}
-            write_lab_result(json_path, result, title="SVD temporal decode and UNet forward: time-only 3-D convolutions as 2-D",
+            write_lab_result(json_path, result, title="3-D convolutions (SVD's temporal layers, the Wan VAE): as 2-D, channels-last, padding folded",
                              headline=headline)  # fmt: skip
 
     def config(name: str, small_channels: list[int]) -> dict[str, Any]:

@@ -98,6 +98,8 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
 
     from benchmarks.clip import FrameSink, profile_clip
     from benchmarks.gpu import bench_inputs
+    from newsmotion_engine.accel import attention as attention_module
+    from newsmotion_engine.accel import registry
     from newsmotion_engine.bench.timing import peak_gib, peak_reset
     from newsmotion_engine.render.backends.echomimic_v3.audio import SpeechAudio
     from newsmotion_engine.render.backends.echomimic_v3.backend import EchoMimicV3Backend
@@ -112,6 +114,7 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
     if unknown:
         raise ValueError(f"variants {sorted(unknown)}: use {', '.join(VARIANTS)}")
     t_start = time.perf_counter()
+    ws_default = attention_module.WARP_SPECIALIZED
     budget = VariantBudget(budget_s)
     result: dict[str, Any] = {"bench": "echomimic_v3", "weights": RANDOM_WEIGHTS_LABEL, "preset": preset,
                               "note": "random weights and random audio features: speed and memory only; frames not encoded",
@@ -146,12 +149,8 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
                 if why := budget.next_variant():
                     rows[name] = {"skipped": why}
                     continue
-                from newsmotion_engine.accel import registry
-
-                from newsmotion_engine.accel import attention as attention_module
-
                 options = {k: v for k, v in table[name].items() if k not in ("approximate", "attention_ws")}
-                attention_module.WARP_SPECIALIZED = bool(table[name].get("attention_ws"))
+                attention_module.WARP_SPECIALIZED = bool(table[name].get("attention_ws"))  # a process-wide switch: set per row
                 backend.options = EchoMimicV3Options(**{**base.as_mapping(), **options})
                 backend.use_speech_audio(speech)
                 row: dict[str, Any] = {"model_size": list(backend.options.model_size(width, height)),
@@ -182,6 +181,7 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
                 write()
             stock_vs_ours(result, key, rows)  # approximate rows are left out there: the headline is exact
             write()
+        attention_module.WARP_SPECIALIZED = ws_default
         backend.close()
     write()
     return result

@@ -431,6 +431,14 @@ def _build_kernel(autotune: bool = True):
     return T.autotuned(AUTOTUNE_CONFIGS) if autotune else T.attention_fwd
 
 
+def _head_desc(t: torch.Tensor, rows: int, cols: int, block: list[int]) -> Any:
+    """A TMA descriptor over a ``[B, H, R, C]`` tensor seen as ``[B*H, rows, cols]`` (``rows`` /
+    ``cols`` may be less than ``R`` / ``C``: a padded tensor's valid part)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor(t, [t.shape[0] * t.shape[1], rows, cols], [t.shape[-2] * t.shape[-1], t.shape[-1], 1], block)
+
+
 def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None,
                   sparse: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, return_lse: bool = False,
                   reference: Any = None, state: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
@@ -449,8 +457,6 @@ def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None,
     buffers (accumulator ``[B*H, S, D]`` in the generation V's units, running max and sum
     ``[B*H, S]``, left by the warp-specialized kernel over the generation keys,
     :func:`launch_kernel_ws`) and run the reference keys alone."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
     _, var = _variant(variant)
     B, H, S, D = x.q.shape
     for name in QuantizedQKV._fields:
@@ -461,12 +467,9 @@ def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None,
     out = torch.empty((B, S, H, D), device=x.q.device, dtype=torch.bfloat16)
     bm, bn = meta.get("BLOCK_M", 64), meta.get("BLOCK_N", 64)  # the autotuner's pre-hook resets these
 
-    def desc(t: torch.Tensor, rows: int, cols: int, block: list[int]) -> Any:
-        return TensorDescriptor(t, [B * H, rows, cols], [t.shape[-2] * t.shape[-1], t.shape[-1], 1], block)
-
-    q_desc = desc(x.q, S, D, [1, bm, D])
-    k_desc = desc(x.k, S, D, [1, bn, D])
-    vt_desc = TensorDescriptor(x.vt, [B * H, D, S], [D * x.vt.shape[-1], x.vt.shape[-1], 1], [1, D, bn])
+    q_desc = _head_desc(x.q, S, D, [1, bm, D])
+    k_desc = _head_desc(x.k, S, D, [1, bn, D])
+    vt_desc = _head_desc(x.vt, D, S, [1, D, bn])
 
     def grid(m: dict[str, Any]) -> tuple[int, int]:
         return (math.ceil(S / m["BLOCK_M"]), B * H)
@@ -490,8 +493,7 @@ def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None,
         s_ref = r.k.shape[2]
         if r.q.shape != x.q.shape or r.k.shape[:2] != (B, H) or r.vt.shape[-1] != _pad16(s_ref) or S % r.hw or (S // r.hw - 1) * r.hw != s_ref:
             raise ValueError(f"fp8 attention: reference of {s_ref} tokens does not fit {S} queries in frames of {r.hw}")
-        ref_args = (desc(r.q, S, D, [1, bm, D]), desc(r.k, s_ref, D, [1, bn, D]),
-                    TensorDescriptor(r.vt, [B * H, D, s_ref], [D * r.vt.shape[-1], r.vt.shape[-1], 1], [1, D, bn]),
+        ref_args = (_head_desc(r.q, S, D, [1, bm, D]), _head_desc(r.k, s_ref, D, [1, bn, D]), _head_desc(r.vt, D, s_ref, [1, D, bn]),
                     r.q_scale, r.delta, r.v_scale, r.hw)  # fmt: skip
         meta["REF"] = True
         if state is not None:
@@ -538,9 +540,6 @@ def launch_kernel_ws(kernel_ws: Any, kernel: Any, x: QuantizedQKV, variant: str 
     out = torch.empty((B, S, H, D), device=x.q.device, dtype=torch.bfloat16)
     bm, bn = meta.get("BLOCK_M", 128), meta.get("BLOCK_N", 128)  # the autotuner's pre-hook resets these
 
-    def desc(t: torch.Tensor, rows: int, cols: int, block: list[int]) -> Any:
-        return TensorDescriptor(t, [B * H, rows, cols], [t.shape[-2] * t.shape[-1], t.shape[-1], 1], block)
-
     if reference is not None:
         state = (torch.empty((B * H, S, D), device=x.q.device, dtype=torch.float32),
                  torch.empty((B * H, S), device=x.q.device, dtype=torch.float32),
@@ -548,9 +547,9 @@ def launch_kernel_ws(kernel_ws: Any, kernel: Any, x: QuantizedQKV, variant: str 
     else:
         state = (out, out, out)  # never touched: STATE_OUT=False stores the output instead
     qs_desc = TensorDescriptor(x.q_scale, [B * H, S], [S, 1], [1, bm])
-    vt_desc = TensorDescriptor(x.vt, [B * H, D, S], [D * x.vt.shape[-1], x.vt.shape[-1], 1], [1, D, bn])
     kernel_ws[lambda m_: (math.ceil(S / m_["BLOCK_M"]), B * H)](
-        desc(x.q, S, D, [1, bm, D]), desc(x.k, S, D, [1, bn, D]), vt_desc, qs_desc, out, x.v_scale, S, H,
+        _head_desc(x.q, S, D, [1, bm, D]), _head_desc(x.k, S, D, [1, bn, D]), _head_desc(x.vt, D, S, [1, D, bn]), qs_desc,
+        out, x.v_scale, S, H,
         out.stride(0), out.stride(1), out.stride(2), *state, D=D, QK_INT8=var.qk_int8, PV_FP8=var.pv_fp8,
         STATE_OUT=reference is not None, **meta)  # fmt: skip
     if reference is None:

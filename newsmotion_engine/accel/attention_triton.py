@@ -202,7 +202,6 @@ def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
         tl.store(LSE + bh64 * S + offs_m, lse, mask=row_ok)
 
 
-
 @triton.jit
 def attention_fwd_ws(q_desc, k_desc, vt_desc, qs_desc, O, VS, S, H, stride_ob, stride_os, stride_oh, ST_ACC, ST_M, ST_L,
                      D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, QK_INT8: tl.constexpr,
@@ -247,11 +246,16 @@ def attention_fwd_ws(q_desc, k_desc, vt_desc, qs_desc, O, VS, S, H, stride_ob, s
         tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
 
 
-def _set_block_shapes(nargs: dict) -> None:
+def _set_qkv_block_shapes(nargs: dict) -> None:
     bm, bn, d = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["D"]
     nargs["q_desc"].block_shape = [1, bm, d]
     nargs["k_desc"].block_shape = [1, bn, d]
     nargs["vt_desc"].block_shape = [1, d, bn]
+
+
+def _set_block_shapes(nargs: dict) -> None:
+    _set_qkv_block_shapes(nargs)
+    bm, bn, d = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["D"]
     nargs["qr_desc"].block_shape = [1, bm, d]  # the reference's (the same objects when not REF)
     nargs["kr_desc"].block_shape = [1, bn, d]
     nargs["vtr_desc"].block_shape = [1, d, bn]
@@ -268,11 +272,8 @@ def autotuned(configs: tuple[tuple[int, int, int, int, bool], ...]):
 
 
 def _set_ws_block_shapes(nargs: dict) -> None:
-    bm, bn, d = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["D"]
-    nargs["q_desc"].block_shape = [1, bm, d]
-    nargs["k_desc"].block_shape = [1, bn, d]
-    nargs["vt_desc"].block_shape = [1, d, bn]
-    nargs["qs_desc"].block_shape = [1, bm]
+    _set_qkv_block_shapes(nargs)
+    nargs["qs_desc"].block_shape = [1, nargs["BLOCK_M"]]
 
 
 def autotuned_ws(configs: tuple[tuple[int, int, int, int], ...]):
