@@ -20,6 +20,7 @@ error against bf16 SDPA (dense shapes) or the float32 in-context reference on a 
 (``wan_animate_2``).
 
     python -m benchmarks.attention_ws --json $OUT/attention_ws_h200.json      # GPU
+    python -m benchmarks.attention_ws --probe --json $OUT/attention_ws_probe.json       # GPU: which launches run
     python -m benchmarks.attention_ws --sass --json benchmarks/results/attention_ws_sass.json   # compile only (CPU)
 """
 

@@ -523,6 +523,17 @@ def ws_applies(x: QuantizedQKV, sparse: Any = None, return_lse: bool = False) ->
     return sparse is None and not return_lse and x.q.shape[2] % 4 == 0
 
 
+def _set_scratch_allocator(device: torch.device) -> None:
+    """Global memory for descriptors made inside a kernel (``tl.make_tensor_descriptor``), from
+    PyTorch's caching allocator on the launch's device."""
+    import triton
+
+    def alloc(size: int, alignment: int, stream: Any) -> torch.Tensor:
+        return torch.empty(size, dtype=torch.int8, device=device)
+
+    triton.set_allocator(alloc)
+
+
 def launch_kernel_ws(kernel_ws: Any, kernel: Any, x: QuantizedQKV, variant: str | None = None, reference: Any = None,
                      one_loop_meta: dict[str, Any] | None = None, **meta: Any) -> torch.Tensor:  # fmt: skip
     """:func:`launch_kernel` through ``attention_triton.attention_fwd_ws`` (autotuned, or bare with
@@ -531,25 +542,20 @@ def launch_kernel_ws(kernel_ws: Any, kernel: Any, x: QuantizedQKV, variant: str 
     buffers and ``kernel`` (:func:`_build_kernel`'s; ``one_loop_meta`` for a bare one) finishes it
     with the reference keys (``STATE_IN``): the same softmax over the same keys in the same order
     as one launch of ``kernel``."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
     _, var = _variant(variant)
     B, H, S, D = x.q.shape
     if not ws_applies(x):
         raise ValueError(f"fp8 attention: the warp-specialized kernel needs S divisible by 4, got {S}")
     out = torch.empty((B, S, H, D), device=x.q.device, dtype=torch.bfloat16)
-    bm, bn = meta.get("BLOCK_M", 128), meta.get("BLOCK_N", 128)  # the autotuner's pre-hook resets these
-
     if reference is not None:
         state = (torch.empty((B * H, S, D), device=x.q.device, dtype=torch.float32),
                  torch.empty((B * H, S), device=x.q.device, dtype=torch.float32),
                  torch.empty((B * H, S), device=x.q.device, dtype=torch.float32))  # fmt: skip
     else:
         state = (out, out, out)  # never touched: STATE_OUT=False stores the output instead
-    qs_desc = TensorDescriptor(x.q_scale, [B * H, S], [S, 1], [1, bm])
+    _set_scratch_allocator(x.q.device)
     kernel_ws[lambda m_: (math.ceil(S / m_["BLOCK_M"]), B * H)](
-        _head_desc(x.q, S, D, [1, bm, D]), _head_desc(x.k, S, D, [1, bn, D]), _head_desc(x.vt, D, S, [1, D, bn]), qs_desc,
-        out, x.v_scale, S, H,
+        x.q, x.k, x.vt, x.q_scale, out, x.v_scale, S, H,
         out.stride(0), out.stride(1), out.stride(2), *state, D=D, QK_INT8=var.qk_int8, PV_FP8=var.pv_fp8,
         STATE_OUT=reference is not None, **meta)  # fmt: skip
     if reference is None:

@@ -203,7 +203,7 @@ def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
 
 
 @triton.jit
-def attention_fwd_ws(q_desc, k_desc, vt_desc, qs_desc, O, VS, S, H, stride_ob, stride_os, stride_oh, ST_ACC, ST_M, ST_L,
+def attention_fwd_ws(Q, K, VT, QS, O, VS, S, H, stride_ob, stride_os, stride_oh, ST_ACC, ST_M, ST_L,
                      D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, QK_INT8: tl.constexpr,
                      PV_FP8: tl.constexpr, MASK_TAIL: tl.constexpr, STATE_OUT: tl.constexpr):  # fmt: skip
     """The dense generation loop warp-specialized (Triton's Hopper pass: a producer warp feeds
@@ -214,10 +214,20 @@ def attention_fwd_ws(q_desc, k_desc, vt_desc, qs_desc, O, VS, S, H, stride_ob, s
     it, turns the pass off: 255 registers and spills), and for an in-context
     reference this kernel leaves its online-softmax state (``STATE_OUT``: accumulator in the
     generation V's units, running max and sum, float32) for ``attention_fwd`` (``STATE_IN``) to
-    finish with the reference keys."""
+    finish with the reference keys. ``Q`` / ``K`` ``[B*H, S, D]``, ``VT`` ``[B*H, D, S16]``, ``QS``
+    ``[B*H, S]`` are plain tensors: the TMA descriptors are made here, in global scratch memory
+    (``triton.set_allocator``), because on Hopper the warp-specialized loop hangs with descriptors
+    passed from the host (``python -m benchmarks.attention_ws --probe``; Triton's own attention
+    tutorial makes them in the kernel for Hopper too)."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
+    BH = tl.num_programs(1)
     start_m = pid_m * BLOCK_M
+    S16 = tl.cdiv(S, 16) * 16
+    q_desc = tl.make_tensor_descriptor(Q, shape=[BH, S, D], strides=[S * D, D, 1], block_shape=[1, BLOCK_M, D])
+    k_desc = tl.make_tensor_descriptor(K, shape=[BH, S, D], strides=[S * D, D, 1], block_shape=[1, BLOCK_N, D])
+    vt_desc = tl.make_tensor_descriptor(VT, shape=[BH, D, S], strides=[D * S16, S16, 1], block_shape=[1, D, BLOCK_N])
+    qs_desc = tl.make_tensor_descriptor(QS, shape=[BH, S], strides=[S, 1], block_shape=[1, BLOCK_M])
     q = q_desc.load([bh, start_m, 0]).reshape(BLOCK_M, D)
     c = qs_desc.load([bh, start_m]).reshape(BLOCK_M)  # rows past S come back 0: finite, never stored
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -271,15 +281,9 @@ def autotuned(configs: tuple[tuple[int, int, int, int, bool], ...]):
     return triton.autotune(configs=cfgs, key=["S", "D", "QK_INT8", "PV_FP8", "SPARSE", "REF", "HW", "STATE_IN"])(attention_fwd)
 
 
-def _set_ws_block_shapes(nargs: dict) -> None:
-    _set_qkv_block_shapes(nargs)
-    nargs["qs_desc"].block_shape = [1, nargs["BLOCK_M"]]
-
-
 def autotuned_ws(configs: tuple[tuple[int, int, int, int], ...]):
     """``attention_fwd_ws`` autotuned over ``(BLOCK_M, BLOCK_N, num_warps, num_stages)`` configs;
     ``MASK_TAIL`` follows from each config's ``BLOCK_N`` (masked tiles only where S is ragged)."""
-    cfgs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st, pre_hook=_set_ws_block_shapes)
-            for bm, bn, w, st in configs]  # fmt: skip
+    cfgs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st) for bm, bn, w, st in configs]
     kernel = triton.heuristics({"MASK_TAIL": lambda a: a["S"] % a["BLOCK_N"] != 0})(attention_fwd_ws)
     return triton.autotune(configs=cfgs, key=["S", "D", "QK_INT8", "PV_FP8", "STATE_OUT"])(kernel)
