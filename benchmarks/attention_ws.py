@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import triton
+import triton.language as tl
 
 from newsmotion_engine.accel import attention_triton as T
 
@@ -45,8 +46,7 @@ SHAPES = {"wan_animate_2": (1, 40, 79200, 128, 3600), "wan_14b": (1, 40, 75600, 
 
 def _signature(bm: int, bn: int, d: int) -> dict[str, str]:
     state = {"ST_ACC": "*fp32", "ST_M": "*fp32", "ST_L": "*fp32"}
-    return {"q_desc": f"tensordesc<i8[1,{bm},{d}]>", "k_desc": f"tensordesc<i8[1,{bn},{d}]>",
-            "vt_desc": f"tensordesc<fp8e4nv[1,{d},{bn}]>", "qs_desc": f"tensordesc<fp32[1,{bm}]>", "O": "*bf16",
+    return {"Q": "*i8", "K": "*i8", "VT": "*fp8e4nv", "QS": "*fp32", "O": "*bf16",
             "VS": "*fp32", "S": "i32", "H": "i32", "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32", **state,
             "D": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "QK_INT8": "constexpr",
             "PV_FP8": "constexpr", "MASK_TAIL": "constexpr", "STATE_OUT": "constexpr"}  # fmt: skip
@@ -172,9 +172,126 @@ def bench_attention_ws(shapes: tuple[str, ...] = tuple(SHAPES), json_path: str |
     return result
 
 
+@triton.jit
+def _minimal_attention(q_desc, k_desc, v_desc, O, S, scale, D: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCK_N: tl.constexpr, WS: tl.constexpr, DEVICE_DESC: tl.constexpr):  # fmt: skip
+    """A plain bf16 attention forward (2-D descriptors over ``[B*H*S, D]``, S a multiple of both
+    blocks), the smallest kernel of the warp-specialized shape: does Triton's Hopper pass run at
+    all on this card, whatever our kernel does? ``DEVICE_DESC``: q/k/v come as plain tensors and
+    the descriptors are made here (as Triton's attention tutorial does on Hopper), else from the host."""
+    start_m = tl.program_id(0) * BLOCK_M
+    row0 = tl.program_id(1) * S
+    if DEVICE_DESC:
+        rows = S * tl.num_programs(1)
+        q_desc = tl.make_tensor_descriptor(q_desc, shape=[rows, D], strides=[D, 1], block_shape=[BLOCK_M, D])
+        k_desc = tl.make_tensor_descriptor(k_desc, shape=[rows, D], strides=[D, 1], block_shape=[BLOCK_N, D])
+        v_desc = tl.make_tensor_descriptor(v_desc, shape=[rows, D], strides=[D, 1], block_shape=[BLOCK_N, D])
+    q = q_desc.load([row0 + start_m, 0])
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    for start_n in tl.range(0, S, BLOCK_N, warp_specialize=WS):
+        s = tl.dot(q, k_desc.load([row0 + start_n, 0]).T) * scale
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(tl.bfloat16), v_desc.load([row0 + start_n, 0]), acc * alpha[:, None])
+        m_i = m_new
+    rows = (row0 + start_m + tl.arange(0, BLOCK_M)).to(tl.int64)  # a pointer store: a TMA store after the loop fails the pass
+    tl.store(O + rows[:, None] * D + tl.arange(0, D)[None, :], (acc / l_i[:, None]).to(tl.bfloat16))
+
+
+# name: (kernel, warp-specialized, S, hw or 0, (BLOCK_M, BLOCK_N, num_warps, num_stages)); kernel
+# "minimal" (device descriptors) / "minimal_host" (host descriptors) / "ws" (ours)
+PROBES = {
+    "minimal bf16, plain loop": ("minimal", False, 4096, 0, (128, 128, 8, 2)),
+    "minimal bf16, ws, host descriptors": ("minimal_host", True, 4096, 0, (128, 128, 4, 2)),
+    "minimal bf16, ws 128x128 w4 s2": ("minimal", True, 4096, 0, (128, 128, 4, 2)),
+    "minimal bf16, ws 128x128 w4 s3": ("minimal", True, 4096, 0, (128, 128, 4, 3)),
+    "minimal bf16, ws 128x128 w8 s2": ("minimal", True, 4096, 0, (128, 128, 8, 2)),
+    "minimal bf16, ws 128x64 w4 s2": ("minimal", True, 4096, 0, (128, 64, 4, 2)),
+    "minimal bf16, ws 64x128 w4 s2": ("minimal", True, 4096, 0, (64, 128, 4, 2)),
+    "ours dense whole tiles 128x128 w4 s2": ("ws", True, 4096, 0, (128, 128, 4, 2)),
+    "ours dense whole tiles 128x128 w8 s2": ("ws", True, 4096, 0, (128, 128, 8, 2)),
+    "ours dense whole tiles 128x64 w4 s3": ("ws", True, 4096, 0, (128, 64, 4, 3)),
+    "ours in-context 128x128 w4 s2": ("ws", True, 4096, 1024, (128, 128, 4, 2)),
+}
+
+
+def _probe_one(name: str) -> dict[str, Any]:
+    """One probe of :data:`PROBES` in this process: its error against bf16 SDPA and its time."""
+    import torch
+    import torch.nn.functional as F
+
+    from newsmotion_engine.accel import attention as A
+
+    kind, ws, S, hw, (bm, bn, warps, stages) = PROBES[name]
+    B, H, D = 1, 8, 128
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+    if kind.startswith("minimal"):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        qh, kh, vh = (t.transpose(1, 2).contiguous().view(B * H * S, D) for t in (q, k, v))
+        o = torch.empty_like(qh)
+        host = kind == "minimal_host"
+        args = [TensorDescriptor.from_tensor(t, [bm if t is qh else bn, D]) if host else t for t in (qh, kh, vh)] + [o]
+        A._set_scratch_allocator(q.device)
+
+        def fn():
+            _minimal_attention[(S // bm, B * H)](*args, S, 1.4426950408889634 / math.sqrt(D), D=D, BLOCK_M=bm, BLOCK_N=bn,
+                                                  WS=ws, DEVICE_DESC=not host, num_warps=warps, num_stages=stages)  # fmt: skip
+            return o.view(B, H, S, D).transpose(1, 2)
+    else:
+        r = None
+        if hw:
+            from newsmotion_engine.accel import attention_incontext as I
+
+            prepared = I.prepare_reference(*(torch.randn(B, S - hw, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(2)), VARIANT)
+            r = I.reference_launch(q, k, prepared, hw, VARIANT)
+        x = A.quantize_attention_inputs(q, k, v, VARIANT)
+        one_loop = A._build_kernel()
+        meta = {"BLOCK_M": bm, "BLOCK_N": bn, "MASK_TAIL": S % bn != 0, "num_warps": warps, "num_stages": stages}
+
+        def fn():
+            return A.launch_kernel_ws(T.attention_fwd_ws, one_loop, x, VARIANT, reference=r, **meta)
+
+        if hw:  # against the one-loop kernel (the in-context softmax has no SDPA form)
+            ref = A.launch_kernel(one_loop, x, VARIANT, reference=r)
+    out = fn()
+    torch.cuda.synchronize()
+    ms = triton.testing.do_bench(fn, warmup=20, rep=200, return_mode="median")
+    return {"ok": True, "ms": round(ms, 3), "rel_err": round(float((out.float() - ref.float()).norm() / ref.float().norm()), 5),
+            "finite": bool(torch.isfinite(out).all())}  # fmt: skip
+
+
+def probe(timeout_s: float = 30.0) -> dict[str, Any]:
+    """Each of :data:`PROBES` in its own process under a time limit, so that a hang (a barrier the
+    pass got wrong) or an illegal address is a row, not the end of the run."""
+    import json
+    import subprocess
+    import sys
+
+    rows = {}
+    for name in PROBES:
+        code = f"import json; from benchmarks.attention_ws import _probe_one; print('PROBE', json.dumps(_probe_one({name!r})))"
+        try:
+            p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            rows[name] = {"ok": False, "error": f"no result in {timeout_s:.0f} s (hang)"}
+        else:
+            line = [ln for ln in p.stdout.splitlines() if ln.startswith("PROBE ")]
+            rows[name] = json.loads(line[-1][6:]) if line else {"ok": False, "error": (p.stderr.strip().splitlines() or ["?"])[-1][:200]}
+        print(name, rows[name], flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.attention_ws", description=__doc__.splitlines()[0])
     p.add_argument("--sass", action="store_true", help="compile each config for sm_90 here and report (no GPU)")
+    p.add_argument("--probe", action="store_true", help="small launches, each in its own process: which ones run (GPU)")
     p.add_argument("--shapes", default=",".join(SHAPES))
     p.add_argument("--json")
     a = p.parse_args(argv)
@@ -190,6 +307,18 @@ def main(argv: list[str] | None = None) -> int:
             write_lab_result(a.json, out, title="FP8 attention, warp-specialized kernel compiled for sm_90: registers, warps, spills",
                              headline={"configs warp-specialized": sum(bool(r.get("warp_specialized")) for r in rows.values()),
                                        "configs": len(rows)})  # fmt: skip
+        return 0
+    if a.probe:
+        import torch
+
+        from benchmarks.lab_record import write_lab_result
+
+        rows = probe()
+        if a.json:
+            out = {"device": torch.cuda.get_device_name(), "triton": triton.__version__, "torch": torch.__version__,
+                   "variant": VARIANT, "probes": rows}  # fmt: skip
+            write_lab_result(a.json, out, title="FP8 attention, warp-specialized kernel: which small launches run",
+                             headline={"probes ok": sum(bool(r.get("ok")) for r in rows.values()), "probes": len(rows)})  # fmt: skip
         return 0
     bench_attention_ws(tuple(a.shapes.split(",")), json_path=a.json)
     return 0
