@@ -52,6 +52,7 @@ Log = Callable[[str], None]
 def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
     """Variant name -> backend options on top of the stock ones (the acceleration configs through the registry)."""
     from newsmotion_engine.accel.attention import Attention
+    from newsmotion_engine.accel.causal_pad import CausalPadFold
     from newsmotion_engine.accel.compile import Compile
     from newsmotion_engine.accel.fp8 import Fp8Linears
 
@@ -67,6 +68,10 @@ def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
         out["batch_cfg+fp8+compile"] = {"batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile())}
         out["batch_cfg+fp8+compile+fp8_attention"] = {
             "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-triton"))}
+        # the Wan VAE's spatial padding done by its convolutions (accel.causal_pad; exact)
+        out["batch_cfg+fp8+compile+fp8_attention+pad_fold"] = {
+            "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-triton"),
+                                                 CausalPadFold())}
         # the same kernel's dense loop warp-specialized (accel.attention.WARP_SPECIALIZED; exact)
         out["batch_cfg+fp8+compile+fp8_attention_ws"] = {
             "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-triton")),
@@ -80,6 +85,7 @@ def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
 
 
 VARIANTS = ("stock", "batch_cfg", "batch_cfg+teacache", "batch_cfg+fp8+compile", "batch_cfg+fp8+compile+fp8_attention",
+            "batch_cfg+fp8+compile+fp8_attention+pad_fold",
             "batch_cfg+fp8+compile+fp8_attention_ws", "batch_cfg+fp8+compile+cudnn_fp8_attention")
 
 
