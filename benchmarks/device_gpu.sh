@@ -4,7 +4,7 @@
 #   bash benchmarks/device_gpu.sh forward|render|all|smoke|speech|sweep|sparse|cp|clip [preset] [JSON of extra kwargs] [part after sweep]
 #   bash benchmarks/device_gpu.sh animate2 [preset] [forward|attention|clip|clip-ours|clip-stock|multistream|all] ["extra benchmarks.animate2 flags"]
 #   bash benchmarks/device_gpu.sh zoo SECONDS "BENCH FLAGS" ["BENCH FLAGS" ...]   (the model-zoo benches, one after another)
-#   bash benchmarks/device_gpu.sh kernels   (benchmarks.attention_ws, then benchmarks.conv3d --parts wan_decode)
+#   bash benchmarks/device_gpu.sh kernels   (benchmarks.attention_ws --probe, then benchmarks.conv3d --parts wan_decode)
 # e.g. bash benchmarks/device_gpu.sh render 14b '{"width": 480, "height": 832, "steps": 20, "guidance_scale": 5.0}'
 # Writes $OUT/gpu_<part>.json (a result record, rewritten after every variant) and $OUT/gpu_<part>.log
 # (smoke also $OUT/gpu_backend_smoke.json). Copy a record into benchmarks/results/ only from a real run.
@@ -48,21 +48,15 @@ ref = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.tran
 for name in FP8_VARIANTS:
     out = fp8_attention(q, k, v, variant=name)
     print(name, "rel err (4096 tokens):", float((out.float() - ref.float()).norm() / ref.float().norm()))
-import newsmotion_engine.accel.attention as A
-A.WARP_SPECIALIZED = True  # the warp-specialized form against the same reference
-for name in FP8_VARIANTS:
-    out = fp8_attention(q, k, v, variant=name)
-    print(name, "warp-specialized rel err (4096 tokens):", float((out.float() - ref.float()).norm() / ref.float().norm()))
-A.WARP_SPECIALIZED = False
 PY
   exit "${PIPESTATUS[0]}"
 fi
 if [ "$part" = kernels ]; then
-  # The kernel-level benches in one call (~5 min): the attention kernel's warp-specialized form
-  # against the one-loop kernel, then the Wan VAE's decode / encode with causal_pad_fold and
-  # conv3d_as_2d. Writes $out/attention_ws_<card>.json and $out/conv3d_<card>.json.
+  # The kernel-level benches in one call (~4 min): which warp-specialized launches run on this
+  # card's Triton (each in its own process: a hang is a row), then the Wan VAE's decode / encode
+  # with causal_pad_fold and conv3d_as_2d. Writes $out/attention_ws_probe_<card>.json and $out/conv3d_<card>.json.
   name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($2)}')
-  timeout 240 python3 -m benchmarks.attention_ws --json "$out/attention_ws_$name.json" 2>&1 | tee "$out/attention_ws.log"
+  timeout 420 python3 -m benchmarks.attention_ws --probe --json "$out/attention_ws_probe_$name.json" 2>&1 | tee "$out/attention_ws.log"
   timeout 180 python3 -m benchmarks.conv3d --parts wan_decode --repeats 3 --json "$out/conv3d_$name.json" 2>&1 | tee "$out/conv3d.log"
   exit 0
 fi

@@ -12,9 +12,8 @@ the chroma composite) by the same random-weight flash-pro model:
 - ``ours``: each :data:`VARIANTS` entry (the two guidance passes as one batch, then the registry's
   FP8 linears, regional compile and attention kernel on top) — a warm-up render, then the timed one.
   ``batch_cfg+teacache`` (the release's TeaCache coefficients and threshold) skips calls, an
-  approximation: reported beside the others, never the headline. ``..._fp8_attention_ws`` runs
-  the attention kernel's warp-specialized form (``accel.attention.WARP_SPECIALIZED``; the same
-  arithmetic, another schedule).
+  approximation: reported beside the others, never the headline. ``...+pad_fold`` adds the Wan
+  VAE's spatial padding done by its convolutions (``accel.causal_pad``; exact).
 
 Frames are not encoded (no ffmpeg on the GPU machine): :class:`benchmarks.clip.FrameSink` takes them.
 
@@ -72,10 +71,6 @@ def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
         out["batch_cfg+fp8+compile+fp8_attention+pad_fold"] = {
             "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-triton"),
                                                  CausalPadFold())}
-        # the same kernel's dense loop warp-specialized (accel.attention.WARP_SPECIALIZED; exact)
-        out["batch_cfg+fp8+compile+fp8_attention_ws"] = {
-            "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-triton")),
-            "attention_ws": True}
         # cuDNN's FP8 kernel (nvidia-cudnn-frontend): E4M3 Q/K/V/P/output, error 0.061 against BF16
         # where ours is 0.040 (attention_cudnn_h100.json), so an approximation, never the headline
         out["batch_cfg+fp8+compile+cudnn_fp8_attention"] = {
@@ -86,7 +81,7 @@ def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
 
 VARIANTS = ("stock", "batch_cfg", "batch_cfg+teacache", "batch_cfg+fp8+compile", "batch_cfg+fp8+compile+fp8_attention",
             "batch_cfg+fp8+compile+fp8_attention+pad_fold",
-            "batch_cfg+fp8+compile+fp8_attention_ws", "batch_cfg+fp8+compile+cudnn_fp8_attention")
+            "batch_cfg+fp8+compile+cudnn_fp8_attention")
 
 
 def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int]] = ((768, 768), (720, 1280)),
@@ -104,7 +99,6 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
 
     from benchmarks.clip import FrameSink, profile_clip
     from benchmarks.gpu import bench_inputs
-    from newsmotion_engine.accel import attention as attention_module
     from newsmotion_engine.accel import registry
     from newsmotion_engine.bench.timing import peak_gib, peak_reset
     from newsmotion_engine.render.backends.echomimic_v3.audio import SpeechAudio
@@ -120,7 +114,6 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
     if unknown:
         raise ValueError(f"variants {sorted(unknown)}: use {', '.join(VARIANTS)}")
     t_start = time.perf_counter()
-    ws_default = attention_module.WARP_SPECIALIZED
     budget = VariantBudget(budget_s)
     result: dict[str, Any] = {"bench": "echomimic_v3", "weights": RANDOM_WEIGHTS_LABEL, "preset": preset,
                               "note": "random weights and random audio features: speed and memory only; frames not encoded",
@@ -155,8 +148,7 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
                 if why := budget.next_variant():
                     rows[name] = {"skipped": why}
                     continue
-                options = {k: v for k, v in table[name].items() if k not in ("approximate", "attention_ws")}
-                attention_module.WARP_SPECIALIZED = bool(table[name].get("attention_ws"))  # a process-wide switch: set per row
+                options = {k: v for k, v in table[name].items() if k != "approximate"}
                 backend.options = EchoMimicV3Options(**{**base.as_mapping(), **options})
                 backend.use_speech_audio(speech)
                 row: dict[str, Any] = {"model_size": list(backend.options.model_size(width, height)),
@@ -187,7 +179,6 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
                 write()
             stock_vs_ours(result, key, rows)  # approximate rows are left out there: the headline is exact
             write()
-        attention_module.WARP_SPECIALIZED = ws_default
         backend.close()
     write()
     return result

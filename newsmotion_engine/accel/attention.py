@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
@@ -510,11 +511,32 @@ def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None,
 # num_stages); BLOCK_M 128 with 4 warps is what Triton's Hopper pass turns into a producer warp
 # group and two consumer warpgroups of 64 rows (12 warps, no spills; benchmarks.attention_ws --sass).
 WS_CONFIGS = ((128, 128, 4, 2), (128, 128, 4, 3), (128, 64, 4, 2), (128, 64, 4, 3))
-# Whether launches take the warp-specialized kernel where it applies (ws_applies). Off until the
-# GPU bench (python -m benchmarks.attention_ws) has shown it faster with the same output; the
-# environment variable NEWSMOTION_ATTENTION_WS=1 / 0 sets it for a process (A/B in any bench).
+# Whether launches take the warp-specialized kernel where it applies (ws_applies and ws_usable);
+# the environment variable NEWSMOTION_ATTENTION_WS=1 asks for it in a process. Off: on an H100
+# with Triton 3.6 the Hopper pass's two-consumer schedule gives a plain bf16 attention loop the
+# wrong output (relative error 0.94) and hangs ours or faults it; only host descriptors aside, the
+# one-consumer (64-row) form is right but slower than no specialization
+# (benchmarks/results/attention_ws_probe_h100.json, python -m benchmarks.attention_ws --probe).
 WARP_SPECIALIZED = os.environ.get("NEWSMOTION_ATTENTION_WS", "0") == "1"
+# Triton releases whose Hopper warp specialization the probe found broken: asked-for launches
+# warn once and take the one-loop kernel. Re-run the probe on a newer Triton before trusting it.
+WS_BROKEN_TRITON = ("3.6.",)
 _WS_KERNEL: Any = None
+_WS_WARNED = False
+
+
+def ws_usable() -> bool:
+    """Whether this process's Triton is not one of :data:`WS_BROKEN_TRITON` (warns once if not)."""
+    global _WS_WARNED
+    import triton
+
+    if not triton.__version__.startswith(WS_BROKEN_TRITON):
+        return True
+    if not _WS_WARNED:
+        _WS_WARNED = True
+        warnings.warn(f"fp8 attention: the warp-specialized kernel is broken on Triton {triton.__version__} "
+                      "(python -m benchmarks.attention_ws --probe); using the one-loop kernel", RuntimeWarning, stacklevel=3)  # fmt: skip
+    return False
 
 
 def ws_applies(x: QuantizedQKV, sparse: Any = None, return_lse: bool = False) -> bool:
@@ -569,7 +591,7 @@ def _launch(x: QuantizedQKV, variant: str, reference: Any = None) -> torch.Tenso
     global _KERNEL, _WS_KERNEL
     if _KERNEL is None:
         _KERNEL = _build_kernel()
-    if WARP_SPECIALIZED and ws_applies(x):
+    if WARP_SPECIALIZED and ws_applies(x) and ws_usable():
         if _WS_KERNEL is None:
             from newsmotion_engine.accel import attention_triton as T
 

@@ -49,7 +49,7 @@ ENTRIES = (
                 "python -m benchmarks.echomimic_v3 --json benchmarks/results/echomimic_v3_<card>.json"),
     MatrixEntry("mimicmotion", r"^mimicmotion_", "120 frames for 720x1280 (576x1024 framed)",
                 "python -m benchmarks.mimicmotion --json benchmarks/results/mimicmotion_<card>.json"),
-    MatrixEntry("champ", r"^champ_", "120 frames for 720x1280 (512x912 framed)",
+    MatrixEntry("champ", r"^champ_(?!maps)", "120 frames for 720x1280 (512x912 framed)",
                 "python -m benchmarks.champ --smpl SMPL_NEUTRAL.pkl (or synthetic) --json benchmarks/results/champ_<card>.json"),
     MatrixEntry("scail-2", r"^scail2_", "120 frames for 720x1280 (704x1280 framed)",
                 "python -m benchmarks.scail2 --steps 2 --variants stock, then --variants batch_cfg+fp8+compile+fp8_attention "

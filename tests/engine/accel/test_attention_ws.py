@@ -1,7 +1,7 @@
 """The warp-specialized attention kernel (attention_triton.attention_fwd_ws) under Triton's
 interpreter on the CPU, against the one-loop kernel: whole tiles, a ragged end masked in every
 tile, and the in-context reference finished by the one-loop kernel from the dense loop's state;
-the production switch and what it refuses."""
+the production switch, what it refuses, and the Triton releases it is not used on."""
 
 from __future__ import annotations
 
@@ -60,3 +60,19 @@ def test_which_launches_it_takes():
     assert not A.ws_applies(odd)  # query scales through TMA: rows of 16-byte multiples
     with pytest.raises(ValueError, match="divisible by 4"):
         A.launch_kernel_ws(None, None, odd)
+
+
+def test_a_triton_whose_warp_specialization_the_probe_found_broken_warns_once_and_is_not_used(monkeypatch):
+    import triton
+
+    monkeypatch.setattr(A, "_WS_WARNED", False)
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+    with pytest.warns(RuntimeWarning, match="broken on Triton 3.6.0"):
+        assert not A.ws_usable()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second warning would raise here
+        assert not A.ws_usable()
+    monkeypatch.setattr(triton, "__version__", "3.7.0")
+    assert A.ws_usable()

@@ -13,9 +13,10 @@ def test_rows_from_both_record_shapes_and_the_unmeasured():
     zoo = _record("mimicmotion_h100", data={"shape": {"steps": 25, "frames": 120}, "fastest_720x1280": "batch_cfg",
                                              "rows": {"720x1280": {"stock": {"end_to_end_s": 90.0, "peak_vram_gib": 20.0},
                                                                     "batch_cfg": {"end_to_end_s": 60.0, "peak_vram_gib": 95.0}}}})
-    unrelated = _record("echomimic_v3_parity")  # not a stock-vs-ours record
-    rows = {r.backend: r for r in read_matrix([wan, zoo, unrelated])}
-    assert set(rows) == {e.backend for e in ENTRIES}
+    unrelated = _record("echomimic_v3_parity")  # not stock-vs-ours records
+    maps = _record("champ_maps_cpu", data={"rows": {"workers_1": {"maps": {"end_to_end_s": 3.0}}}})
+    rows = {r.backend: r for r in read_matrix([wan, zoo, unrelated, maps])}
+    assert set(rows) == {e.backend for e in ENTRIES} and rows["champ"].record is None
     assert rows["wan-animate"].speedup == 7.0 and rows["wan-animate"].meets_goal is True
     m = rows["mimicmotion"]
     assert (m.stock_s, m.ours_s, m.ours_variant, m.steps, m.speedup) == (90.0, 60.0, "batch_cfg", 25, 1.5)
