@@ -24,7 +24,8 @@ Each variant renders once to warm up (caches, compile) and once timed. Frames ar
 (:class:`benchmarks.clip.FrameSink`). With random weights only speed and memory mean anything.
 
 ``--maps-only``: the guidance maps alone (:func:`bench_maps`), one thread vs the default
-worker threads, on the CPU or a GPU's rasterizer; no model is involved.
+worker threads, on the CPU or a GPU's rasterizer (there also the z-buffer frame by frame, as
+before it ran several frames per pass); no model is involved.
 
 Example (from the repository root)::
 
@@ -182,12 +183,14 @@ def bench_maps(smpl_model: str | Path, *, frames: int = 120, size: tuple[int, in
     import torch
 
     from benchmarks.gpu import bench_inputs
+    import newsmotion_engine.render.backends.champ.maps as maps_module
     from newsmotion_engine.render.backends.champ.backend import ChampBackend
     from newsmotion_engine.render.backends.champ.config import ChampOptions
     from newsmotion_engine.render.base import RenderSpec
     from newsmotion_engine.render.clip import retargeted_keypoints
 
     width, height = size
+    original = maps_module.rasterizes_in_chunks
     result: dict[str, Any] = {"bench": "champ_maps", "smpl_body": "synthetic box body (no SMPL file)" if Path(smpl_model).name == "SMPL_SYNTH.npz" else "user's SMPL file",
                               "shape": {"frames": frames, "size": [width, height], "model_width": model_width},
                               "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
@@ -203,24 +206,32 @@ def bench_maps(smpl_model: str | Path, *, frames: int = 120, size: tuple[int, in
         fit = backend.load_guidance(loop, spec)
         keypoints = retargeted_keypoints(loop, persona)
         first = None
-        for n in workers:
+        runs = [(f"workers_{n}" if n else "workers_default", n, True) for n in workers]
+        if maps_module.rasterizes_in_chunks(backend.components.device):  # a GPU: also the frame-by-frame z-buffer
+            runs.append(("workers_default_frame_by_frame", None, False))
+        for key, n, chunked in runs:
+            maps_module.rasterizes_in_chunks = original if chunked else (lambda device: False)
             backend.guidance_videos(fit, persona, keypoints[:4], spec, workers=n)  # warm-up (allocator, kernels)
             t0 = time.perf_counter()
             videos = backend.guidance_videos(fit, persona, keypoints, spec, workers=n)
             seconds = time.perf_counter() - t0
             first = videos if first is None else first
-            key = f"workers_{n}" if n else "workers_default"
             result["rows"][key] = {"seconds": round(seconds, 3), "ms_per_frame": round(seconds / frames * 1e3, 2),
                                    "same_maps_as_first": all(np.array_equal(videos[t], first[t]) for t in videos)}  # fmt: skip
             log(f"maps, {key}: {result['rows'][key]}")
+        maps_module.rasterizes_in_chunks = original
         backend.close()
-    rows = list(result["rows"].values())
+    rows = [result["rows"][key] for key, _, _ in runs[:len(workers)]]
     result["maps_s_one_thread"], result["maps_s"] = rows[0]["seconds"], rows[-1]["seconds"]
+    if "workers_default_frame_by_frame" in result["rows"]:
+        result["maps_s_frame_by_frame"] = result["rows"]["workers_default_frame_by_frame"]["seconds"]
     result["maps_speedup"] = round(rows[0]["seconds"] / rows[-1]["seconds"], 2)
     if json_path is not None:
         write_lab_result(json_path, result, title=f"champ guidance maps of a {frames}-frame clip at the model's size, one thread vs several",
                          headline={"one thread (s)": result["maps_s_one_thread"], "default threads (s)": result["maps_s"],
-                                   "speed-up (x)": result["maps_speedup"]})  # fmt: skip
+                                   "speed-up (x)": result["maps_speedup"],
+                                   **({"frame by frame, default threads (s)": result["maps_s_frame_by_frame"]}
+                                      if "maps_s_frame_by_frame" in result else {})})  # fmt: skip
     return result
 
 

@@ -37,7 +37,7 @@ import cv2
 import numpy as np
 
 from newsmotion_engine.render.backends.champ.fit import HEAD_JOINT, JOINT_PAIRS, head_vertex, target_points, weak_perspective
-from newsmotion_engine.render.backends.champ.raster import interpolate, one_cpu_thread, rasterize, vertex_normals
+from newsmotion_engine.render.backends.champ.raster import Fragments, interpolate, one_cpu_thread, rasterize, rasterize_frames, vertex_normals
 from newsmotion_engine.render.backends.champ.smpl import SmplModel, pose_body
 from newsmotion_engine.render.read_ahead import ordered_map
 
@@ -124,9 +124,9 @@ def _frames(model: SmplModel, pose: np.ndarray, keypoints: np.ndarray, box: tupl
     zspan = max(z1 - z0, 1e-6)
     skeleton = _map_keypoints(keypoints, box, width, height)
 
-    def frame(t: int) -> dict[str, np.ndarray]:
+    def frame(t: int, frags: Fragments | None = None) -> dict[str, np.ndarray]:
         v = body.verts[t]
-        frags = rasterize(v, model.faces, width, height, device)
+        frags = rasterize(v, model.faces, width, height, device) if frags is None else frags
         m = frags.mask[..., None]
         depth = np.where(m, _DEPTH_FLOOR + (1 - _DEPTH_FLOOR) * (frags.depth[..., None] - z0) / zspan, 0.0)
         # Camera-space normals: image y points down, so flip it back to "up" before encoding.
@@ -143,8 +143,22 @@ def _frames(model: SmplModel, pose: np.ndarray, keypoints: np.ndarray, box: tupl
         }
 
     # Frames are independent and NumPy / OpenCV / torch release the GIL in their large operations:
-    # a few are drawn at once on worker threads, a bounded number ahead, handed out in order.
-    yield from ordered_map(frame, range(body.verts.shape[0]), workers, name="champ-maps")
+    # a few are drawn at once on worker threads, a bounded number ahead, handed out in order. On a
+    # GPU the z-buffer runs here for several frames per pass (rasterize_frames: the same
+    # fragments), fed to the workers as they go; on the CPU each worker rasterizes its own frame.
+    if not rasterizes_in_chunks(device):
+        yield from ordered_map(frame, range(body.verts.shape[0]), workers, name="champ-maps")
+        return
+    rasterized = enumerate(rasterize_frames(body.verts, model.faces, width, height, device, chunk=None))
+    yield from ordered_map(lambda item: frame(*item), rasterized, workers, name="champ-maps")
+
+
+def rasterizes_in_chunks(device: Any) -> bool:
+    """Whether :func:`guidance_frames` runs the z-buffer several frames per pass (a GPU) rather
+    than one frame per worker (the CPU)."""
+    import torch
+
+    return torch.device(device or "cpu").type != "cpu"
 
 
 def _u8(x: np.ndarray) -> np.ndarray:

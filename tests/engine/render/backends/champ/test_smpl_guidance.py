@@ -78,6 +78,41 @@ def test_zbuffer_keeps_the_nearest_triangle_and_covers_exactly():
     np.testing.assert_allclose(out[4, 5, 0], 2 * 5.5, atol=1e-4)
 
 
+def test_several_frames_per_pass_give_each_frames_own_fragments(smpl_npz):
+    """rasterize_frames (a GPU's path: a chunk of frames per pass) against rasterize frame by frame:
+    the same bits, whatever the chunk; the chunk size follows the candidate budget."""
+    from newsmotion_engine.render.backends.champ.raster import frames_per_chunk, rasterize_frames
+
+    model = load_smpl_model(smpl_npz)
+    pose = np.random.default_rng(0).normal(0, 0.3, (5, 24, 3)).astype(np.float32)
+    verts, _ = pose_body(model, pose)
+    px = verts * np.array([60, -60, 60], np.float32) + np.array([50, 90, 0], np.float32)  # overlapping parts, some off-frame
+    one = [rasterize(px[t], model.faces, 100, 160) for t in range(5)]
+    for chunk in (2, 5, None):
+        many = list(rasterize_frames(px, model.faces, 100, 160, chunk=chunk))
+        assert len(many) == 5
+        for a, b in zip(one, many):
+            assert np.array_equal(a.face, b.face) and np.array_equal(a.bary, b.bary) and np.array_equal(a.depth, b.depth)
+    assert one[0].mask.sum() > 500 and (one[0].face < len(model.faces)).all()
+    assert frames_per_chunk(px, model.faces) == 5  # a small body: the whole clip in one pass
+    assert frames_per_chunk(px, model.faces, candidates=1) == 1
+
+
+def test_chunked_guidance_maps_equal_the_per_frame_ones(smpl_npz, monkeypatch):
+    import newsmotion_engine.render.backends.champ.maps as maps_module
+
+    model = load_smpl_model(smpl_npz)
+    pose = np.random.default_rng(1).normal(0, 0.2, (4, 24, 3)).astype(np.float32)
+    kp = _project(model, pose, scale=110, offset=(100, 200), size=(200, 400))
+    box = (0.0, 0.0, 200.0, 400.0)
+    per_frame = list(guidance_frames(model, pose, kp, box, 200, 400, workers=2))
+    monkeypatch.setattr(maps_module, "rasterizes_in_chunks", lambda device: True)  # the GPU's path, on the CPU
+    chunked = list(guidance_frames(model, pose, kp, box, 200, 400, workers=2))
+    assert len(chunked) == 4
+    for a, b in zip(per_frame, chunked):
+        assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
 def test_guidance_maps_encodings(smpl_npz):
     model = load_smpl_model(smpl_npz)
     colours = semantic_colours(model)
