@@ -30,7 +30,10 @@ Then, on every path (``clean=True``, the default; ``clean=False`` is the earlier
   estimated foreground colour (blur-fusion foreground estimation: Forte and Pitié,
   "Approximate Fast Foreground Colour Estimation", ICIP 2021), so the old background's colour
   (a light wall, a green screen) does not show as a fringe once composited. On chroma the
-  green limiter runs first, as before.
+  green limiter runs first, as before;
+- **no pockets** (segmented mattes only): small background pieces enclosed by the person, or open
+  to the bottom edge only, are filled (:func:`fill_pockets`, at most :data:`POCKET_MAX` of the
+  image); a chroma key's or a cutout's holes are real and stay.
 
 :func:`face_mask` builds the region renders must keep stable: the iBUG-68 jaw + brows polygon,
 extended up over forehead and hair and widened, united with a head ellipse from the body's nose
@@ -52,6 +55,7 @@ from newsmotion_engine.skeleton import BODY, FACE68, FACE_START, PARTS
 
 __all__ = [
     "MATTE_VERSION",
+    "fill_pockets",
     "MatteResult",
     "matte_params",
     "green_border_fraction",
@@ -68,7 +72,7 @@ __all__ = [
 ]
 
 # Bump when anything below changes what a matte or face mask looks like.
-MATTE_VERSION = 2
+MATTE_VERSION = 3
 
 # Chroma detection: HSV (OpenCV ranges: H 0..180, S/V 0..255) bounds for "green screen" pixels,
 # the border band inspected (fraction of the shorter side) and the fraction that must be green.
@@ -106,6 +110,11 @@ FOREGROUND_RADII = (0.07, 0.005)
 # The matte is clipped (softly) to the landmarks' person region widened by this x shoulder width:
 # background far from every landmark cannot be the person, however it is connected.
 REGION_MARGIN = 0.5
+# Background pockets of a segmented matte filled as person (fill_pockets): enclosed by the person,
+# or open to the bottom edge only (the body goes on below the frame), and at most this fraction
+# of the image (the astronaut's: 0.0002-0.0024; the gap under its held helmet, real background: 0.056).
+POCKET_MAX = 0.003
+POCKET_ALPHA = 0.95  # below this a pixel is not solid person (a dip shows the key colour too)
 # Edge feather (Gaussian sigma, pixels at canvas scale) applied last.
 FEATHER_SIGMA = 1.0
 # Face mask: forehead/hair extension above the brows, widening around the face centre and the
@@ -142,6 +151,7 @@ def matte_params() -> dict[str, Any]:
             "edge": [EDGE_RADIUS, EDGE_EPS, list(EDGE_RAMP)],
             "foreground_radii": list(FOREGROUND_RADII),
             "region_margin": REGION_MARGIN,
+            "pockets": [POCKET_MAX, POCKET_ALPHA],
         },
         "face": [FACE_FOREHEAD, FACE_WIDEN, FACE_FEATHER],
         "head": [HEAD_LIFT, HEAD_ASPECT],
@@ -353,6 +363,29 @@ def _reconstruct(alpha: np.ndarray, landmarks: np.ndarray | None) -> np.ndarray:
     return alpha * soft
 
 
+def fill_pockets(alpha: np.ndarray, largest: float | None = None) -> np.ndarray:
+    """Background pockets of a segmented matte (float 0..1) filled as person: pieces of the not
+    quite solid matte (``alpha <`` :data:`POCKET_ALPHA`, 4-connected) that touch no top, left or right edge and are at most
+    ``largest`` (default :data:`POCKET_MAX`) of the image. The segmenter leaves such holes where
+    a glove, a badge or a shadow inside the body looked unlike a person; a pocket open to the
+    bottom edge only counts too (the body continues below the frame). Real background seen
+    through the body is larger (the gap under an arm, a held object's surroundings) and stays."""
+    largest = POCKET_MAX if largest is None else largest
+    h, w = alpha.shape
+    # Below POCKET_ALPHA, not 0.5: a dip the segmenter left half-transparent shows the key colour as well.
+    count, labels, stats, _ = cv2.connectedComponentsWithStats((alpha < POCKET_ALPHA).astype(np.uint8), connectivity=4)
+    x, y, bw, bh, area = (stats[1:, i] for i in range(5))
+    pocket = (y > 0) & (x > 0) & (x + bw < w) & (area <= largest * alpha.size)
+    if not pocket.any():
+        return alpha
+    # The pocket's own soft rim (alpha between 0.5 and 1) goes solid too, or it would show as a
+    # thin outline of the key colour: the fill is widened by a few pixels into the person around it.
+    fill = np.r_[False, pocket][labels].astype(np.uint8)
+    r = max(3, round(2 * EDGE_RADIUS * max(h, w)))  # about the edge refinement's soft width
+    fill = cv2.dilate(fill, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * r + 1, 2 * r + 1)))
+    return np.maximum(alpha, fill.astype(alpha.dtype))
+
+
 def refine_edges(rgb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     """Snap a matte's edge to the photo's own edges: a fine guided filter with the photo as the
     guide, then a smoothstep that keeps the edge from reaching into the background."""
@@ -429,7 +462,7 @@ def person_matte(
         alpha = refine_selfie(rgb, selfie_segmentation(rgb))
         alpha = _keep_person_pieces(alpha, landmarks, keep_unlabelled=False)
         if clean:
-            alpha = refine_edges(rgb, cut_fragments(alpha, landmarks))
+            alpha = fill_pockets(refine_edges(rgb, cut_fragments(alpha, landmarks)))
         alpha = _feather(alpha)
         out_rgb = rgb
     if clean and method != "alpha":

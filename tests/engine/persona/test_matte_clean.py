@@ -1,6 +1,7 @@
 """Matte cleaning on synthetic images with known answers: a background fragment joined to the
 person through a thin neck and one far away are cut, the person keeps its outline; edge colours
-lose the old background (no halo); the bench's figures see both."""
+lose the old background (no halo); small background pockets in a segmented matte are filled,
+real gaps stay; the bench's figures see both."""
 
 from __future__ import annotations
 
@@ -99,3 +100,34 @@ def test_refine_edges_snaps_a_soft_matte_to_the_photo_edge():
     refined = refine_edges(photo, blurry)
     band = cv2.dilate(truth, np.ones((15, 15), np.uint8)) != cv2.erode(truth, np.ones((15, 15), np.uint8))
     assert np.abs(refined - truth)[band].mean() < 0.6 * np.abs(blurry - truth)[band].mean()
+
+
+def test_small_pockets_are_filled_and_real_background_gaps_stay():
+    from newsmotion_engine.persona.matte import POCKET_MAX, fill_pockets
+
+    alpha = _person().astype(np.float32)
+    alpha[200:206, 100:106] = 0.0  # a hole inside the body (a badge the segmenter missed)
+    alpha[H - 12 :, 120:135] = 0.0  # a notch open to the bottom edge only (a glove)
+    alpha[300:, 150:171] = 0.0  # a gap open to the right side of the body... still inside the frame
+    big = (H - 250) * 30
+    alpha[250:, 72:102] = 0.0  # a tall gap open to the bottom (under an arm): larger than a pocket
+    assert big > POCKET_MAX * alpha.size > 12 * 15
+    out = fill_pockets(alpha)
+    assert (out[200:206, 100:106] == 1).all() and (out[H - 12 :, 120:135] == 1).all()
+    assert (out[250:, 72:102] == 0).all()  # too large: real background, kept
+    assert (out[:, :60] == 0).all() and (out[:40] == 0).all()  # the outside background: touches the frame's sides
+    assert (out[300:, 150:171] == 0).all()  # joined to the background right of the body
+    np.testing.assert_array_equal(fill_pockets(alpha, largest=0.0), alpha)  # nothing is that small
+
+
+def test_a_filled_pocket_leaves_no_soft_rim():
+    from newsmotion_engine.persona.matte import fill_pockets
+
+    alpha = _person().astype(np.float32)
+    hole = np.zeros_like(alpha, np.uint8)
+    cv2.circle(hole, (120, 250), 6, 1, -1)
+    soft = cv2.GaussianBlur(hole.astype(np.float32), (0, 0), 1.0)  # a soft edge around it
+    alpha = np.minimum(alpha, 1.0 - soft)
+    assert ((alpha > 0.05) & (alpha < 0.95))[235:266, 105:136].any()
+    out = fill_pockets(alpha)
+    assert (out[235:266, 105:136] >= 0.99).all()  # no partly transparent ring left to show the key colour
