@@ -514,8 +514,8 @@ WS_CONFIGS = ((128, 128, 4, 2), (128, 128, 4, 3), (128, 64, 4, 2), (128, 64, 4, 
 # Whether launches take the warp-specialized kernel where it applies (ws_applies and ws_usable);
 # the environment variable NEWSMOTION_ATTENTION_WS=1 asks for it in a process. Off: on an H100
 # with Triton 3.6 the Hopper pass's two-consumer schedule gives a plain bf16 attention loop the
-# wrong output (relative error 0.94) and hangs ours or faults it; only host descriptors aside, the
-# one-consumer (64-row) form is right but slower than no specialization
+# wrong output (relative error 0.94) and hangs ours or faults it (with host descriptors it hangs
+# both); the one-consumer (64-row) form is right but slower than no specialization
 # (benchmarks/results/attention_ws_probe_h100.json, python -m benchmarks.attention_ws --probe).
 WARP_SPECIALIZED = os.environ.get("NEWSMOTION_ATTENTION_WS", "0") == "1"
 # Triton releases whose Hopper warp specialization the probe found broken: asked-for launches
