@@ -256,16 +256,11 @@ def attention_fwd_ws(Q, K, VT, QS, O, VS, S, H, stride_ob, stride_os, stride_oh,
         tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
 
 
-def _set_qkv_block_shapes(nargs: dict) -> None:
+def _set_block_shapes(nargs: dict) -> None:
     bm, bn, d = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["D"]
     nargs["q_desc"].block_shape = [1, bm, d]
     nargs["k_desc"].block_shape = [1, bn, d]
     nargs["vt_desc"].block_shape = [1, d, bn]
-
-
-def _set_block_shapes(nargs: dict) -> None:
-    _set_qkv_block_shapes(nargs)
-    bm, bn, d = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["D"]
     nargs["qr_desc"].block_shape = [1, bm, d]  # the reference's (the same objects when not REF)
     nargs["kr_desc"].block_shape = [1, bn, d]
     nargs["vtr_desc"].block_shape = [1, d, bn]

@@ -365,15 +365,15 @@ def _reconstruct(alpha: np.ndarray, landmarks: np.ndarray | None) -> np.ndarray:
 
 def fill_pockets(alpha: np.ndarray, largest: float | None = None) -> np.ndarray:
     """Background pockets of a segmented matte (float 0..1) filled as person: pieces of the not
-    quite solid matte (``alpha <`` :data:`POCKET_ALPHA`, 4-connected) that touch no top, left or right edge and are at most
-    ``largest`` (default :data:`POCKET_MAX`) of the image. The segmenter leaves such holes where
+    quite solid matte (``alpha <`` :data:`POCKET_ALPHA`, 4-connected) that touch no top, left or
+    right edge and are at most ``largest`` (default :data:`POCKET_MAX`) of the image. The segmenter leaves such holes where
     a glove, a badge or a shadow inside the body looked unlike a person; a pocket open to the
     bottom edge only counts too (the body continues below the frame). Real background seen
     through the body is larger (the gap under an arm, a held object's surroundings) and stays."""
     largest = POCKET_MAX if largest is None else largest
     h, w = alpha.shape
     # Below POCKET_ALPHA, not 0.5: a dip the segmenter left half-transparent shows the key colour as well.
-    count, labels, stats, _ = cv2.connectedComponentsWithStats((alpha < POCKET_ALPHA).astype(np.uint8), connectivity=4)
+    _, labels, stats, _ = cv2.connectedComponentsWithStats((alpha < POCKET_ALPHA).astype(np.uint8), connectivity=4)
     x, y, bw, bh, area = (stats[1:, i] for i in range(5))
     pocket = (y > 0) & (x > 0) & (x + bw < w) & (area <= largest * alpha.size)
     if not pocket.any():
