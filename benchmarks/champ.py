@@ -20,7 +20,7 @@ file (``--smpl``; it is licensed and not shipped):
   UNet's blocks in FP8 (:mod:`newsmotion_engine.accel.fp8`, rowwise scales, as in the Wan
   transformer; the originals kept, so the next variant gets the bf16 UNet back).
 
-Each variant renders once to warm up (caches, compile) and once timed. Frames are not encoded
+Each variant renders once to warm up (caches, compile; at 2 steps, the same shapes) and once timed. Frames are not encoded
 (:class:`benchmarks.clip.FrameSink`). With random weights only speed and memory mean anything.
 
 ``--maps-only``: the guidance maps alone (:func:`bench_maps`), one thread vs the default
@@ -73,13 +73,14 @@ def _variant_options(name: str) -> dict[str, Any]:
 
 
 def _timed_render(backend: Any, loop: Any, persona: Any, spec: Any, out: Path, profile_steps: int | None = None) -> dict[str, Any]:
-    """One warm-up render, then one timed; the row of figures. ``profile_steps``: then one more at
+    """One warm-up render (2 steps), then one timed; the row of figures. ``profile_steps``: then one more at
     this many steps under the profiler (the row's ``profile``; not in the timed figures)."""
-    from benchmarks.clip import FrameSink, profile_clip
+    from benchmarks.clip import FrameSink, options_replaced, profile_clip
     from newsmotion_engine.bench.timing import peak_gib, peak_reset
     from newsmotion_engine.render.clip import render_clip
 
-    render_clip(loop, persona, backend, spec, out, sink=FrameSink)
+    with options_replaced(backend, {"steps": 2}):  # warm-up (compiles): the same shapes at 2 steps
+        render_clip(loop, persona, backend, spec, out, sink=FrameSink)
     peak_reset(backend.components.device)
     t0 = time.perf_counter()
     tele = render_clip(loop, persona, backend, spec, out, sink=FrameSink)
