@@ -16,6 +16,8 @@ file (``--smpl``; it is licensed and not shipped):
   ``newsmotion_engine/accel`` targets the Wan transformer (head size 128) and is not applied here;
 - ``conditional+compile+channels_last`` (CUDA only): plus the convolution weights channels-last
   (:mod:`newsmotion_engine.accel.memory_format`; cuDNN's bf16 convolutions run natively in NHWC);
+- ``conditional+compile+compile_vae`` (CUDA only): plus the VAE decoder's blocks compiled
+  (:mod:`newsmotion_engine.accel.compile_vae`);
 - ``conditional+fp8+compile[+channels_last]`` (CUDA only): plus the linears of the denoising
   UNet's blocks in FP8 (:mod:`newsmotion_engine.accel.fp8`, rowwise scales, as in the Wan
   transformer; the originals kept, so the next variant gets the bf16 UNet back).
@@ -56,11 +58,12 @@ from benchmarks.lab_record import stock_vs_ours, top_level_figures, write_lab_re
 __all__ = ["VARIANTS", "bench_champ", "bench_maps"]
 
 VARIANTS = ("stock", "conditional", "conditional+compile", "conditional+compile+channels_last", "conditional+fp8+compile",
-            "conditional+fp8+compile+channels_last")
+            "conditional+fp8+compile+channels_last", "conditional+compile+compile_vae")
 
 
 def _variant_options(name: str) -> dict[str, Any]:
     from newsmotion_engine.accel.compile import Compile
+    from newsmotion_engine.accel.compile_vae import CompileVae
     from newsmotion_engine.accel.fp8 import Fp8Linears
     from newsmotion_engine.accel.memory_format import ChannelsLast
 
@@ -68,6 +71,7 @@ def _variant_options(name: str) -> dict[str, Any]:
     return {"stock": {"reference_pass": "official"}, "conditional": {},
             "conditional+compile": {"accelerations": (Compile(),)},
             "conditional+compile+channels_last": {"accelerations": (ChannelsLast(), Compile())},
+            "conditional+compile+compile_vae": {"accelerations": (CompileVae(), Compile())},
             "conditional+fp8+compile": {"accelerations": (fp8, Compile())},
             "conditional+fp8+compile+channels_last": {"accelerations": (fp8, ChannelsLast(), Compile())}}[name]  # fmt: skip
 

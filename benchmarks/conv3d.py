@@ -10,10 +10,12 @@ order given (``--parts``, default ``wan_decode,convs,decode,unet``):
 - ``wan_decode``: the Wan VAE (a causal 3-D VAE whose convolutions span space and time) decoding 5
   latent frames (17 frames): float32 channels-last-3d as the Wan backends load it, with
   ``..._pad_fold`` (the spatial padding done by the convolution, :mod:`newsmotion_engine.accel.causal_pad`),
+  ``..._fused_norm`` (the RMS norms and their SiLU in one Triton pass, :mod:`newsmotion_engine.accel.vae_norm`),
   ``..._as_2d`` (each 3-D convolution as one 2-D convolution per temporal tap, summed) and both,
   float32 contiguous, and bf16 with and without ``..._as_2d``; each with its FLOPs counted
   (``torch.utils.flop_counter``) and the rate they imply; then (``encode``) the encode of 17
-  frames, as the continuation runs it, float32 channels-last stock, ``_pad_fold`` and both;
+  frames, as the continuation runs it, float32 channels-last stock, ``_pad_fold``, ``_pad_fold_fused_norm``
+  and ``_pad_fold_as_2d``;
 - ``convs``: one convolution per (channels, size) alone: SVD's time-only ``(3, 1, 1)`` ones (bf16),
   then Wan's causal ``(3, 3, 3)`` ones as its decoder runs them (float32 and bf16), each as 3-D and
   as 2-D, contiguous and channels-last, with its rate;
@@ -224,16 +226,18 @@ def bench_conv3d(*, device: str = "auto", small: bool = False, repeats: int = 5,
     return result
 
 
-WAN_VARIANTS = (  # name, dtype, channels-last, causal_pad_fold, conv3d_as_2d
-    ("float32_channels_last", "float32", True, False, False),
-    ("float32_channels_last_pad_fold", "float32", True, True, False),
-    ("float32_channels_last_as_2d", "float32", True, False, True),
-    ("float32_channels_last_pad_fold_as_2d", "float32", True, True, True),
-    ("float32", "float32", False, False, False),
-    ("bfloat16_channels_last", "bfloat16", True, False, False),
-    ("bfloat16_channels_last_as_2d", "bfloat16", True, False, True),
+WAN_VARIANTS = (  # name, dtype, channels-last, causal_pad_fold, conv3d_as_2d, fused_vae_norm
+    ("float32_channels_last", "float32", True, False, False, False),
+    ("float32_channels_last_pad_fold", "float32", True, True, False, False),
+    ("float32_channels_last_pad_fold_fused_norm", "float32", True, True, False, True),
+    ("float32_channels_last_as_2d", "float32", True, False, True, False),
+    ("float32_channels_last_pad_fold_as_2d", "float32", True, True, True, False),
+    ("float32", "float32", False, False, False, False),
+    ("bfloat16_channels_last", "bfloat16", True, False, False, False),
+    ("bfloat16_channels_last_as_2d", "bfloat16", True, False, True, False),
 )
-WAN_ENCODE_VARIANTS = ("float32_channels_last", "float32_channels_last_pad_fold", "float32_channels_last_pad_fold_as_2d")
+WAN_ENCODE_VARIANTS = ("float32_channels_last", "float32_channels_last_pad_fold", "float32_channels_last_pad_fold_fused_norm",
+                       "float32_channels_last_pad_fold_as_2d")
 
 
 def _wan_decode(dev: Any, small: bool, repeats: int, log: Log) -> dict[str, Any]:
@@ -244,6 +248,7 @@ def _wan_decode(dev: Any, small: bool, repeats: int, log: Log) -> dict[str, Any]
     from newsmotion_engine.accel.causal_pad import set_causal_pad_fold
     from newsmotion_engine.accel.conv3d import set_conv3d_as_2d
     from newsmotion_engine.accel.memory_format import set_conv_format
+    from newsmotion_engine.accel.vae_norm import set_fused_vae_norm
     from newsmotion_engine.render.backends.wan.released import component_kwargs
 
     cfg = component_kwargs("wan-animate-2", "vae")
@@ -256,7 +261,7 @@ def _wan_decode(dev: Any, small: bool, repeats: int, log: Log) -> dict[str, Any]
     rows: dict[str, Any] = {}
     encode_rows: dict[str, Any] = {}
     ref = ref_enc = None
-    for name, dtype_name, last, fold, as_2d in WAN_VARIANTS:
+    for name, dtype_name, last, fold, as_2d, fused in WAN_VARIANTS:
         dtype = getattr(torch, dtype_name)
         torch.manual_seed(0)  # the same weights for every variant
         with torch.device(dev):
@@ -264,6 +269,7 @@ def _wan_decode(dev: Any, small: bool, repeats: int, log: Log) -> dict[str, Any]
         set_conv_format(vae, last)
         n_fold = set_causal_pad_fold(vae, fold)
         n2d = set_conv3d_as_2d(vae, as_2d)
+        n_fused = set_fused_vae_norm(vae, fused)
         zz = z.to(dev, dtype)
 
         def decode() -> Any:
@@ -275,7 +281,8 @@ def _wan_decode(dev: Any, small: bool, repeats: int, log: Log) -> dict[str, Any]
         tflop = _tflop(decode)
         rows[name] = {"ms": round(s * 1000, 1), "tflop": round(tflop, 2), "tflops_per_s": round(tflop / s, 1),
                       "max_rel_diff": _rel_diff(out, ref), "frames": int(out.shape[2]),
-                      "convs_pad_fold": n_fold if fold else 0, "convs_as_2d": n2d if as_2d else 0}  # fmt: skip
+                      "convs_pad_fold": n_fold if fold else 0, "convs_as_2d": n2d if as_2d else 0,
+                      "fused_norm_blocks": n_fused if fused else 0}  # fmt: skip
         if name == "float32_channels_last":
             _, rows["profile_" + name] = profile_call(decode, top=12)
         log(f"  wan decode {name}: {rows[name]}")

@@ -6,6 +6,7 @@ frozen config class and registers its apply/remove handler in :mod:`.registry`:
   ``remove_accelerations`` (see its docstring for the API and how to add a technique).
 - :mod:`.fp8`: ``Fp8Linears``, FP8 (e4m3) linear layers with rowwise scales (``torch._scaled_mm``).
 - :mod:`.compile`: ``Compile``, regional ``torch.compile`` of the repeated blocks (optionally CUDA graphs).
+- :mod:`.compile_vae`: ``CompileVae``, regional ``torch.compile`` of a UNet backend's VAE decoder blocks.
 - :mod:`.attention`: ``Attention``, the attention kernel choice, and an FP8 Triton self-attention kernel.
 - :mod:`.teacache`: ``TeaCache``, a diffusers ``ModelHook`` that skips denoiser calls.
 - :mod:`.cfg`: ``CFGSchedule``, CFG window and one-pass CFG with guidance momentum.
@@ -14,7 +15,8 @@ frozen config class and registers its apply/remove handler in :mod:`.registry`:
 - :mod:`.memory_format`: ``ChannelsLast``, convolution weights in NHWC order (the UNet backends).
 - :mod:`.conv3d`: ``Conv3dAs2d``, 3-D convolutions (SVD's temporal layers, the Wan VAE) computed by 2-D ones.
 - :mod:`.causal_pad`: ``CausalPadFold``, the Wan VAE's spatial padding done by its convolutions (no ``F.pad`` copy).
-- :mod:`.module_toggle`: the apply / remove pair of the three above (a setting switched in named components' layers).
+- :mod:`.vae_norm`: ``FusedVaeNorm``, the Wan VAE's RMS norm and SiLU in one pass (a Triton kernel on a GPU).
+- :mod:`.module_toggle`: the apply / remove pair of the four above (a setting switched in named components' layers).
 - :mod:`.sparse`: ``SparseAttention``, EXPERIMENTAL block-sparse attention in the FP8 kernel.
 - :mod:`.pyramid`: ``PyramidCascade``, EXPERIMENTAL first denoising steps at a lower resolution.
 

@@ -32,10 +32,14 @@ order config (module)                       apply                       remove
       (:mod:`.memory_format`)
 72    ``CausalPadFold``                     Wan causal convs pad in     ``F.pad`` in space again
       (:mod:`.causal_pad`)                  space inside the conv
+73    ``FusedVaeNorm``                      Wan VAE RMS norm + SiLU     the eager norm and SiLU
+      (:mod:`.vae_norm`)                    in one Triton pass          again
 75    ``Conv3dAs2d`` (:mod:`.conv3d`)       3-D convolutions by 2-D     the 3-D convolutions again
                                             ones
 90    ``ContextParallel``                   split a segment's tokens    one process again
       (:mod:`.context_parallel`)            across GPUs (Ulysses)
+98    ``CompileVae``                        regional ``torch.compile``  eager decoder blocks
+      (:mod:`.compile_vae`)                 of the VAE decoder's blocks
 100   ``Compile`` (:mod:`.compile`)         regional ``torch.compile``  drop the compiled forwards
                                             (last: sees final modules)
 ====  ==================================  ==========================  ==========================

@@ -176,6 +176,20 @@ def _causal_pad_fold(v: dict[str, Any]) -> AccelConfig | None:
     return _config_class("causal_pad", "CausalPadFold")() if on else None
 
 
+def _fused_vae_norm(v: dict[str, Any]) -> AccelConfig | None:
+    on = v.get("fused_vae_norm", False)
+    if not isinstance(on, bool):
+        raise AccelConfigError("use true or false")
+    return _config_class("vae_norm", "FusedVaeNorm")() if on else None
+
+
+def _compile_vae(v: dict[str, Any]) -> AccelConfig | None:
+    on = v.get("compile_vae", False)
+    if not isinstance(on, bool):
+        raise AccelConfigError("use true or false")
+    return _config_class("compile_vae", "CompileVae")() if on else None
+
+
 # Flat option keys per technique -> the parser building its typed config (None = not used).
 ACCELERATION_KEYS: dict[tuple[str, ...], Callable[[dict[str, Any]], AccelConfig | None]] = {
     ("fp8",): _fp8,
@@ -190,6 +204,8 @@ ACCELERATION_KEYS: dict[tuple[str, ...], Callable[[dict[str, Any]], AccelConfig 
     ("channels_last",): _channels_last,
     ("conv3d_as_2d",): _conv3d_as_2d,
     ("causal_pad_fold",): _causal_pad_fold,
+    ("fused_vae_norm",): _fused_vae_norm,
+    ("compile_vae",): _compile_vae,
 }
 FLAT_ACCELERATION_KEYS = tuple(k for keys in ACCELERATION_KEYS for k in keys)
 
