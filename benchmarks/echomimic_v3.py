@@ -13,7 +13,8 @@ the chroma composite) by the same random-weight flash-pro model:
   FP8 linears, regional compile and attention kernel on top) — a warm-up render, then the timed one.
   ``batch_cfg+teacache`` (the release's TeaCache coefficients and threshold) skips calls, an
   approximation: reported beside the others, never the headline. ``...+pad_fold`` adds the Wan
-  VAE's spatial padding done by its convolutions (``accel.causal_pad``; exact).
+  VAE's spatial padding done by its convolutions (``accel.causal_pad``; exact); ``...+fused_norm``
+  also its RMS norms and SiLUs in one Triton pass (``accel.vae_norm``).
 
 Frames are not encoded (no ffmpeg on the GPU machine): :class:`benchmarks.clip.FrameSink` takes them.
 
@@ -54,6 +55,7 @@ def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
     from newsmotion_engine.accel.causal_pad import CausalPadFold
     from newsmotion_engine.accel.compile import Compile
     from newsmotion_engine.accel.fp8 import Fp8Linears
+    from newsmotion_engine.accel.vae_norm import FusedVaeNorm
 
     from newsmotion_engine.accel.teacache import TeaCache
     from newsmotion_engine.render.backends.echomimic_v3.config import released
@@ -71,6 +73,10 @@ def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
         out["batch_cfg+fp8+compile+fp8_attention+pad_fold"] = {
             "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-triton"),
                                                  CausalPadFold())}
+        # and its RMS norms + SiLUs in one Triton pass (accel.vae_norm)
+        out["batch_cfg+fp8+compile+fp8_attention+pad_fold+fused_norm"] = {
+            "batch_cfg": True, "accelerations": (Fp8Linears(mode="auto", keep_original=True), Compile(), Attention(kernel="fp8-triton"),
+                                                 CausalPadFold(), FusedVaeNorm())}
         # cuDNN's FP8 kernel (nvidia-cudnn-frontend): E4M3 Q/K/V/P/output, error 0.061 against BF16
         # where ours is 0.040 (attention_cudnn_h100.json), so an approximation, never the headline
         out["batch_cfg+fp8+compile+cudnn_fp8_attention"] = {
@@ -80,7 +86,7 @@ def _variants(cuda: bool) -> dict[str, dict[str, Any]]:
 
 
 VARIANTS = ("stock", "batch_cfg", "batch_cfg+teacache", "batch_cfg+fp8+compile", "batch_cfg+fp8+compile+fp8_attention",
-            "batch_cfg+fp8+compile+fp8_attention+pad_fold",
+            "batch_cfg+fp8+compile+fp8_attention+pad_fold", "batch_cfg+fp8+compile+fp8_attention+pad_fold+fused_norm",
             "batch_cfg+fp8+compile+cudnn_fp8_attention")
 
 

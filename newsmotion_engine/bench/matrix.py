@@ -47,7 +47,7 @@ ENTRIES = (
                 "bash benchmarks/device_gpu.sh animate2 14b clip-stock, then clip-ours (one command each)"),
     MatrixEntry("echomimic-v3", r"^echomimic_v3_(?!parity)", "10 s talking clip at 768x768 and 720x1280 (576x1024 framed)",
                 "python -m benchmarks.echomimic_v3 --json benchmarks/results/echomimic_v3_<card>.json"),
-    MatrixEntry("mimicmotion", r"^mimicmotion_", "120 frames for 720x1280 (576x1024 framed)",
+    MatrixEntry("mimicmotion", r"^mimicmotion_h\d", "120 frames for 720x1280 (576x1024 framed)",
                 "python -m benchmarks.mimicmotion --json benchmarks/results/mimicmotion_<card>.json"),
     MatrixEntry("champ", r"^champ_(?!maps)", "120 frames for 720x1280 (512x912 framed)",
                 "python -m benchmarks.champ --smpl SMPL_NEUTRAL.pkl (or synthetic) --json benchmarks/results/champ_<card>.json"),

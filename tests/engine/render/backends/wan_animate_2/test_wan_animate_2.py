@@ -351,11 +351,12 @@ def test_the_last_segment_streams_its_decode_and_a_continued_one_decodes_whole_f
     assert seen[13:] == [7] * 4 + [8] * 8 and len(calls) == 8
 
 
-@pytest.mark.parametrize("option", ["conv3d_as_2d", "causal_pad_fold"])
+@pytest.mark.parametrize("option", ["conv3d_as_2d", "causal_pad_fold", "fused_vae_norm"])
 def test_the_vae_convolution_options_render_the_same_frames(pair, tmp_path, option):
     """``conv3d_as_2d`` (accel/conv3d.py) runs the Wan VAE's causal 3-D convolutions as 2-D ones,
-    ``causal_pad_fold`` (accel/causal_pad.py) pads them in space inside the convolution: the
-    continuation's encode and every decode give the same frames, over three segments."""
+    ``causal_pad_fold`` (accel/causal_pad.py) pads them in space inside the convolution,
+    ``fused_vae_norm`` (accel/vae_norm.py) takes its norms and SiLUs together: the continuation's
+    encode and every decode give the same frames, over three segments."""
     import dataclasses
 
     nod, persona = pair
@@ -368,6 +369,6 @@ def test_the_vae_convolution_options_render_the_same_frames(pair, tmp_path, opti
         backend.prepare_persona(persona, SPEC)
         frames[on] = _render(backend, loop, persona).astype(np.int16)
         if on:
-            assert backend.accel_report[option]["modules"]["vae"] > 10
+            assert backend.accel_report[option]["modules"]["vae"] > 5
         backend.close()
     assert np.abs(frames[True] - frames[False]).max() <= 1
