@@ -19,7 +19,8 @@ order given (``--parts``, default ``wan_decode,convs,decode,unet``):
 - ``convs``: one convolution per (channels, size) alone: SVD's time-only ``(3, 1, 1)`` ones (bf16),
   then Wan's causal ``(3, 3, 3)`` ones as its decoder runs them (float32 and bf16), each as 3-D and
   as 2-D, contiguous and channels-last, with its rate;
-- ``decode``: SVD's temporal decoder on one official chunk of 8 frames (``decode_chunk``);
+- ``decode``: SVD's temporal decoder on one official chunk of 8 frames (``decode_chunk``), and on a GPU also
+  with its mid and up blocks compiled (``compile_vae``, :mod:`newsmotion_engine.accel.compile_vae`; its first call apart);
 - ``unet``: one SVD UNet forward on a 72-frame window with both guidance halves batched (batch 2).
 
 Each variant: the median of ``--repeats`` timed calls after a warm-up, and the largest absolute
@@ -193,6 +194,21 @@ def bench_conv3d(*, device: str = "auto", small: bool = False, repeats: int = 5,
                     return vae.decode(z, num_frames=frames).sample
 
             result["decode"] = _variants(vae, decode, dev, repeats, log, "decode")
+            if dev.type == "cuda":  # the decoder's mid and up blocks compiled (accel.compile_vae); the warm-up compiles
+                from newsmotion_engine.accel.compile_vae import compile_decoder_blocks, uncompile_decoder_blocks
+
+                compile_decoder_blocks(vae)
+                t0 = time.perf_counter()
+                decode()
+                compile_s = time.perf_counter() - t0
+                s, out = _time(decode, dev, repeats)
+                result["decode"]["compile_vae"] = {"ms": round(s * 1000, 2), "first_call_s": round(compile_s, 1)}
+                uncompile_decoder_blocks(vae)
+                with torch.no_grad():
+                    eager = vae.decode(z, num_frames=frames).sample
+                result["decode"]["compile_vae"]["max_rel_diff"] = _rel_diff(out, eager)
+                log(f"  decode compile_vae: {result['decode']['compile_vae']}")
+                del out, eager
             result["decode_ms_stock"] = result["decode"]["stock"]["ms"]
             result["decode_ms_best"] = min(r["ms"] for r in result["decode"].values())
             result["decode_tflop"] = _tflop(decode)
