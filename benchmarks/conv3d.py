@@ -21,7 +21,8 @@ order given (``--parts``, default ``wan_decode,convs,decode,unet``):
   as 2-D, contiguous and channels-last, with its rate;
 - ``decode``: SVD's temporal decoder on one official chunk of 8 frames (``decode_chunk``), and on a GPU also
   with its mid and up blocks compiled (``compile_vae``, :mod:`newsmotion_engine.accel.compile_vae`; its first call apart);
-- ``unet``: one SVD UNet forward on a 72-frame window with both guidance halves batched (batch 2).
+- ``unet``: one SVD UNet forward on a 72-frame window with both guidance halves batched (batch 2);
+  on a GPU also with its repeated blocks compiled (as ``-o compile=blocks``), profiled.
 
 Each variant: the median of ``--repeats`` timed calls after a warm-up, and the largest absolute
 difference from the stock output relative to the stock output's largest magnitude. The stock
@@ -234,6 +235,20 @@ def bench_conv3d(*, device: str = "auto", small: bool = False, repeats: int = 5,
             result["unet_tflop"] = _tflop(forward)  # SDPA counted on CUDA only
             result["unet_tflops_per_s_stock"] = round(result["unet_tflop"] / result["unet_ms_stock"] * 1000, 1)
             _, result["unet_profile_stock"] = profile_call(forward, top=15)
+            if dev.type == "cuda":  # the repeated blocks compiled, as the mimicmotion backend's compile option does
+                from newsmotion_engine.accel.compile import Compile, compile_blocks, uncompile_blocks
+                from newsmotion_engine.render.backends.mimicmotion.components import REPEATED_BLOCKS
+
+                unet._repeated_blocks = list(REPEATED_BLOCKS)
+                compile_blocks(unet, Compile())
+                t0 = time.perf_counter()
+                forward()
+                first_s = time.perf_counter() - t0
+                s, _ = _time(forward, dev, max(2, repeats // 2))
+                result["unet"]["compile"] = {"ms": round(s * 1000, 2), "first_call_s": round(first_s, 1)}
+                log(f"  unet compile: {result['unet']['compile']}")
+                _, result["unet_profile_compile"] = profile_call(forward, top=20)  # where a compiled UNet's time goes
+                uncompile_blocks(unet)
             write()
             del unet, x
         elif part == "wan_decode":
