@@ -27,3 +27,22 @@ def run_interpreted() -> Callable[..., str]:
         return proc.stdout
 
     return run
+
+
+@pytest.fixture
+def tiny_wan_vae() -> Callable[[], tuple]:
+    """``make()``: a tiny random Wan VAE (seed 0, eval) and a components object holding it as
+    ``vae`` (what the registry's handlers take)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("diffusers")
+    from types import SimpleNamespace
+
+    from diffusers import AutoencoderKLWan
+
+    def make() -> tuple:
+        torch.manual_seed(0)
+        vae = AutoencoderKLWan(base_dim=16, z_dim=4, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
+                               temperal_downsample=[False, True, True]).eval()  # fmt: skip
+        return vae, SimpleNamespace(vae=vae)
+
+    return make

@@ -4,30 +4,16 @@ and padding, the option parses for the Wan backends."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from diffusers import AutoencoderKLWan  # noqa: E402
 from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d  # noqa: E402
 
 from newsmotion_engine.accel import registry  # noqa: E402
 from newsmotion_engine.accel.causal_pad import CausalPadFold, is_causal_conv  # noqa: E402
 from newsmotion_engine.accel.conv3d import Conv3dAs2d  # noqa: E402
-
-
-@dataclass
-class _Vae:
-    vae: torch.nn.Module
-
-
-def _vae():
-    torch.manual_seed(0)
-    return AutoencoderKLWan(base_dim=16, z_dim=4, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
-                            temperal_downsample=[False, True, True]).eval()  # fmt: skip
 
 
 def test_it_takes_only_wans_causal_convolutions():
@@ -38,15 +24,15 @@ def test_it_takes_only_wans_causal_convolutions():
 
 
 @pytest.mark.parametrize("with_2d", [False, True])
-def test_a_wan_vae_encodes_and_decodes_the_same(with_2d):
-    vae = _vae()
+def test_a_wan_vae_encodes_and_decodes_the_same(with_2d, tiny_wan_vae):
+    vae, comps = tiny_wan_vae()
     video = torch.rand(1, 3, 9, 16, 16) * 2 - 1
     z = torch.randn(1, 4, 3, 6, 6)
     configs = (CausalPadFold(), Conv3dAs2d()) if with_2d else (CausalPadFold(),)
     with torch.no_grad():
         decoded = vae.decode(z).sample
         encoded = vae.encode(video).latent_dist.mean
-        applied = registry.apply_accelerations(_Vae(vae), configs)
+        applied = registry.apply_accelerations(comps, configs)
         n = applied.report["causal_pad_fold"]["modules"]["vae"]
         assert n == sum(isinstance(m, WanCausalConv3d) for m in vae.modules()) > 10
         calls = []
@@ -57,7 +43,7 @@ def test_a_wan_vae_encodes_and_decodes_the_same(with_2d):
         finally:
             torch.nn.functional.pad = original
         encoded_folded = vae.encode(video).latent_dist.mean
-        registry.remove_accelerations(_Vae(vae), applied)
+        registry.remove_accelerations(comps, applied)
         assert not any(p[:4] != (0, 0, 0, 0) for p in calls if len(p) == 6)  # no spatial F.pad left
         assert all("forward" not in m.__dict__ and tuple(m.padding) == (0, 0, 0) for m in vae.modules() if is_causal_conv(m))
         restored = vae.decode(z).sample

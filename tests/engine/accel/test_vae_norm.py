@@ -6,53 +6,39 @@ and SiLU under Triton's interpreter in both layouts (float32 and bf16, with and 
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from diffusers import AutoencoderKLWan  # noqa: E402
-
 from newsmotion_engine.accel import registry  # noqa: E402
 from newsmotion_engine.accel.vae_norm import FusedVaeNorm, norm_act_owners  # noqa: E402
 
 
-@dataclass
-class _Vae:
-    vae: torch.nn.Module
-
-
-def _vae():
-    torch.manual_seed(0)
-    return AutoencoderKLWan(base_dim=16, z_dim=4, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
-                            temperal_downsample=[False, True, True]).eval()  # fmt: skip
-
-
-def test_it_takes_the_residual_blocks_and_the_heads():
-    vae = _vae()
+def test_it_takes_the_residual_blocks_and_the_heads(tiny_wan_vae):
+    vae, _ = tiny_wan_vae()
     owners = norm_act_owners(vae)
     names = {type(m).__name__ for m in owners}
     assert names == {"WanResidualBlock", "WanEncoder3d", "WanDecoder3d"}
     assert len(owners) == sum(type(m).__name__ == "WanResidualBlock" for m in vae.modules()) + 2
-    gelu = _vae()
+    gelu, _ = tiny_wan_vae()
     for m in norm_act_owners(gelu):
         m.nonlinearity = torch.nn.GELU()  # the fused kernel computes a SiLU: anything else is left alone
     assert norm_act_owners(gelu) == []
 
 
-def test_a_wan_vae_decodes_and_encodes_the_same_and_removal_restores():
-    vae = _vae()
+def test_a_wan_vae_decodes_and_encodes_the_same_and_removal_restores(tiny_wan_vae):
+    vae, comps = tiny_wan_vae()
     video = torch.rand(1, 3, 9, 16, 16) * 2 - 1
     z = torch.randn(1, 4, 3, 6, 6)
     with torch.no_grad():
         decoded, encoded = vae.decode(z).sample, vae.encode(video).latent_dist.mean
-        applied = registry.apply_accelerations(_Vae(vae), (FusedVaeNorm(),))
+        applied = registry.apply_accelerations(comps, (FusedVaeNorm(),))
         assert applied.report["fused_vae_norm"]["modules"]["vae"] == len(norm_act_owners(vae)) > 5
         assert all(isinstance(m.nonlinearity, torch.nn.Identity) for m in norm_act_owners(vae))
         fused_decoded, fused_encoded = vae.decode(z).sample, vae.encode(video).latent_dist.mean
-        registry.remove_accelerations(_Vae(vae), applied)
+        registry.remove_accelerations(comps, applied)
         assert all(isinstance(m.nonlinearity, torch.nn.SiLU) for m in norm_act_owners(vae))
         assert not any("forward" in vars(m) for m in vae.modules() if type(m).__name__ == "WanRMS_norm")
         restored = vae.decode(z).sample

@@ -155,39 +155,16 @@ def _pyramid(v: dict[str, Any]) -> AccelConfig | None:
     return _config_class("pyramid", "PyramidCascade")(low_steps=low, factor=v.get("pyramid_factor", 2))
 
 
-def _channels_last(v: dict[str, Any]) -> AccelConfig | None:
-    on = v.get("channels_last", False)
-    if not isinstance(on, bool):
-        raise AccelConfigError("use true or false")
-    return _config_class("memory_format", "ChannelsLast")() if on else None
+def _switch(key: str, module: str, name: str) -> Callable[[dict[str, Any]], AccelConfig | None]:
+    """The parser of an on/off technique: option ``key`` true -> ``accel.<module>.<name>()``."""
 
+    def parse(v: dict[str, Any]) -> AccelConfig | None:
+        on = v.get(key, False)
+        if not isinstance(on, bool):
+            raise AccelConfigError("use true or false")
+        return _config_class(module, name)() if on else None
 
-def _conv3d_as_2d(v: dict[str, Any]) -> AccelConfig | None:
-    on = v.get("conv3d_as_2d", False)
-    if not isinstance(on, bool):
-        raise AccelConfigError("use true or false")
-    return _config_class("conv3d", "Conv3dAs2d")() if on else None
-
-
-def _causal_pad_fold(v: dict[str, Any]) -> AccelConfig | None:
-    on = v.get("causal_pad_fold", False)
-    if not isinstance(on, bool):
-        raise AccelConfigError("use true or false")
-    return _config_class("causal_pad", "CausalPadFold")() if on else None
-
-
-def _fused_vae_norm(v: dict[str, Any]) -> AccelConfig | None:
-    on = v.get("fused_vae_norm", False)
-    if not isinstance(on, bool):
-        raise AccelConfigError("use true or false")
-    return _config_class("vae_norm", "FusedVaeNorm")() if on else None
-
-
-def _compile_vae(v: dict[str, Any]) -> AccelConfig | None:
-    on = v.get("compile_vae", False)
-    if not isinstance(on, bool):
-        raise AccelConfigError("use true or false")
-    return _config_class("compile_vae", "CompileVae")() if on else None
+    return parse
 
 
 # Flat option keys per technique -> the parser building its typed config (None = not used).
@@ -201,11 +178,11 @@ ACCELERATION_KEYS: dict[tuple[str, ...], Callable[[dict[str, Any]], AccelConfig 
     ("ffn_chunks",): _ffn_chunks,
     ("sparse_attention", "sparse_dense_steps", "sparse_global_frames"): _sparse_attention,
     ("pyramid_low_steps", "pyramid_factor"): _pyramid,
-    ("channels_last",): _channels_last,
-    ("conv3d_as_2d",): _conv3d_as_2d,
-    ("causal_pad_fold",): _causal_pad_fold,
-    ("fused_vae_norm",): _fused_vae_norm,
-    ("compile_vae",): _compile_vae,
+    ("channels_last",): _switch("channels_last", "memory_format", "ChannelsLast"),
+    ("conv3d_as_2d",): _switch("conv3d_as_2d", "conv3d", "Conv3dAs2d"),
+    ("causal_pad_fold",): _switch("causal_pad_fold", "causal_pad", "CausalPadFold"),
+    ("fused_vae_norm",): _switch("fused_vae_norm", "vae_norm", "FusedVaeNorm"),
+    ("compile_vae",): _switch("compile_vae", "compile_vae", "CompileVae"),
 }
 FLAT_ACCELERATION_KEYS = tuple(k for keys in ACCELERATION_KEYS for k in keys)
 
