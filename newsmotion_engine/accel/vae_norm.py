@@ -93,7 +93,8 @@ def rms_norm_silu(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``silu(norm(x))`` for a channel-first ``WanRMS_norm``: one Triton pass on a GPU, the eager
     modules elsewhere."""
     stride_p = _flat_positions(x) if x.is_cuda else None
-    if stride_p is None or not norm.channel_first:
+    # The kernel has no backward: where autograd would need one, the eager modules run.
+    if stride_p is None or not norm.channel_first or (torch.is_grad_enabled() and (x.requires_grad or norm.gamma.requires_grad)):
         return F.silu(type(norm).forward(norm, x))
     from newsmotion_engine.accel.vae_norm_triton import rms_norm_silu_cuda
 
