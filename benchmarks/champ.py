@@ -13,7 +13,7 @@ file (``--smpl``; it is licensed and not shipped):
 - ``conditional``: the reference UNet once, the unconditional rows once (the same frames: tested);
 - ``conditional+compile`` (CUDA only): plus regional ``torch.compile`` of the denoising UNet's
   transformer blocks through the acceleration registry. The 8-bit attention kernel of
-  ``newsmotion_engine/accel`` targets the Wan transformer (head size 128) and is not applied here;
+  ``newsmotion_engine/accel`` takes head sizes 64 and 128, and SD1.5's heads are 40 wide, so it is not applied here;
 - ``conditional+compile+channels_last`` (CUDA only): plus the convolution weights channels-last
   (:mod:`newsmotion_engine.accel.memory_format`; cuDNN's bf16 convolutions run natively in NHWC);
 - ``conditional+compile+compile_vae`` (CUDA only): plus the VAE decoder's blocks compiled

@@ -9,13 +9,14 @@ One random-weight model (``svd-xt-1.1``: the released architecture) renders thro
   (``batch_cfg=False``), 72-frame windows overlapping by 6 with progressive latent fusion, the
   temporal decoder 8 frames at a time; no acceleration;
 - ours (:data:`VARIANTS`): the two CFG passes as one batch, then regional ``torch.compile`` of the
-  UNet's repeated blocks through the acceleration registry (the 8-bit attention kernel of
-  ``newsmotion_engine/accel`` targets the Wan transformer and is not applied here);
+  UNet's repeated blocks through the acceleration registry;
   ``...+channels_last`` also puts the convolution weights in NHWC order
   (:mod:`newsmotion_engine.accel.memory_format`); ``...+conv3d_as_2d`` runs the UNet's and the
   temporal decoder's time-only 3-D convolutions as 2-D ones (:mod:`newsmotion_engine.accel.conv3d`); ``+fp8`` runs the linears of the UNet's blocks
   in FP8 (:mod:`newsmotion_engine.accel.fp8`, rowwise scales, as in the Wan transformer);
-  ``...+compile_vae`` also compiles the temporal decoder's blocks (:mod:`newsmotion_engine.accel.compile_vae`);
+  ``...+compile_vae`` also compiles the temporal decoder's blocks (:mod:`newsmotion_engine.accel.compile_vae`),
+  ``...+fp8_attention`` runs the spatial self-attention on our 8-bit kernel
+  (:mod:`newsmotion_engine.render.backends.mimicmotion.attention`);
   ``...+keyframes2`` renders every 2nd frame and infills the rest (the official recipe's own
   15-fps output, ``sample_stride`` 2): an approximation, reported apart (``..._approximate``).
 
@@ -55,11 +56,12 @@ __all__ = ["VARIANTS", "bench_mimicmotion"]
 Log = Callable[[str], None]
 VARIANTS = ("stock", "batch_cfg", "batch_cfg+compile", "batch_cfg+compile+channels_last", "batch_cfg+compile+conv3d_as_2d",
             "batch_cfg+compile+channels_last+conv3d_as_2d", "batch_cfg+fp8+compile", "batch_cfg+fp8+compile+channels_last",
-            "batch_cfg+compile+keyframes2", "batch_cfg+compile+compile_vae")
+            "batch_cfg+compile+keyframes2", "batch_cfg+compile+compile_vae", "batch_cfg+compile+compile_vae+fp8_attention")
 
 
 def _variants(cuda: bool) -> dict[str, tuple[dict[str, Any], int]]:
     """Variant name -> (backend options over the stock ones, keyframe ratio)."""
+    from newsmotion_engine.accel.attention import Attention
     from newsmotion_engine.accel.compile import Compile
     from newsmotion_engine.accel.compile_vae import CompileVae
     from newsmotion_engine.accel.conv3d import Conv3dAs2d
@@ -71,6 +73,9 @@ def _variants(cuda: bool) -> dict[str, tuple[dict[str, Any], int]]:
         out["batch_cfg+compile"] = ({"batch_cfg": True, "accelerations": (Compile(),)}, 1)
         # the temporal decoder's blocks compiled too (accel.compile_vae): its eager GroupNorms lead the decode
         out["batch_cfg+compile+compile_vae"] = ({"batch_cfg": True, "accelerations": (CompileVae(), Compile())}, 1)
+        # and our 8-bit attention kernel in the spatial self-attention (mimicmotion/attention.py)
+        out["batch_cfg+compile+compile_vae+fp8_attention"] = (
+            {"batch_cfg": True, "accelerations": (Attention(kernel="fp8-triton"), CompileVae(), Compile())}, 1)
         out["batch_cfg+compile+keyframes2"] = ({"batch_cfg": True, "accelerations": (Compile(),)}, 2)
         # the convolution weights NHWC (accel.memory_format): cuDNN's bf16 convolutions' native layout
         out["batch_cfg+compile+channels_last"] = ({"batch_cfg": True, "accelerations": (ChannelsLast(), Compile())}, 1)

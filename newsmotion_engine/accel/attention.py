@@ -176,20 +176,27 @@ class PreviousAttention:
     active_backend: str | None = None
 
 
-# Transformer class name -> (factory(Attention config) -> self-attention processor, the blocks' attribute
-# holding that attention). Wan / Wan-Animate use Fp8SelfAttnProcessor on ``attn1``; a model whose
-# self-attention has another signature registers its own processor (wan_animate_2.attention).
-_FP8_PROCESSORS: dict[str, tuple[Any, str]] = {}
+# Model class name -> (factory(Attention config) -> self-attention processor, layers(model) -> the
+# attention modules it replaces). Wan / Wan-Animate use Fp8SelfAttnProcessor on each block's
+# ``attn1``; a model whose self-attention has another signature or place registers its own
+# processor and layers (wan_animate_2.attention, mimicmotion.attention).
+_FP8_PROCESSORS: dict[str, tuple[Any, Any]] = {}
 
 
-def register_fp8_processor(model_class: str, factory: Any, *, blocks_attr: str) -> None:
-    """Use ``factory(config)`` for ``attention='fp8-triton'`` on transformers of ``model_class``
-    (their ``blocks[i].<blocks_attr>`` is the self-attention replaced)."""
-    _FP8_PROCESSORS[model_class] = (factory, blocks_attr)
+def register_fp8_processor(model_class: str, factory: Any, *, blocks_attr: str | None = None, layers: Any = None) -> None:
+    """Use ``factory(config)`` for ``attention='fp8-triton'`` on models of ``model_class``: on
+    ``blocks[i].<blocks_attr>`` (a transformer's blocks), or on the modules ``layers(model)`` returns."""
+    if (blocks_attr is None) == (layers is None):
+        raise ValueError("register_fp8_processor: give blocks_attr or layers, not both")
+    _FP8_PROCESSORS[model_class] = (factory, layers or _block_layers(blocks_attr))
 
 
-def _fp8_processor(model: Any) -> tuple[Any, str]:
-    return _FP8_PROCESSORS.get(type(model).__name__, (_default_processor, "attn1"))
+def _block_layers(attr: str) -> Any:
+    return lambda model: [getattr(block, attr) for block in model.blocks]
+
+
+def _fp8_processor(model: Any) -> tuple[Any, Any]:
+    return _FP8_PROCESSORS.get(type(model).__name__, (_default_processor, _block_layers("attn1")))
 
 
 def _default_processor(config: Attention) -> Any:
@@ -220,11 +227,12 @@ def set_attention(model: Any, config: Attention) -> tuple[dict[str, Any], Previo
         ok, why = kernel_supported(config.kernel)
         if not ok:
             raise AttentionUnavailableError(f"attention={config.kernel!r} cannot run: {why}; use attention='sdpa' or 'cudnn'")
-        factory, attr = _fp8_processor(model)
-        previous = [getattr(block, attr).processor for block in model.blocks]
-        for block in model.blocks:
-            getattr(block, attr).set_processor(factory(config))
-        processor = getattr(model.blocks[0], attr).processor
+        factory, layers = _fp8_processor(model)
+        modules = layers(model)
+        previous = [m.processor for m in modules]
+        for m in modules:
+            m.set_processor(factory(config))
+        processor = modules[0].processor
         report = {"attention": config.kernel, "variant": config.variant, "self_attention_layers": len(previous),
                   "processor": type(processor).__name__}  # fmt: skip
         if hasattr(processor, "prep"):
@@ -244,9 +252,9 @@ def restore_attention(model: Any, previous: PreviousAttention) -> None:
     """Undo :func:`set_attention`: the replaced processors come back, or the diffusers attention
     backend (per layer and process-wide) is what it was before."""
     if previous.processors is not None:
-        _, attr = _fp8_processor(model)
-        for block, processor in zip(model.blocks, previous.processors):
-            getattr(block, attr).set_processor(processor)
+        _, layers = _fp8_processor(model)
+        for m, processor in zip(layers(model), previous.processors):
+            m.set_processor(processor)
         return
     if previous.active_backend is not None:
         model.set_attention_backend(previous.active_backend)  # restores the process-wide choice

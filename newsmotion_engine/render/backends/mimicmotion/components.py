@@ -168,6 +168,7 @@ def build_unet_and_pose_net(opts: MimicMotionOptions, device: Any, dtype: Any) -
     with seeded random weights (the PoseNet's projection then random too, so it does something)."""
     from diffusers import UNetSpatioTemporalConditionModel
 
+    from newsmotion_engine.render.backends.mimicmotion import attention  # noqa: F401  registers its fp8-triton processor
     from newsmotion_engine.render.backends.mimicmotion.pose_net import PoseNet
 
     if opts.model_path:

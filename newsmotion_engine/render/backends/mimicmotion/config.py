@@ -51,7 +51,7 @@ MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR_MIMICMOTION"
 RELEASED_DIR = Path(__file__).parent / "released"
 SVD_RELEASE = "svd-xt-1.1"
 # The flat acceleration keys that apply to the SVD UNet (the others target Wan's transformer).
-ACCELERATION_KEYS = ("compile", "compile_vae", "channels_last", "conv3d_as_2d", "fp8")
+ACCELERATION_KEYS = ("compile", "compile_vae", "channels_last", "conv3d_as_2d", "fp8", "attention")
 _WAN_ONLY_KEYS = frozenset(FLAT_ACCELERATION_KEYS) - set(ACCELERATION_KEYS)
 ASPECT_RATIO = 9 / 16  # the official constants.py: width / height of the portrait target
 
@@ -221,6 +221,10 @@ class MimicMotionOptions(DiffusersOptions):
         if other:
             raise self.config_error(f"{NAME} option accelerations: {', '.join(other)} do not apply to the SVD UNet; "
                                     f"use {', '.join(ACCELERATION_KEYS)}")
+        kernels = {getattr(c, "kernel", None) for c in self.accelerations if c.technique == "attention"}
+        if kernels - {"fp8-triton"}:
+            raise self.config_error(f"{NAME} option attention={sorted(kernels - {'fp8-triton'})[0]!r}: use 'fp8-triton' (our 8-bit "
+                                    "kernel in the spatial self-attention, mimicmotion/attention.py); without the option it runs SDPA")
         object.__setattr__(self, "guidance_scale", float(self.guidance_scale))
         object.__setattr__(self, "noise_aug_strength", float(self.noise_aug_strength))
 

@@ -162,8 +162,8 @@ def test_bad_options_are_refused_with_the_rule():
         _backend(segment_frames=1)
     opts = mimicmotion.MimicMotionOptions.from_mapping({"compile": "blocks", "fp8": "auto"})
     assert [c.technique for c in opts.accelerations] == ["fp8", "compile"]
-    with pytest.raises(MimicMotionConfigError, match="unknown mimicmotion option.*attention"):
-        _backend(attention="fp8-triton")
+    with pytest.raises(MimicMotionConfigError, match="unknown mimicmotion option.*fp8_attention_variant"):
+        _backend(attention="fp8-triton", fp8_attention_variant="int8qk-fp8pv")
 
 
 def _official_latents(comps, p, pose, *, steps, scale, tile, overlap, seed, size):
@@ -302,3 +302,52 @@ def test_conv3d_as_2d_renders_the_same_frames_and_is_removed(pair, tiny):
     finally:
         registry.remove_accelerations(tiny.components, applied)
     assert np.abs(after - before).max() <= 1, np.abs(after - before).max()  # uint8 rounding of float noise
+
+
+def test_fp8_attention_replaces_only_the_spatial_self_attention_and_matches_the_stock_processor(tiny, monkeypatch):
+    """``attention=fp8-triton``: the spatial transformer blocks' ``attn1`` get our kernel's
+    processor (the temporal blocks and the cross-attention keep theirs), which computes what
+    diffusers' ``AttnProcessor2_0`` does with the kernel in place of SDPA (here the kernel is the
+    exact SDPA: the CPU has no Hopper tensor cores), falls back for calls it does not take, and
+    removal restores the processors."""
+    from diffusers.models.attention_processor import Attention as DiffusersAttention
+    from diffusers.models.attention_processor import AttnProcessor2_0
+
+    from newsmotion_engine.accel import attention as A
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.render.backends.mimicmotion.attention import Fp8SpatialSelfAttnProcessor, spatial_self_attention
+
+    unet = tiny.components.transformer
+    monkeypatch.setattr(A, "kernel_supported", lambda kernel: (True, "stub"))
+    before = {n: m.processor for n, m in unet.named_modules() if isinstance(m, DiffusersAttention)}
+    applied = registry.apply_accelerations(tiny.components, (A.Attention(kernel="fp8-triton"),))
+    try:
+        replaced = {n for n, m in unet.named_modules() if isinstance(m, DiffusersAttention) and isinstance(m.processor, Fp8SpatialSelfAttnProcessor)}
+        assert replaced == {n for n in before if ".transformer_blocks." in n and n.endswith("attn1")} and len(replaced) == 4
+        assert applied.report["attention"]["self_attention_layers"] == len(spatial_self_attention(unet)) == 4
+    finally:
+        registry.remove_accelerations(tiny.components, applied)
+    assert all(m.processor is before[n] for n, m in unet.named_modules() if isinstance(m, DiffusersAttention))
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(A, "fp8_attention", lambda q, k, v, variant=None: sdpa(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2))  # fmt: skip
+    torch.manual_seed(0)
+    attn = DiffusersAttention(query_dim=128, heads=2, dim_head=64).eval()
+    x = torch.randn(3, 40, 128)
+    proc = Fp8SpatialSelfAttnProcessor()
+    with torch.no_grad():
+        torch.testing.assert_close(proc.attend(attn, x), AttnProcessor2_0()(attn, x), rtol=1e-5, atol=1e-5)
+    assert not proc.takes(attn, x, None, None)  # a CPU tensor: the stock processor runs
+    cuda_like = torch.empty(3, 40, 128, device="meta")
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))
+    assert proc.takes(attn, cuda_like, None, None)
+    assert not proc.takes(attn, cuda_like, torch.empty(3, 1, 128), None)  # cross-attention
+    assert not proc.takes(attn, cuda_like, None, torch.empty(1))  # a mask
+    assert not proc.takes(DiffusersAttention(query_dim=64, heads=4, dim_head=16), cuda_like[..., :64], None, None)  # head size 16
+
+
+def test_only_our_attention_kernel_is_offered():
+    with pytest.raises(MimicMotionConfigError, match="fp8-triton"):
+        _backend(attention="cudnn")
+    assert [c.technique for c in _backend(attention="fp8-triton").options.accelerations] == ["attention"]
