@@ -217,7 +217,8 @@ def kernel_supported(kernel: str) -> tuple[bool, str]:
 
 
 def set_attention(model: Any, config: Attention) -> tuple[dict[str, Any], PreviousAttention]:
-    """Select the attention kernel of ``model`` (a Wan / Wan-Animate transformer) in place.
+    """Select the attention kernel of ``model`` (a Wan / Wan-Animate transformer, or a model with
+    a registered FP8 processor, e.g. mimicmotion's SVD UNet) in place.
     Returns ``(report, previous)``; :func:`restore_attention` undoes it with ``previous``.
 
     Raises:

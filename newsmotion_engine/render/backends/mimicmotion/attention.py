@@ -73,6 +73,8 @@ class Fp8SpatialSelfAttnProcessor:
 
 
 def _factory(config: A.Attention) -> Fp8SpatialSelfAttnProcessor:
+    if config.kernel != "fp8-triton":
+        raise A.AttentionUnavailableError(f"attention={config.kernel!r} is not wired into the SVD UNet; use 'fp8-triton'")
     return Fp8SpatialSelfAttnProcessor(config.variant)
 
 
