@@ -62,3 +62,17 @@ def test_the_option_parses_for_the_unet_backends(backend):
 
     assert [c.technique for c in parse_accelerations({"compile_vae": True, "compile": "blocks"}, backend=backend, error=_Err)] \
         == ["compile_vae", "compile"]  # fmt: skip
+
+
+@pytest.mark.parametrize("backend, options", [
+    ("wan_animate_2", "WanAnimate2Options"), ("echomimic_v3", "EchoMimicV3Options"), ("scail_2", "Scail2Options"),
+])  # fmt: skip
+def test_the_wan_backends_refuse_it_when_the_options_are_read(backend, options):
+    """Before any weights load: the Wan VAE would recompile every call."""
+    import importlib
+
+    from newsmotion_engine.render.base import BackendOptionError
+
+    cls = getattr(importlib.import_module(f"newsmotion_engine.render.backends.{backend}.config"), options)
+    with pytest.raises(BackendOptionError, match="causal frame cache"):
+        cls.from_mapping({"preset": "tiny", "compile_vae": True})

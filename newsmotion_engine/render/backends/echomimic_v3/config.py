@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 from newsmotion_engine.accel.registry import AccelConfig
 from newsmotion_engine.render.base import BackendOptionError
-from newsmotion_engine.render.backends.wan.diffusers_config import DTYPES, RANDOM_WEIGHTS_LABEL, DiffusersOptions
+from newsmotion_engine.render.backends.wan.diffusers_config import COMPILE_VAE_REFUSED, DTYPES, RANDOM_WEIGHTS_LABEL, DiffusersOptions
 from newsmotion_engine.render.backends.wan.released import component_kwargs
 
 __all__ = ["NAME", "PRESETS", "RANDOM_WEIGHTS_LABEL", "EchoMimicV3ConfigError", "EchoMimicV3Options", "Preset", "released"]
@@ -104,6 +104,7 @@ _REFUSED = {
     "context_parallel": "there is no context-parallel plan for the audio cross-attention (tokens are split per latent frame)",
     "pyramid": "there is no low-resolution plan for this model",
     "cfg": "the audio guidance runs every step, as the flash-pro recipe does (no CFG schedule)",
+    "compile_vae": COMPILE_VAE_REFUSED,
 }
 
 

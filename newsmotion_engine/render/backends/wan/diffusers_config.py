@@ -167,6 +167,11 @@ def _switch(key: str, module: str, name: str) -> Callable[[dict[str, Any]], Acce
     return parse
 
 
+# Why the Wan backends refuse ``compile_vae`` (accel/compile_vae.py) when the options are read,
+# before any weights load.
+COMPILE_VAE_REFUSED = "the Wan VAE's causal frame cache would recompile every call; use causal_pad_fold / fused_vae_norm"
+
+
 # Flat option keys per technique -> the parser building its typed config (None = not used).
 ACCELERATION_KEYS: dict[tuple[str, ...], Callable[[dict[str, Any]], AccelConfig | None]] = {
     ("fp8",): _fp8,

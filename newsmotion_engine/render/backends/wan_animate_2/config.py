@@ -66,6 +66,7 @@ from newsmotion_engine.render.base import BackendOptionError
 from newsmotion_engine.errors import BadInputError
 from newsmotion_engine.render.backends.wan.continuation import CONTINUATIONS
 from newsmotion_engine.render.backends.wan.diffusers_config import (
+    COMPILE_VAE_REFUSED,
     DTYPES,
     RANDOM_WEIGHTS_LABEL,
     DiffusersOptions,
@@ -162,6 +163,7 @@ PRESETS: dict[str, Preset] = {
 _REFUSED = {
     "sparse_attention": "the block-sparse layout is written for Wan-Animate's dense self-attention, not the flex block mask",
     "context_parallel": "there is no context-parallel plan for WanAnimate2Transformer3DModel",
+    "compile_vae": COMPILE_VAE_REFUSED,
 }
 _BASE_ONLY = {
     "cfg": "there is no unconditional pass on the distilled schedule (no CFG); use schedule='base'",
