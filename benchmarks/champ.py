@@ -214,17 +214,19 @@ def bench_maps(smpl_model: str | Path, *, frames: int = 120, size: tuple[int, in
         runs = [(f"workers_{n}" if n else "workers_default", n, True) for n in workers]
         if maps_module.rasterizes_in_chunks(backend.components.device):  # a GPU: also the frame-by-frame z-buffer
             runs.append(("workers_default_frame_by_frame", None, False))
-        for key, n, chunked in runs:
-            maps_module.rasterizes_in_chunks = original if chunked else (lambda device: False)
-            backend.guidance_videos(fit, persona, keypoints[:4], spec, workers=n)  # warm-up (allocator, kernels)
-            t0 = time.perf_counter()
-            videos = backend.guidance_videos(fit, persona, keypoints, spec, workers=n)
-            seconds = time.perf_counter() - t0
-            first = videos if first is None else first
-            result["rows"][key] = {"seconds": round(seconds, 3), "ms_per_frame": round(seconds / frames * 1e3, 2),
-                                   "same_maps_as_first": all(np.array_equal(videos[t], first[t]) for t in videos)}  # fmt: skip
-            log(f"maps, {key}: {result['rows'][key]}")
-        maps_module.rasterizes_in_chunks = original
+        try:
+            for key, n, chunked in runs:
+                maps_module.rasterizes_in_chunks = original if chunked else (lambda device: False)
+                backend.guidance_videos(fit, persona, keypoints[:4], spec, workers=n)  # warm-up (allocator, kernels)
+                t0 = time.perf_counter()
+                videos = backend.guidance_videos(fit, persona, keypoints, spec, workers=n)
+                seconds = time.perf_counter() - t0
+                first = videos if first is None else first
+                result["rows"][key] = {"seconds": round(seconds, 3), "ms_per_frame": round(seconds / frames * 1e3, 2),
+                                       "same_maps_as_first": all(np.array_equal(videos[t], first[t]) for t in videos)}  # fmt: skip
+                log(f"maps, {key}: {result['rows'][key]}")
+        finally:  # the module's own chunking decision back, whatever happened
+            maps_module.rasterizes_in_chunks = original
         backend.close()
     rows = [result["rows"][key] for key, _, _ in runs[:len(workers)]]
     result["maps_s_one_thread"], result["maps_s"] = rows[0]["seconds"], rows[-1]["seconds"]

@@ -105,6 +105,27 @@ def _variants(module: Any, fn: Callable[[], Any], dev: Any, repeats: int, log: L
     return rows
 
 
+def _compiled(fn: Callable[[], Any], dev: Any, repeats: int, compile_: Callable[[], Any], uncompile: Callable[[], Any],
+              profile: bool = False) -> tuple[dict[str, Any], Any]:  # fmt: skip
+    """``fn`` timed with its module compiled: the first call (it compiles) apart, then the median
+    of ``repeats`` (and, with ``profile``, its kernel profile); the module eager again after.
+    ``(row, output)``."""
+    from benchmarks.kernel_profile import profile_call
+
+    compile_()
+    try:
+        t0 = time.perf_counter()
+        fn()
+        first_s = time.perf_counter() - t0
+        s, out = _time(fn, dev, repeats)
+        row = {"ms": round(s * 1000, 2), "first_call_s": round(first_s, 1)}
+        if profile:
+            _, row["profile"] = profile_call(fn, top=20)
+    finally:
+        uncompile()
+    return row, out
+
+
 def bench_conv3d(*, device: str = "auto", small: bool = False, repeats: int = 5, parts: tuple[str, ...] = ("wan_decode", "convs", "decode", "unet"),
                         json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:  # fmt: skip
     """Run the benchmark (module docstring); the JSON is rewritten after every part."""
@@ -198,13 +219,8 @@ def bench_conv3d(*, device: str = "auto", small: bool = False, repeats: int = 5,
             if dev.type == "cuda":  # the decoder's mid and up blocks compiled (accel.compile_vae); the warm-up compiles
                 from newsmotion_engine.accel.compile_vae import compile_decoder_blocks, uncompile_decoder_blocks
 
-                compile_decoder_blocks(vae)
-                t0 = time.perf_counter()
-                decode()
-                compile_s = time.perf_counter() - t0
-                s, out = _time(decode, dev, repeats)
-                result["decode"]["compile_vae"] = {"ms": round(s * 1000, 2), "first_call_s": round(compile_s, 1)}
-                uncompile_decoder_blocks(vae)
+                row, out = _compiled(decode, dev, repeats, lambda: compile_decoder_blocks(vae), lambda: uncompile_decoder_blocks(vae))
+                result["decode"]["compile_vae"] = row
                 with torch.no_grad():
                     eager = vae.decode(z, num_frames=frames).sample
                 result["decode"]["compile_vae"]["max_rel_diff"] = _rel_diff(out, eager)
@@ -240,15 +256,10 @@ def bench_conv3d(*, device: str = "auto", small: bool = False, repeats: int = 5,
                 from newsmotion_engine.render.backends.mimicmotion.components import REPEATED_BLOCKS
 
                 unet._repeated_blocks = list(REPEATED_BLOCKS)
-                compile_blocks(unet, Compile())
-                t0 = time.perf_counter()
-                forward()
-                first_s = time.perf_counter() - t0
-                s, _ = _time(forward, dev, max(2, repeats // 2))
-                result["unet"]["compile"] = {"ms": round(s * 1000, 2), "first_call_s": round(first_s, 1)}
-                log(f"  unet compile: {result['unet']['compile']}")
-                _, result["unet_profile_compile"] = profile_call(forward, top=20)  # where a compiled UNet's time goes
-                uncompile_blocks(unet)
+                # with its profile: where a compiled UNet's time goes
+                result["unet"]["compile"], _ = _compiled(forward, dev, max(2, repeats // 2), lambda: compile_blocks(unet, Compile()),
+                                                         lambda: uncompile_blocks(unet), profile=True)  # fmt: skip
+                log(f"  unet compile: {result['unet']['compile']['ms']} ms")
             write()
             del unet, x
         elif part == "wan_decode":

@@ -187,7 +187,7 @@ def register_fp8_processor(model_class: str, factory: Any, *, blocks_attr: str |
     """Use ``factory(config)`` for ``attention='fp8-triton'`` on models of ``model_class``: on
     ``blocks[i].<blocks_attr>`` (a transformer's blocks), or on the modules ``layers(model)`` returns."""
     if (blocks_attr is None) == (layers is None):
-        raise ValueError("register_fp8_processor: give blocks_attr or layers, not both")
+        raise ValueError("register_fp8_processor: give exactly one of blocks_attr and layers")
     _FP8_PROCESSORS[model_class] = (factory, layers or _block_layers(blocks_attr))
 
 

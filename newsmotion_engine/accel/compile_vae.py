@@ -36,7 +36,8 @@ from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, Acce
 
 __all__ = ["CompileVae", "compile_decoder_blocks", "decoder_blocks", "uncompile_decoder_blocks"]
 
-# Compiled graphs per block: one per decode-chunk shape, plus a spare for the last shorter chunk.
+# dynamo counts graphs per code object: the up blocks share one forward, each block's shape is its
+# own graph (four in SVD's decoder), and a new chunk length adds one per block.
 _RECOMPILE_LIMIT = 16
 
 

@@ -102,10 +102,6 @@ def rms_norm_silu(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return rms_norm_silu_cuda(x, norm.gamma, bias, float(norm.scale), stride_p)
 
 
-def _fused_forward(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return rms_norm_silu(norm, x)
-
-
 def set_fused_vae_norm(module: torch.nn.Module, fused: bool) -> int:
     """Fuse (or un-fuse) the norms and SiLUs of every eligible block of ``module``; how many blocks."""
     owners = norm_act_owners(module)
@@ -113,7 +109,7 @@ def set_fused_vae_norm(module: torch.nn.Module, fused: bool) -> int:
         for name in _FUSED_NORMS[type(owner).__name__]:
             norm = getattr(owner, name)
             if fused:
-                norm.forward = types.MethodType(_fused_forward, norm)
+                norm.forward = types.MethodType(rms_norm_silu, norm)
             elif "forward" in vars(norm):
                 del norm.forward
         saved = getattr(owner, _SAVED_ACT, None)
