@@ -374,6 +374,24 @@ def _compile_warmup(comps: Any, geom: Any, fp8_kv: bool, kv: Any = None) -> floa
     return round(time.perf_counter() - t0, 1)
 
 
+def _vae_warmup(vae: Any, width: int, height: int) -> float:
+    """One short decode (two latent frames: the first-chunk and the cached path) and one short
+    encode (five frames) at the clip's size, before either side's timed clip: the VAE's first-use
+    costs (cuDNN's algorithm choice and kernel loading per convolution shape; on ours, the JIT
+    compile of the fused norm's Triton kernels) are a cold process's, not the clip's. Both sides
+    run it, so neither is timed cold. Returns seconds."""
+    import torch
+
+    t0 = time.perf_counter()
+    dev = next(vae.parameters()).device
+    z = vae.config.z_dim
+    with torch.no_grad():
+        vae.decode(torch.zeros(1, z, 2, height // 8, width // 8, device=dev, dtype=vae.dtype), return_dict=False)
+        vae.encode(torch.zeros(1, 3, 5, height, width, device=dev, dtype=vae.dtype))
+    sync(dev)
+    return round(time.perf_counter() - t0, 1)
+
+
 # -------------------------------------------------------------------------------------- attention
 def _flash_lse(q: Any, k: Any, v: Any) -> tuple[Any, Any]:
     """bf16 FlashAttention with its log-sum-exp (natural log -> log2 units), BSHD."""
@@ -547,15 +565,23 @@ def _part_clip_ours(preset: str, dev_name: str, width: int, height: int, frames:
         log(f"  ours: K/V of {plan.segments} segments extracted into the LRU in {side['kv_extract_all_segments_s']} s (incl. compile)")
         if dev.type == "cuda":  # the cached graph (FP8 K/V) compiled before the timed clip
             side["compile_warmup_s"] = _compile_warmup(backend.components, backend.geometry(spec, plan), fp8_kv=True, kv=source(0)[0])
+        side["vae_warmup_s"] = _vae_warmup(backend.components.vae, width, height)
+
+        arrivals: list[float] = []
 
         def timed_clip() -> tuple[float, int, float | None]:
+            # arrivals: when each composited frame reached this consumer (seconds since the
+            # clip's start), set beside the render's own timeline (last_render["timeline"]).
             peak_reset(dev)
+            arrivals.clear()
             t0 = time.perf_counter()
-            n = sum(1 for _ in backend.frames(loop, persona, loop.keypoints, spec))
+            for _ in backend.frames(loop, persona, loop.keypoints, spec):
+                arrivals.append(round(time.perf_counter() - t0, 3))
             sync(dev)
-            return round(time.perf_counter() - t0, 2), n, peak_gib(dev)
+            return round(time.perf_counter() - t0, 2), len(arrivals), peak_gib(dev)
 
         side["clip_s"], n, side["peak_gib"] = timed_clip()
+        side["frame_arrival_s"] = list(arrivals)
         side["frames"] = n
         side["last_render"] = backend.last_render
         result["animate2_clip_s"] = side["clip_s"]
@@ -605,6 +631,7 @@ def _part_clip_stock(preset: str, dev_name: str, width: int, height: int, frames
     if dev.type == "cuda":
         comps.transformer.compile_repeated_blocks()  # the stock docstring: the cached pass needs compile
         side["compile_warmup_s"] = _compile_warmup(comps, geom, fp8_kv=False)
+    side["vae_warmup_s"] = _vae_warmup(comps.vae, width, height)
     write()
     with tempfile.TemporaryDirectory(prefix="newsmotion-stock-") as tmp:
         loop, persona = _clip_inputs(width, height, frames, Path(tmp))

@@ -374,8 +374,16 @@ class WanAnimate2Backend(DiffusersBackend):
         gen = torch.Generator("cpu").manual_seed(spec.seed)
         stats: dict[str, Any] = {"segments": plan.segments, "kv_s": 0.0, "denoise_s": 0.0, "decode_s": 0.0,
                                  "cond_passes": 0, "uncond_passes": 0, "teacache_computed": 0, "teacache_skipped": 0, "segment_denoise_s": []}  # fmt: skip
+        # Wall-clock marks (seconds since this render started) of each segment's phases: where a
+        # clip's time goes besides the denoise and the decoder's GPU time (waits, hand-offs).
+        timeline: list[dict[str, Any]] = []
+
+        def mark(event: str, segment: int) -> None:
+            timeline.append({"event": event, "segment": segment, "t": round(time.perf_counter() - t0, 3)})
+
         emitted, previous_latents, previous_tail = 0, None, None
         for k in range(plan.segments):
+            mark("denoise_start", k)
             noise = torch.randn(geom.noise_shape, generator=gen, dtype=torch.float32)
             seg = denoise_from_caches(comps, g, p, geom=geom, segment=k, noise=noise, steps=o.num_steps,
                                       guidance_scale=o.cfg_scale, kv_source=kv_source, previous_latents=previous_latents,
@@ -384,6 +392,7 @@ class WanAnimate2Backend(DiffusersBackend):
             for key in ("kv_s", "denoise_s", "cond_passes", "uncond_passes", "teacache_computed", "teacache_skipped"):
                 stats[key] += seg.stats[key]
             stats["segment_denoise_s"].append(round(seg.stats["denoise_s"], 3))
+            mark("denoise_end", k)
             # The frames of this segment to hand out: after the first, its first prev_frames are the
             # previous segment's last (not emitted again); frames past the clip are dropped.
             skip = 0 if k == 0 else o.prev_frames
@@ -395,6 +404,8 @@ class WanAnimate2Backend(DiffusersBackend):
             # decode_s: the decoder's own time (CUDA: GPU time between events around each chunk's
             # kernels, so the consumer's CPU work between chunks is not counted).
             for chunk in decode_chunks(comps.vae, seg.latents, wanted, lookahead=latent_frames if successor else 1):
+                if index == 0:
+                    mark("first_chunk_decoded", k)
                 stats["decode_s"] += chunk.decode_s
                 if successor:
                     tail.add(chunk.video)
@@ -408,7 +419,9 @@ class WanAnimate2Backend(DiffusersBackend):
                         continue
                     emitted += 1
                     yield np.ascontiguousarray(frame)
+            mark("frames_handed_out", k)
         stats["prep_s"] = prep_s
+        stats["timeline"] = timeline
         for key in ("kv_s", "denoise_s", "decode_s", "prep_s"):
             stats[key] = round(stats[key], 3)
         stats["kv"] = list(self._kv_log)

@@ -131,6 +131,11 @@ def test_renders_only_load_the_tiers_no_encoder_runs(pair, encoder_calls):
     _render(latent, loop, persona)
     assert encoder_calls.calls == before  # latent continuation: zero encoder calls at render time
     assert [k["source"] for k in backend.last_render["kv"]] == ["extract", "extract"]
+    # The timeline: each segment denoised, then decoded, then handed out, in that order, in time.
+    timeline = backend.last_render["timeline"]
+    events = ["denoise_start", "denoise_end", "first_chunk_decoded", "frames_handed_out"]
+    assert [(e["segment"], e["event"]) for e in timeline] == [(k, e) for k in (0, 1) for e in events]
+    assert [e["t"] for e in timeline] == sorted(e["t"] for e in timeline)
     assert not backend.prepare_guidance(loop, SPEC) and not backend.prepare_persona(persona, SPEC)  # current: reused
 
 
