@@ -373,7 +373,8 @@ class WanAnimate2Backend(DiffusersBackend):
         prep_s = time.perf_counter() - t0
         gen = torch.Generator("cpu").manual_seed(spec.seed)
         stats: dict[str, Any] = {"segments": plan.segments, "kv_s": 0.0, "denoise_s": 0.0, "decode_s": 0.0,
-                                 "cond_passes": 0, "uncond_passes": 0, "teacache_computed": 0, "teacache_skipped": 0, "segment_denoise_s": []}  # fmt: skip
+                                 "cond_passes": 0, "uncond_passes": 0, "teacache_computed": 0, "teacache_skipped": 0, "segment_denoise_s": [],
+                                 "segment_condition_s": []}  # fmt: skip  # condition_s (inside denoise_s): the conditioning incl. a continuation's encode
         # Wall-clock marks (seconds since this render started) of each segment's phases: where a
         # clip's time goes besides the denoise and the decoder's GPU time (waits, hand-offs).
         timeline: list[dict[str, Any]] = []
@@ -392,6 +393,7 @@ class WanAnimate2Backend(DiffusersBackend):
             for key in ("kv_s", "denoise_s", "cond_passes", "uncond_passes", "teacache_computed", "teacache_skipped"):
                 stats[key] += seg.stats[key]
             stats["segment_denoise_s"].append(round(seg.stats["denoise_s"], 3))
+            stats["segment_condition_s"].append(round(seg.stats["condition_s"], 3))
             mark("denoise_end", k)
             # The frames of this segment to hand out: after the first, its first prev_frames are the
             # previous segment's last (not emitted again); frames past the clip are dropped.

@@ -79,6 +79,8 @@ def denoise_from_caches(
     else:
         gen = latent_continuation(as_tensor(guidance.gen_condition).to(dev)[None], previous_latents[None], prev_frames)[0]
     reference = torch.cat([as_tensor(persona.ref_latents).to(dev), gen.to(dev, torch.float32)], dim=1).to(dtype)
+    _sync(dev)
+    t_cond = time.perf_counter()  # the conditioning (a "frames" continuation's VAE encode) is ready
     use_cfg = guidance_scale > 1.0
     strategy = CFGStrategy(guidance_scale, steps, getattr(components, "cfg_schedule", None))
     reset_teacache(components.transformer)  # a new trajectory: nothing carries over (no-op without TeaCache)
@@ -93,7 +95,7 @@ def denoise_from_caches(
         _sync(dev)
     t2 = time.perf_counter()
     tc = teacache_stats(components.transformer)
-    stats = {"kv_s": t1 - t0, "kv_source": how, "denoise_s": t2 - t1, **strategy.stats(),
+    stats = {"kv_s": t1 - t0, "kv_source": how, "denoise_s": t2 - t1, "condition_s": t_cond - t1, **strategy.stats(),
              "teacache_computed": tc["computed"], "teacache_skipped": tc["skipped"]}  # fmt: skip
     return DenoisedSegment(latents=latents, stats=stats)
 
