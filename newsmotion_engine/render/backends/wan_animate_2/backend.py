@@ -372,9 +372,10 @@ class WanAnimate2Backend(DiffusersBackend):
         kv_source = self.reference_kv_source(guidance, g, spec, plan)
         prep_s = time.perf_counter() - t0
         gen = torch.Generator("cpu").manual_seed(spec.seed)
+        # segment_condition_s (inside segment_denoise_s): the conditioning, a continuation's VAE encode included
         stats: dict[str, Any] = {"segments": plan.segments, "kv_s": 0.0, "denoise_s": 0.0, "decode_s": 0.0,
                                  "cond_passes": 0, "uncond_passes": 0, "teacache_computed": 0, "teacache_skipped": 0, "segment_denoise_s": [],
-                                 "segment_condition_s": []}  # fmt: skip  # condition_s (inside denoise_s): the conditioning incl. a continuation's encode
+                                 "segment_condition_s": []}  # fmt: skip
         # Wall-clock marks (seconds since this render started) of each segment's phases: where a
         # clip's time goes besides the denoise and the decoder's GPU time (waits, hand-offs).
         timeline: list[dict[str, Any]] = []
