@@ -12,8 +12,11 @@ file (``--smpl``; it is licensed and not shipped):
   attended twice);
 - ``conditional``: the reference UNet once, the unconditional rows once (the same frames: tested);
 - ``conditional+compile`` (CUDA only): plus regional ``torch.compile`` of the denoising UNet's
-  transformer blocks through the acceleration registry. The 8-bit attention kernel of
-  ``newsmotion_engine/accel`` takes head sizes 64 and 128, and SD1.5's heads are 40 wide, so it is not applied here;
+  transformer blocks through the acceleration registry;
+- ``conditional+compile+fp8_attention`` (CUDA only): plus our 8-bit attention kernel in the
+  reference attention (``-o attention=fp8-triton``; SD1.5's 40- and 80-wide heads zero-padded to
+  the kernel's 64 and 128, the own and reference key sets merged by log-sum-exp:
+  :mod:`newsmotion_engine.render.backends.champ.attention`);
 - ``conditional+compile+channels_last`` (CUDA only): plus the convolution weights channels-last
   (:mod:`newsmotion_engine.accel.memory_format`; cuDNN's bf16 convolutions run natively in NHWC);
 - ``conditional+compile+compile_vae`` (CUDA only): plus the VAE decoder's blocks compiled
@@ -58,10 +61,11 @@ from benchmarks.lab_record import stock_vs_ours, top_level_figures, write_lab_re
 __all__ = ["VARIANTS", "bench_champ", "bench_maps"]
 
 VARIANTS = ("stock", "conditional", "conditional+compile", "conditional+compile+channels_last", "conditional+fp8+compile",
-            "conditional+fp8+compile+channels_last", "conditional+compile+compile_vae")
+            "conditional+fp8+compile+channels_last", "conditional+compile+compile_vae", "conditional+compile+fp8_attention")
 
 
 def _variant_options(name: str) -> dict[str, Any]:
+    from newsmotion_engine.accel.attention import Attention
     from newsmotion_engine.accel.compile import Compile
     from newsmotion_engine.accel.compile_vae import CompileVae
     from newsmotion_engine.accel.fp8 import Fp8Linears
@@ -72,6 +76,7 @@ def _variant_options(name: str) -> dict[str, Any]:
             "conditional+compile": {"accelerations": (Compile(),)},
             "conditional+compile+channels_last": {"accelerations": (ChannelsLast(), Compile())},
             "conditional+compile+compile_vae": {"accelerations": (CompileVae(), Compile())},
+            "conditional+compile+fp8_attention": {"accelerations": (Attention(kernel="fp8-triton"), Compile())},
             "conditional+fp8+compile": {"accelerations": (fp8, Compile())},
             "conditional+fp8+compile+channels_last": {"accelerations": (fp8, ChannelsLast(), Compile())}}[name]  # fmt: skip
 

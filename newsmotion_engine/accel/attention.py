@@ -59,6 +59,7 @@ from newsmotion_engine.errors import NewsmotionError
 __all__ = [
     "ATTENTION_KINDS",
     "DEFAULT_FP8_VARIANT",
+    "FP8_HEAD_SIZES",
     "FP8_VARIANTS",
     "Attention",
     "AttentionUnavailableError",
@@ -66,6 +67,8 @@ __all__ = [
     "Fp8Variant",
     "fp8_attention",
     "fp8_attention_lse",
+    "fp8_attention_padded",
+    "fp8_head_size",
     "merge_attention",
     "project_qkv",
     "quantize_attention_inputs",
@@ -176,19 +179,24 @@ class PreviousAttention:
     active_backend: str | None = None
 
 
-# Model class name -> (factory(Attention config) -> self-attention processor, layers(model) -> the
-# attention modules it replaces). Wan / Wan-Animate use Fp8SelfAttnProcessor on each block's
-# ``attn1``; a model whose self-attention has another signature or place registers its own
-# processor and layers (wan_animate_2.attention, mimicmotion.attention).
+# Model class name -> (factory(Attention config, the processor it replaces) -> self-attention
+# processor, layers(model) -> the attention modules it replaces). Wan / Wan-Animate use
+# Fp8SelfAttnProcessor on each block's ``attn1``; a model whose self-attention has another
+# signature or place registers its own processor and layers (wan_animate_2.attention,
+# mimicmotion.attention, champ.attention).
 _FP8_PROCESSORS: dict[str, tuple[Any, Any]] = {}
 
 
-def register_fp8_processor(model_class: str, factory: Any, *, blocks_attr: str | None = None, layers: Any = None) -> None:
+def register_fp8_processor(model_class: str, factory: Any, *, blocks_attr: str | None = None, layers: Any = None,
+                           wraps: bool = False) -> None:  # fmt: skip
     """Use ``factory(config)`` for ``attention='fp8-triton'`` on models of ``model_class``: on
-    ``blocks[i].<blocks_attr>`` (a transformer's blocks), or on the modules ``layers(model)`` returns."""
+    ``blocks[i].<blocks_attr>`` (a transformer's blocks), or on the modules ``layers(model)`` returns.
+    ``wraps``: the factory is ``factory(config, previous)``, given the processor it replaces (one
+    that carries per-layer state, e.g. champ's reference attention, keeps it)."""
     if (blocks_attr is None) == (layers is None):
         raise ValueError("register_fp8_processor: give exactly one of blocks_attr and layers")
-    _FP8_PROCESSORS[model_class] = (factory, layers or _block_layers(blocks_attr))
+    build = factory if wraps else (lambda config, previous: factory(config))
+    _FP8_PROCESSORS[model_class] = (build, layers or _block_layers(blocks_attr))
 
 
 def _block_layers(attr: str) -> Any:
@@ -199,7 +207,7 @@ def _fp8_processor(model: Any) -> tuple[Any, Any]:
     return _FP8_PROCESSORS.get(type(model).__name__, (_default_processor, _block_layers("attn1")))
 
 
-def _default_processor(config: Attention) -> Any:
+def _default_processor(config: Attention, previous: Any = None) -> Any:
     if config.kernel == "fp8-cudnn":
         from newsmotion_engine.accel.attention_cudnn import CudnnFp8SelfAttnProcessor
 
@@ -231,8 +239,8 @@ def set_attention(model: Any, config: Attention) -> tuple[dict[str, Any], Previo
         factory, layers = _fp8_processor(model)
         modules = layers(model)
         previous = [m.processor for m in modules]
-        for m in modules:
-            m.set_processor(factory(config))
+        for m, replaced in zip(modules, previous):
+            m.set_processor(factory(config, replaced))
         processor = modules[0].processor
         report = {"attention": config.kernel, "variant": config.variant, "self_attention_layers": len(previous),
                   "processor": type(processor).__name__}  # fmt: skip
@@ -687,3 +695,32 @@ def fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: st
     name, x = _kernel_inputs("fp8_attention", q, k, v, variant)
     out = _kernel_op(*x, name)
     return out.to(q.dtype)
+
+
+FP8_HEAD_SIZES = (64, 128)  # the head sizes the kernel is compiled for
+
+
+def fp8_head_size(d: int) -> int | None:
+    """The kernel head size a head of ``d`` channels runs at, zero-padded (the least of
+    :data:`FP8_HEAD_SIZES` not below ``d``); ``None`` above 128."""
+    return next((p for p in FP8_HEAD_SIZES if d <= p), None)
+
+
+def fp8_attention_padded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str | None = None, *,
+                         lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """:func:`fp8_attention` (``lse``: :func:`fp8_attention_lse`) for any head size up to 128
+    (e.g. SD1.5's 40 and 80). Zero channels add nothing to ``q . k`` and come out of ``P V`` as
+    zeros, sliced off; ``q`` is scaled by ``sqrt(D_pad / D)`` so the kernel's ``1 / sqrt(D_pad)``
+    is the softmax's ``1 / sqrt(D)`` (the log-sum-exp is then that of the true scores). The same
+    attention, up to the 8-bit rounding (a zero channel quantizes to zero)."""
+    d = q.shape[-1]
+    padded = fp8_head_size(d)
+    if padded is None:
+        raise ValueError(f"fp8_attention_padded: head size {d} (the kernel takes up to {FP8_HEAD_SIZES[-1]})")
+    if padded != d:
+        q = (q.float() * math.sqrt(padded / d)).to(q.dtype)
+        q, k, v = (torch.nn.functional.pad(t, (0, padded - d)) for t in (q, k, v))
+    if lse:
+        out, rows = fp8_attention_lse(q, k, v, variant)
+        return out[..., :d], rows
+    return fp8_attention(q, k, v, variant)[..., :d]

@@ -311,6 +311,7 @@ def load_components(opts: ChampOptions) -> ChampComponents:
         m.eval().requires_grad_(False)
         # nn.Module.to: diffusers' own .to() warns about fp32-kept modules these models do not have.
         torch.nn.Module.to(m, device=device, dtype=torch.float32 if name == "vae" else dtype)
+    from newsmotion_engine.render.backends.champ import attention  # noqa: F401  registers its fp8-triton processor
     from newsmotion_engine.render.backends.champ.modules import ReferenceState, install_reference_attention
 
     reference = ReferenceState()

@@ -40,7 +40,7 @@ NAME = "champ"
 MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR_CHAMP"
 SMPL_ENV = "NEWSMOTION_SMPL_MODEL"
 # The accelerations that apply to a UNet here (the others target Wan's transformer blocks).
-ACCELERATION_KEYS = ("compile", "compile_vae", "channels_last", "fp8")
+ACCELERATION_KEYS = ("compile", "compile_vae", "channels_last", "fp8", "attention")
 REFERENCE_PASSES = ("conditional", "official")
 
 
@@ -166,6 +166,10 @@ class ChampOptions(DiffusersOptions):
         object.__setattr__(self, "accelerations", self._ordered_accelerations())
         if any(c.technique not in ACCELERATION_KEYS for c in self.accelerations):
             raise self._bad("accelerations", f"champ applies {', '.join(ACCELERATION_KEYS)} only (the others target Wan's transformer)")
+        kernels = {getattr(c, "kernel", None) for c in self.accelerations if c.technique == "attention"}
+        if kernels - {"fp8-triton"}:
+            raise self.config_error(f"{NAME} option attention={sorted(kernels - {'fp8-triton'})[0]!r}: use 'fp8-triton' (our "
+                                    "8-bit kernel in the reference attention, champ/attention.py); without the option it runs SDPA")
         object.__setattr__(self, "guidance_scale", float(self.guidance_scale))
         if self.smpl_model is None:
             raise SmplModelMissingError(smpl_missing_message())

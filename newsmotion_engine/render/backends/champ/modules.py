@@ -132,7 +132,7 @@ class ReferenceReader:
                  temb=None, **kwargs: Any) -> torch.Tensor:  # fmt: skip
         ref = self.state.bank.get(self.name)
         if ref is None:
-            return self.inner(attn, hidden_states, None, attention_mask, temb)
+            return self.self_attend(attn, hidden_states, attention_mask, temb)
         u = self.state.uncond_rows
         if self.state.official:
             bank = ref.to(hidden_states.dtype).repeat_interleave(self.state.frames, dim=0)  # "b t l c -> (b t) l c"
@@ -141,12 +141,20 @@ class ReferenceReader:
                 out = torch.cat([self.inner(attn, hidden_states[:u], None, attention_mask, temb), out[u:]], dim=0)
             return out
         cond = hidden_states[u:]
-        # The bank holds one reference per video; each frame row of it sees the same tokens.
-        bank = ref.to(cond.dtype).repeat_interleave(cond.shape[0] // ref.shape[0], dim=0)
-        out = self.inner(attn, cond, torch.cat([cond, bank], dim=1), attention_mask, temb)
+        out = self.attend_with_reference(attn, cond, ref.to(cond.dtype), attention_mask, temb)
         if u:
-            out = torch.cat([self.inner(attn, hidden_states[:u], None, attention_mask, temb), out], dim=0)
+            out = torch.cat([self.self_attend(attn, hidden_states[:u], attention_mask, temb), out], dim=0)
         return out
+
+    def self_attend(self, attn: Any, hidden_states: torch.Tensor, attention_mask: Any, temb: Any) -> torch.Tensor:
+        """Plain self-attention (rows that do not see the reference)."""
+        return self.inner(attn, hidden_states, None, attention_mask, temb)
+
+    def attend_with_reference(self, attn: Any, cond: torch.Tensor, ref: torch.Tensor, attention_mask: Any, temb: Any) -> torch.Tensor:
+        """Each row of ``cond`` ``[(B F), L, C]`` attends over its own tokens then the reference
+        ``ref`` ``[B, L_ref, C]`` (one per video: each frame row of it sees the same tokens)."""
+        bank = ref.repeat_interleave(cond.shape[0] // ref.shape[0], dim=0)
+        return self.inner(attn, cond, torch.cat([cond, bank], dim=1), attention_mask, temb)
 
 
 def install_reference_attention(reference_unet: Any, denoising_unet: Any, state: ReferenceState) -> int:

@@ -210,3 +210,109 @@ def test_fp8_swaps_the_denoising_unets_block_linears_and_is_removed(loaded, pair
                          untouched=(loaded.components.reference_unet,))  # fmt: skip
     opts = ChampOptions.from_mapping({"fp8": "auto", "compile": "blocks", "smpl_model": "body.npz"})
     assert [c.technique for c in opts.accelerations] == ["fp8", "compile"]
+
+
+def _exact_kernels(monkeypatch) -> dict[str, int]:
+    """The 8-bit kernel's entry points replaced by exact attention (the CPU has no Hopper tensor
+    cores), counting their calls; the kernel reported usable."""
+    from newsmotion_engine.accel import attention as A
+
+    calls = {"plain": 0, "lse": 0}
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def plain(q, k, v, variant=None):
+        calls["plain"] += 1
+        return sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+
+    def with_lse(q, k, v, variant=None):
+        calls["lse"] += 1
+        return A.reference_attention_lse(q, k, v)
+
+    monkeypatch.setattr(A, "kernel_supported", lambda kernel: (True, "stub"))
+    monkeypatch.setattr(A, "fp8_attention", plain)
+    monkeypatch.setattr(A, "fp8_attention_lse", with_lse)
+    return calls
+
+
+def test_fp8_attention_wraps_the_reference_readers_and_renders_the_same_frames(loaded, pair, monkeypatch):
+    """``attention=fp8-triton``: every reference reader of the denoising UNet is wrapped (its layer
+    name and the shared bank kept; the reference UNet's writers untouched), the padded heads and
+    the two key sets merged by log-sum-exp give the frames the stock processor gives (the kernel
+    here exact), and removal puts the readers back."""
+    from newsmotion_engine.accel import attention as A
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.render.backends.champ import attention as champ_attention
+    from newsmotion_engine.render.backends.champ.modules import ReferenceReader
+
+    loop, persona = pair
+    spec = RenderSpec(width=64, height=128, seed=3)
+    loaded.prepare_guidance(loop, spec)
+    loaded.prepare_persona(persona, spec)
+    kp = _kp(loop, persona)
+    before = np.stack(list(loaded.frames(loop, persona, kp, spec))).astype(np.int16)
+    unet = loaded.components.transformer
+    readers = {n: m.processor for n, m in unet.named_modules() if isinstance(getattr(m, "processor", None), ReferenceReader)}
+    writers = dict(loaded.components.reference_unet.attn_processors)
+    calls = _exact_kernels(monkeypatch)
+    monkeypatch.setattr(champ_attention, "_on_kernel_device", lambda x: True)
+    applied = registry.apply_accelerations(loaded.components, (A.Attention(kernel="fp8-triton"),))
+    try:
+        wrapped = {n: m.processor for n, m in unet.named_modules() if n in readers}
+        assert all(type(p) is champ_attention.Fp8ReferenceReader for p in wrapped.values()) and len(wrapped) == len(readers) > 0
+        assert all(p.name == readers[n].name and p.state is readers[n].state for n, p in wrapped.items())
+        assert applied.report["attention"]["self_attention_layers"] == len(readers)
+        after = np.stack(list(loaded.frames(loop, persona, kp, spec))).astype(np.int16)
+    finally:
+        registry.remove_accelerations(loaded.components, applied)
+    assert calls["lse"] > 0 and calls["plain"] > 0  # conditional rows (own + reference keys), unconditional rows
+    assert np.abs(after - before).max() <= 1, np.abs(after - before).max()
+    assert all(m.processor is readers[n] for n, m in unet.named_modules() if n in readers)
+    assert dict(loaded.components.reference_unet.attn_processors) == writers
+
+
+def test_fp8_reference_reader_takes_only_what_the_kernel_computes(monkeypatch):
+    """The padded heads: 40 -> 64 and 80 -> 128 taken, 160 (SD1.5's lowest levels) left to SDPA;
+    a mask, or a reference of another length, falls back to the stock processor."""
+    from diffusers.models.attention_processor import Attention as DiffusersAttention
+
+    from newsmotion_engine.render.backends.champ import attention as champ_attention
+    from newsmotion_engine.render.backends.champ.modules import ReferenceReader, ReferenceState
+
+    monkeypatch.setattr(champ_attention, "_on_kernel_device", lambda x: True)
+    reader = champ_attention.Fp8ReferenceReader(ReferenceReader("a.attn1", ReferenceState()))
+    x = torch.empty(2, 12, 320)
+    assert reader.takes(DiffusersAttention(query_dim=320, heads=8, dim_head=40), x, None)
+    assert reader.takes(DiffusersAttention(query_dim=640, heads=8, dim_head=80), torch.empty(2, 12, 640), None)
+    assert not reader.takes(DiffusersAttention(query_dim=1280, heads=8, dim_head=160), torch.empty(2, 12, 1280), None)
+    assert not reader.takes(DiffusersAttention(query_dim=320, heads=8, dim_head=40), x, torch.empty(1))
+    monkeypatch.setattr(champ_attention, "_on_kernel_device", lambda x: False)
+    assert not reader.takes(DiffusersAttention(query_dim=320, heads=8, dim_head=40), x, None)
+
+
+def test_fp8_reference_attention_math_equals_the_stock_processor(monkeypatch):
+    """One call with the kernel exact: padded heads, the reference projected once per video and
+    the two key sets merged give what ``AttnProcessor2_0`` gives over ``[own | reference]``."""
+    from diffusers.models.attention_processor import Attention as DiffusersAttention
+
+    from newsmotion_engine.render.backends.champ import attention as champ_attention
+    from newsmotion_engine.render.backends.champ.modules import ReferenceReader, ReferenceState
+
+    _exact_kernels(monkeypatch)
+    monkeypatch.setattr(champ_attention, "_on_kernel_device", lambda x: True)
+    torch.manual_seed(0)
+    attn = DiffusersAttention(query_dim=80, heads=2, dim_head=40).eval()
+    stock = ReferenceReader("a.attn1", ReferenceState())
+    fp8 = champ_attention.Fp8ReferenceReader(stock)
+    cond, ref = torch.randn(6, 24, 80), torch.randn(2, 24, 80)  # 2 videos x 3 frame rows
+    with torch.no_grad():
+        torch.testing.assert_close(fp8.attend_with_reference(attn, cond, ref, None, None),
+                                   stock.attend_with_reference(attn, cond, ref, None, None), rtol=1e-4, atol=1e-5)  # fmt: skip
+        torch.testing.assert_close(fp8.self_attend(attn, cond, None, None), stock.self_attend(attn, cond, None, None), rtol=1e-4, atol=1e-5)
+
+
+def test_only_our_attention_kernel_is_offered_to_champ():
+    from newsmotion_engine.render.backends.champ.config import ChampOptions
+
+    with pytest.raises(BackendOptionError, match="fp8-triton"):
+        ChampOptions.from_mapping({"attention": "cudnn", "smpl_model": "body.npz"})
+    assert [c.technique for c in ChampOptions.from_mapping({"attention": "fp8-triton", "smpl_model": "body.npz"}).accelerations] == ["attention"]
