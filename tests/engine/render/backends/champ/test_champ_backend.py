@@ -42,6 +42,16 @@ def _kp(loop, persona):
     return retarget(loop.keypoints, persona.landmarks, persona_size=(persona.portrait.shape[1], persona.portrait.shape[0]))
 
 
+def _prepared_render(loaded, pair):
+    """Both tiers built for ``pair`` at the tests' size; a callable rendering its frames."""
+    loop, persona = pair
+    spec = RenderSpec(width=64, height=128, seed=3)
+    loaded.prepare_guidance(loop, spec)
+    loaded.prepare_persona(persona, spec)
+    kp = _kp(loop, persona)
+    return lambda: loaded.frames(loop, persona, kp, spec)
+
+
 def test_compile_applies_to_components_loaded_without_it(loaded):
     """The benchmark loads once and applies each variant's accelerations to the loaded components:
     the UNet's repeated blocks must be known whatever the options were at load."""
@@ -180,16 +190,12 @@ def test_channels_last_renders_the_same_frames(loaded, pair):
     from newsmotion_engine.accel import registry
     from newsmotion_engine.accel.memory_format import ChannelsLast
 
-    loop, persona = pair
-    spec = RenderSpec(width=64, height=128, seed=3)
-    loaded.prepare_guidance(loop, spec)
-    loaded.prepare_persona(persona, spec)
-    kp = _kp(loop, persona)
-    before = np.stack(list(loaded.frames(loop, persona, kp, spec))).astype(np.int16)
+    render = _prepared_render(loaded, pair)
+    before = np.stack(list(render())).astype(np.int16)
     applied = registry.apply_accelerations(loaded.components, (ChannelsLast(),))
     try:
         assert "transformer" in applied.report["channels_last"]["modules"]
-        after = np.stack(list(loaded.frames(loop, persona, kp, spec))).astype(np.int16)
+        after = np.stack(list(render())).astype(np.int16)
     finally:
         registry.remove_accelerations(loaded.components, applied)
     assert np.abs(after - before).max() <= 1, np.abs(after - before).max()
@@ -201,12 +207,7 @@ def test_fp8_swaps_the_denoising_unets_block_linears_and_is_removed(loaded, pair
     from newsmotion_engine.render.backends.champ.config import ChampOptions
     from tests.engine.render.backends.fp8_unet import check_fp8_round_trip
 
-    loop, persona = pair
-    spec = RenderSpec(width=64, height=128, seed=3)
-    loaded.prepare_guidance(loop, spec)
-    loaded.prepare_persona(persona, spec)
-    kp = _kp(loop, persona)
-    check_fp8_round_trip(loaded.components, lambda: loaded.frames(loop, persona, kp, spec),
+    check_fp8_round_trip(loaded.components, _prepared_render(loaded, pair),
                          untouched=(loaded.components.reference_unet,))  # fmt: skip
     opts = ChampOptions.from_mapping({"fp8": "auto", "compile": "blocks", "smpl_model": "body.npz"})
     assert [c.technique for c in opts.accelerations] == ["fp8", "compile"]
@@ -244,12 +245,8 @@ def test_fp8_attention_wraps_the_reference_readers_and_renders_the_same_frames(l
     from newsmotion_engine.render.backends.champ import attention as champ_attention
     from newsmotion_engine.render.backends.champ.modules import ReferenceReader
 
-    loop, persona = pair
-    spec = RenderSpec(width=64, height=128, seed=3)
-    loaded.prepare_guidance(loop, spec)
-    loaded.prepare_persona(persona, spec)
-    kp = _kp(loop, persona)
-    before = np.stack(list(loaded.frames(loop, persona, kp, spec))).astype(np.int16)
+    render = _prepared_render(loaded, pair)
+    before = np.stack(list(render())).astype(np.int16)
     unet = loaded.components.transformer
     readers = {n: m.processor for n, m in unet.named_modules() if isinstance(getattr(m, "processor", None), ReferenceReader)}
     writers = dict(loaded.components.reference_unet.attn_processors)
@@ -261,7 +258,7 @@ def test_fp8_attention_wraps_the_reference_readers_and_renders_the_same_frames(l
         assert all(type(p) is champ_attention.Fp8ReferenceReader for p in wrapped.values()) and len(wrapped) == len(readers) > 0
         assert all(p.name == readers[n].name and p.state is readers[n].state for n, p in wrapped.items())
         assert applied.report["attention"]["self_attention_layers"] == len(readers)
-        after = np.stack(list(loaded.frames(loop, persona, kp, spec))).astype(np.int16)
+        after = np.stack(list(render())).astype(np.int16)
     finally:
         registry.remove_accelerations(loaded.components, applied)
     assert calls["lse"] > 0 and calls["plain"] > 0  # conditional rows (own + reference keys), unconditional rows
