@@ -9,7 +9,7 @@ head sizes 64 and 128 with as many keys as queries. So here:
 
 - the heads are zero-padded to the kernel's size (40 -> 64, 80 -> 128:
   :func:`~newsmotion_engine.accel.attention.fp8_attention_padded`; zero channels change no score);
-  the 160-wide heads of the two lowest levels (456 and 114 tokens) keep SDPA;
+  the 160-wide heads of the lowest attention level and the mid block (464 and 120 tokens) keep SDPA;
 - a conditional row's two key sets, its own tokens and the reference's (both ``L`` long), run as
   two kernel calls merged by their log-sum-exp
   (:func:`~newsmotion_engine.accel.attention.merge_attention`): one softmax over their union;
