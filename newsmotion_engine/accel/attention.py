@@ -70,6 +70,8 @@ __all__ = [
     "fp8_attention_padded",
     "fp8_head_size",
     "merge_attention",
+    "plain_attention_call",
+    "project_attention_out",
     "project_qkv",
     "quantize_attention_inputs",
     "reference_attention",
@@ -287,6 +289,25 @@ def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
     c, s = cos[..., 0::2], sin[..., 1::2]
     return torch.stack([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1).flatten(-2).type_as(x)
+
+
+def plain_attention_call(attn: Any, hidden_states: torch.Tensor, attention_mask: Any) -> bool:
+    """Whether diffusers' ``AttnProcessor2_0`` computes this call of a diffusers ``Attention`` as
+    projections, softmax attention at ``1 / sqrt(head)`` and the output projection, nothing else
+    (no mask, no spatial / group / QK / cross norm, the default scale, ``[B, L, C]`` input): what
+    a processor swapping in our kernel must check before it does the same (mimicmotion, champ)."""
+    head = attn.to_q.out_features // attn.heads
+    return (attention_mask is None and hidden_states.dim() == 3 and attn.spatial_norm is None and attn.group_norm is None
+            and attn.norm_q is None and attn.norm_k is None and not attn.norm_cross and math.isclose(attn.scale, head**-0.5))  # fmt: skip
+
+
+def project_attention_out(attn: Any, out: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """The end of ``AttnProcessor2_0`` for a BSHD attention output ``out``: heads joined, the
+    output projection (and dropout), the residual where the module adds one, the rescale."""
+    out = attn.to_out[1](attn.to_out[0](out.flatten(2, 3).type_as(residual)))
+    if attn.residual_connection:
+        out = out + residual
+    return out / attn.rescale_output_factor
 
 
 def project_qkv(attn: Any, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -30,7 +30,6 @@ shared reference bank carry over); removing the acceleration puts the readers ba
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -65,21 +64,14 @@ class Fp8ReferenceReader(ReferenceReader):
     def takes(self, attn: Any, hidden_states: torch.Tensor, attention_mask: Any) -> bool:
         """Whether the kernel computes this call as diffusers' ``AttnProcessor2_0`` would."""
         head = attn.to_q.out_features // attn.heads
-        return (attention_mask is None and hidden_states.dim() == 3 and _on_kernel_device(hidden_states)
-                and attn.spatial_norm is None and attn.group_norm is None and attn.norm_q is None and attn.norm_k is None
-                and not attn.norm_cross and A.fp8_head_size(head) is not None and math.isclose(attn.scale, head**-0.5))  # fmt: skip
-
-    def _project_out(self, attn: Any, out: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        out = attn.to_out[1](attn.to_out[0](out.flatten(2, 3).type_as(residual)))
-        if attn.residual_connection:
-            out = out + residual
-        return out / attn.rescale_output_factor
+        return (A.plain_attention_call(attn, hidden_states, attention_mask) and A.fp8_head_size(head) is not None
+                and _on_kernel_device(hidden_states))  # fmt: skip
 
     def self_attend(self, attn: Any, hidden_states: torch.Tensor, attention_mask: Any, temb: Any) -> torch.Tensor:
         if not self.takes(attn, hidden_states, attention_mask):
             return super().self_attend(attn, hidden_states, attention_mask, temb)
         q, k, v = (_heads(attn, proj(hidden_states)) for proj in (attn.to_q, attn.to_k, attn.to_v))
-        return self._project_out(attn, A.fp8_attention_padded(q, k, v, self.variant), hidden_states)
+        return A.project_attention_out(attn, A.fp8_attention_padded(q, k, v, self.variant), hidden_states)
 
     def attend_with_reference(self, attn: Any, cond: torch.Tensor, ref: torch.Tensor, attention_mask: Any, temb: Any) -> torch.Tensor:
         if not self.takes(attn, cond, attention_mask) or ref.shape[1] != cond.shape[1] or cond.shape[0] % ref.shape[0]:
@@ -89,7 +81,7 @@ class Fp8ReferenceReader(ReferenceReader):
         rk, rv = (_heads(attn, proj(ref)).repeat_interleave(rows, dim=0) for proj in (attn.to_k, attn.to_v))
         own, own_lse = A.fp8_attention_padded(q, k, v, self.variant, lse=True)
         seen, seen_lse = A.fp8_attention_padded(q, rk, rv, self.variant, lse=True)
-        return self._project_out(attn, A.merge_attention(own, own_lse, seen, seen_lse), cond)
+        return A.project_attention_out(attn, A.merge_attention(own, own_lse, seen, seen_lse), cond)
 
 
 def _factory(config: A.Attention, previous: Any) -> Fp8ReferenceReader:

@@ -166,10 +166,7 @@ class ChampOptions(DiffusersOptions):
         object.__setattr__(self, "accelerations", self._ordered_accelerations())
         if any(c.technique not in ACCELERATION_KEYS for c in self.accelerations):
             raise self._bad("accelerations", f"champ applies {', '.join(ACCELERATION_KEYS)} only (the others target Wan's transformer)")
-        kernels = {getattr(c, "kernel", None) for c in self.accelerations if c.technique == "attention"}
-        if kernels - {"fp8-triton"}:
-            raise self.config_error(f"{NAME} option attention={sorted(kernels - {'fp8-triton'})[0]!r}: use 'fp8-triton' (our "
-                                    "8-bit kernel in the reference attention, champ/attention.py); without the option it runs SDPA")
+        self._check_only_our_attention("the reference attention, champ/attention.py")
         object.__setattr__(self, "guidance_scale", float(self.guidance_scale))
         if self.smpl_model is None:
             raise SmplModelMissingError(smpl_missing_message())

@@ -22,7 +22,6 @@ the originals back.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -51,9 +50,8 @@ class Fp8SpatialSelfAttnProcessor:
     def takes(self, attn: Any, hidden_states: torch.Tensor, encoder_hidden_states: Any, attention_mask: Any) -> bool:
         """Whether the kernel computes this call exactly as the stock processor would."""
         head = attn.to_q.out_features // attn.heads
-        return (encoder_hidden_states is None and attention_mask is None and hidden_states.dim() == 3
-                and attn.spatial_norm is None and attn.group_norm is None and attn.norm_q is None and attn.norm_k is None
-                and head in (64, 128) and math.isclose(attn.scale, head**-0.5) and hidden_states.is_cuda)  # fmt: skip
+        return (encoder_hidden_states is None and A.plain_attention_call(attn, hidden_states, attention_mask)
+                and head in A.FP8_HEAD_SIZES and hidden_states.is_cuda)  # fmt: skip
 
     def __call__(self, attn: Any, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor | None = None,
                  attention_mask: torch.Tensor | None = None, temb: torch.Tensor | None = None, *args: Any, **kwargs: Any) -> torch.Tensor:  # fmt: skip
@@ -63,13 +61,8 @@ class Fp8SpatialSelfAttnProcessor:
 
     def attend(self, attn: Any, hidden_states: torch.Tensor) -> torch.Tensor:
         """The call :meth:`takes`: projections, the 8-bit kernel over BSHD heads, output projection."""
-        residual = hidden_states
         q, k, v = (proj(hidden_states).unflatten(2, (attn.heads, -1)) for proj in (attn.to_q, attn.to_k, attn.to_v))
-        out = A.fp8_attention(q, k, v, variant=self.variant).flatten(2, 3).type_as(q)
-        out = attn.to_out[1](attn.to_out[0](out))
-        if attn.residual_connection:
-            out = out + residual
-        return out / attn.rescale_output_factor
+        return A.project_attention_out(attn, A.fp8_attention(q, k, v, variant=self.variant), hidden_states)
 
 
 def _factory(config: A.Attention) -> Fp8SpatialSelfAttnProcessor:

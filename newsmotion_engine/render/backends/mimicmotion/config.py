@@ -221,10 +221,7 @@ class MimicMotionOptions(DiffusersOptions):
         if other:
             raise self.config_error(f"{NAME} option accelerations: {', '.join(other)} do not apply to the SVD UNet; "
                                     f"use {', '.join(ACCELERATION_KEYS)}")
-        kernels = {getattr(c, "kernel", None) for c in self.accelerations if c.technique == "attention"}
-        if kernels - {"fp8-triton"}:
-            raise self.config_error(f"{NAME} option attention={sorted(kernels - {'fp8-triton'})[0]!r}: use 'fp8-triton' (our 8-bit "
-                                    "kernel in the spatial self-attention, mimicmotion/attention.py); without the option it runs SDPA")
+        self._check_only_our_attention("the spatial self-attention, mimicmotion/attention.py")
         object.__setattr__(self, "guidance_scale", float(self.guidance_scale))
         object.__setattr__(self, "noise_aug_strength", float(self.noise_aug_strength))
 

@@ -313,6 +313,13 @@ class DiffusersOptions(BackendOptions):
         if n is not None and (not isinstance(n, int) or n < 5 or (n - 1) % 4):
             raise self._bad("segment_frames", f"use 4k+1 frames, at least 5 (e.g. {example})")
 
+    def _check_only_our_attention(self, where: str) -> None:
+        """A UNet backend takes only ``attention=fp8-triton`` (our kernel, wired into ``where``)."""
+        others = sorted({getattr(c, "kernel", None) for c in self.accelerations if c.technique == "attention"} - {"fp8-triton"})  # type: ignore[attr-defined]
+        if others:
+            raise self.config_error(f"{self.backend} option attention={others[0]!r}: use 'fp8-triton' (our 8-bit kernel in "
+                                    f"{where}); without the option it runs SDPA")  # fmt: skip
+
     def _check_strings(self, optional: tuple[str, ...], required: tuple[str, ...]) -> None:
         for name in optional:
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
