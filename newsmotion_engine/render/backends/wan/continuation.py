@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from newsmotion_engine.render.backends.wan.encoders import i2v_mask, vae_encode
+from newsmotion_engine.render.backends.wan.zero_tail import encode_then_zeros
 
 __all__ = ["CONTINUATIONS", "DESCRIPTIONS", "frames_continuation", "latent_continuation"]
 
@@ -31,13 +32,13 @@ def frames_continuation(vae: Any, tail: Any, segment_frames: int) -> Any:
     """The previous segment's last decoded frames ``tail`` (``[1, 3, prev_frames, H, W]`` in [-1, 1],
     straight from the VAE decoder, no uint8 rounding), followed by zero frames up to
     ``segment_frames``, VAE-encoded (distribution mode, normalized), the mask in front -> float32
-    ``[1, 20, T_lat, h, w]`` on the CPU (the copy synchronizes the stream it ran on)."""
+    ``[1, 20, T_lat, h, w]`` on the CPU (the copy synchronizes the stream it ran on). The encoder
+    skips what the zero frames alone make (:mod:`.zero_tail`: the same latents)."""
     import torch
 
-    b, c, n, h, w = tail.shape
+    n = tail.shape[2]
     with torch.no_grad():
-        zeros = torch.zeros(b, c, segment_frames - n, h, w, dtype=tail.dtype, device=tail.device)
-        lat = vae_encode(vae, torch.cat([tail, zeros], dim=2), tail.device)
+        lat = encode_then_zeros(vae, tail, segment_frames, tail.device) if n < segment_frames else vae_encode(vae, tail, tail.device)
     mask = i2v_mask(lat.shape[2], lat.shape[3], lat.shape[4], n)
     return torch.cat([mask.to(lat), lat], dim=1)
 

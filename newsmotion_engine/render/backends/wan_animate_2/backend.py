@@ -96,6 +96,12 @@ class WanAnimate2Backend(DiffusersBackend):
 
         if self.options.reference_kv == "gpu-lru":
             self.kv_lru = KVLru(int(self.options.kv_lru_gib * 2**30))
+        if self.options.continuation == "frames":
+            from newsmotion_engine.render.backends.wan.zero_tail import steady_plan
+
+            # Which calls of a continuation's encode the zeros alone decide (wan/zero_tail.py),
+            # worked out with the model rather than in the first render.
+            steady_plan(self.components.vae, self.options.segment_length, self.options.prev_frames)
 
     def _released(self) -> None:
         if self.kv_lru is not None:
