@@ -16,6 +16,11 @@ order given (``--parts``, default ``wan_decode,convs,decode,unet``):
   (``torch.utils.flop_counter``) and the rate they imply; then (``encode``) the encode of 17
   frames, as the continuation runs it, float32 channels-last stock, ``_pad_fold``, ``_pad_fold_fused_norm``
   and ``_pad_fold_as_2d``;
+- ``wan_continuation``: the encode a Wan continuation runs (1 frame, then 80 zero frames) with
+  the VAE as the clip bench's "ours" loads it (float32, channels-last, ``causal_pad_fold``,
+  ``fused_vae_norm``): the plain encode against :func:`~newsmotion_engine.render.backends.wan.zero_tail.encode_then_zeros`,
+  its first call at the size (it keeps each unit's steady frame) apart from later ones, with the
+  FLOPs each runs, the unit calls skipped and the largest difference;
 - ``convs``: one convolution per (channels, size) alone: SVD's time-only ``(3, 1, 1)`` ones (bf16),
   then Wan's causal ``(3, 3, 3)`` ones as its decoder runs them (float32 and bf16), each as 3-D and
   as 2-D, contiguous and channels-last, with its rate;
@@ -166,9 +171,9 @@ def bench_conv3d(*, device: str = "auto", small: bool = False, repeats: int = 5,
         return cfg
 
     gen = torch.Generator("cpu").manual_seed(0)
-    unknown = set(parts) - {"convs", "decode", "unet", "wan_decode"}
+    unknown = set(parts) - {"convs", "decode", "unet", "wan_decode", "wan_continuation"}
     if unknown:
-        raise ValueError(f"parts {sorted(unknown)}: use convs, decode, unet, wan_decode")
+        raise ValueError(f"parts {sorted(unknown)}: use convs, decode, unet, wan_decode, wan_continuation")
     for part in parts:  # in the order given
         if part == "convs":
             # (channels, frames in, height, width, kernel, padding, dtype): SVD's time-only ones in bf16
@@ -265,6 +270,9 @@ def bench_conv3d(*, device: str = "auto", small: bool = False, repeats: int = 5,
         elif part == "wan_decode":
             result["wan_decode"] = _wan_decode(dev, small, repeats, log)
             write()
+        elif part == "wan_continuation":
+            result["wan_continuation"] = _wan_continuation(dev, small, repeats, log)
+            write()
     return result
 
 
@@ -344,6 +352,61 @@ def _wan_decode(dev: Any, small: bool, repeats: int, log: Log) -> dict[str, Any]
         del vae, zz
     rows["encode"] = encode_rows
     return rows
+
+
+def _wan_continuation(dev: Any, small: bool, repeats: int, log: Log) -> dict[str, Any]:
+    """The continuation's encode, plain vs :func:`encode_then_zeros` (module docstring)."""
+    import torch
+    from diffusers import AutoencoderKLWan
+
+    from newsmotion_engine.accel.causal_pad import set_causal_pad_fold
+    from newsmotion_engine.accel.memory_format import set_conv_format
+    from newsmotion_engine.accel.vae_norm import set_fused_vae_norm
+    from newsmotion_engine.render.backends.wan.encoders import vae_encode
+    from newsmotion_engine.render.backends.wan.released import component_kwargs
+    from newsmotion_engine.render.backends.wan.zero_tail import encode_then_zeros, steady_plan
+
+    cfg = component_kwargs("wan-animate-2", "vae")
+    if small:
+        cfg["base_dim"] = 16
+    frames, (height, width) = 81, ((64, 64) if small else (1280, 720))
+    torch.manual_seed(0)
+    with torch.device(dev):
+        vae = AutoencoderKLWan.from_config(cfg).to(torch.float32).eval()
+    set_conv_format(vae, True)
+    set_causal_pad_fold(vae, True)
+    set_fused_vae_norm(vae, True)
+    head = (torch.rand(1, 3, 1, height, width, generator=torch.Generator("cpu").manual_seed(0)) * 2 - 1).to(dev)
+
+    def plain() -> Any:
+        with torch.no_grad():
+            return vae_encode(vae, torch.cat([head, head.new_zeros(1, 3, frames - 1, height, width)], dim=2), dev)
+
+    stats: dict[str, int] = {}
+
+    def skipping() -> Any:
+        return encode_then_zeros(vae, head, frames, dev, stats=stats)
+
+    t0 = time.perf_counter()
+    plans = steady_plan(vae, frames, 1)
+    probe_s = time.perf_counter() - t0
+    s_plain, ref = _time(plain, dev, max(2, repeats // 2))
+    _sync(dev)
+    t0 = time.perf_counter()
+    first = skipping()
+    _sync(dev)
+    first_s, first_stats = time.perf_counter() - t0, dict(stats)
+    s_warm, out = _time(skipping, dev, max(2, repeats // 2))
+    row = {"frames": frames, "size": [width, height], "probe_s": round(probe_s, 3),
+           "steady_from_call": {p.name: p.first_steady for p in plans or ()},
+           "plain_ms": round(s_plain * 1000, 1), "plain_tflop": _tflop(plain),
+           "first_call_ms": round(first_s * 1000, 1), "first_call_units": first_stats,
+           "warm_ms": round(s_warm * 1000, 1), "warm_units": dict(stats), "warm_tflop": _tflop(skipping),
+           "speedup_warm": round(s_plain / s_warm, 2),
+           "max_rel_diff_first": _rel_diff(first, ref), "max_rel_diff_warm": _rel_diff(out, ref)}  # fmt: skip
+    log(f"  wan continuation encode: {row}")
+    del vae
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
