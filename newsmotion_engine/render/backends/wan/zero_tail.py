@@ -42,6 +42,7 @@ import functools
 import inspect
 import json
 import math
+import threading
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -188,6 +189,7 @@ def _wrapped(units: list[tuple[str, Any]], make: Any) -> Iterator[None]:
                 vars(module).pop("forward", None)
 
 
+_LOCK = threading.Lock()  # one wrapped encode at a time (the wrappers are on the shared modules)
 # VAE -> {"key": the state key, "frames": unit name -> (kept frame, channels-last?)}: the kept
 # frames of the latest size, per VAE (weakly held: dropped with the VAE).
 _KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -213,10 +215,14 @@ def _materialised(x: Any) -> Any:
 
 
 def _skipper(plans: dict[str, UnitPlan], kept: dict[str, Any], counts: dict[str, int], stats: dict[str, int]):
+    owner = threading.get_ident()
+
     def around(name: str, original: Any, conv: bool):
         plan = plans[name]
 
         def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != owner:  # another thread's encode with this VAE: untouched
+                return original(x, *args, **kwargs)
             i = counts[name]
             counts[name] = i + 1
             if i >= plan.first_steady and name in kept and i < len(plan.frames):
@@ -256,10 +262,11 @@ def encode_then_zeros(vae: Any, head: Any, frames: int, device: Any, *, stats: d
         return vae_encode(vae, video, device)
     units = _units(vae.encoder)
     key = _state_key(vae, video)
-    state = _KEPT.get(vae)
-    if state is None or state["key"] != key:
-        state = {"key": key, "frames": {}}  # a new size (or kernels): the previous size's frames are dropped
-        _KEPT[vae] = state
-    counts = {name: 0 for name, _ in units}
-    with _wrapped(units, _skipper({p.name: p for p in plans}, state["frames"], counts, stats)):
-        return vae_encode(vae, video, device)
+    with _LOCK:
+        state = _KEPT.get(vae)
+        if state is None or state["key"] != key:
+            state = {"key": key, "frames": {}}  # a new size (or kernels): the previous size's frames are dropped
+            _KEPT[vae] = state
+        counts = {name: 0 for name, _ in units}
+        with _wrapped(units, _skipper({p.name: p for p in plans}, state["frames"], counts, stats)):
+            return vae_encode(vae, video, device)
