@@ -186,10 +186,14 @@ class Scail2Backend(DiffusersBackend):
                              pose=t(g.pose_latents[segment])[None], driving_mask=t(g.driving_masks[segment])[None])  # fmt: skip
 
     def _model_frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
-        """The clip at 24 fps (``round(T * 24 / loop fps)`` frames), re-timed to the ``T`` asked for."""
+        """The clip at 24 fps (``round(T * 24 / loop fps)`` frames); :meth:`_retimed` re-times it
+        to the ``T`` asked for."""
         T = int(np.asarray(keypoints).shape[0])
-        n = model_frame_count(T, loop_fps(guidance))
-        return retime_frames(self._frames(guidance, persona, n, spec), n, T)
+        return self._frames(guidance, persona, model_frame_count(T, loop_fps(guidance)), spec)
+
+    def _retimed(self, frames: Iterator[np.ndarray], guidance: Any, keypoints: np.ndarray) -> Iterator[np.ndarray]:
+        T = int(np.asarray(keypoints).shape[0])
+        return retime_frames(frames, model_frame_count(T, loop_fps(guidance)), T)
 
     def _frames(self, guidance: Any, persona: Any, frames: int, spec: RenderSpec) -> Iterator[np.ndarray]:
         import torch

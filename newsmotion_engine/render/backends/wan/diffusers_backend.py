@@ -350,6 +350,9 @@ class DiffusersBackend:
             if not self._records_cuda_graphs():
                 # The next segment denoises while this one's frames are matted and consumed.
                 model = read_ahead(model, READ_AHEAD_FRAMES, name=f"{self.name}-frames")
+            # Re-timing blends frames on the CPU: here, in the consumer's thread, it overlaps the
+            # next segment's denoise instead of delaying its start (a segment's ~100 frames at once).
+            model = self._retimed(model, guidance, keypoints)
             # Green screen: each generated frame's person matted onto the exact spec.background
             # (render/chroma.py), unless chroma="off".
             yield from composite_frames(model, spec.background, getattr(self.options, "chroma", "matte"))
@@ -367,9 +370,15 @@ class DiffusersBackend:
         return any(getattr(config, "cudagraphs", False) for config in getattr(self.options, "accelerations", ()))
 
     def _model_frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
-        """The raw generated frames, one per keypoint frame (a backend that generates at its own
-        frame rate re-times here)."""
+        """The raw generated frames, one per keypoint frame, or at the model's own frame rate for
+        a backend that re-times them (:meth:`_retimed`)."""
         return self._frames(guidance, persona, keypoints, spec)
+
+    def _retimed(self, frames: Iterator[np.ndarray], guidance: Any, keypoints: np.ndarray) -> Iterator[np.ndarray]:
+        """:meth:`_model_frames`' frames as the clip's ``len(keypoints)`` frames: as they are here; a
+        backend generating at its own frame rate blends them (``wan.retime``). Runs in the consumer's
+        thread, after the read-ahead."""
+        return frames
 
     def _frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
         raise NotImplementedError

@@ -347,14 +347,18 @@ class WanAnimate2Backend(DiffusersBackend):
         return tips + self._unused_memory_accelerations("vae_tiling", "ffn_chunks")
 
     def _model_frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
-        """The clip at 24 fps (``round(T * 24 / loop fps)`` frames, the pose resampled to match),
-        re-timed to the ``T`` frames asked for."""
+        """The clip at 24 fps (``round(T * 24 / loop fps)`` frames, the pose resampled to match);
+        :meth:`_retimed` re-times it to the ``T`` frames asked for."""
         from newsmotion_engine.guidance.driver import resample_loop
 
         T = int(np.asarray(keypoints).shape[0])
         n = model_frame_count(T, loop_fps(guidance))
         self.last_prompt = self.prompt_text(persona, spec)
-        return retime_frames(self._frames(guidance, persona, resample_loop(keypoints, n), spec), n, T)
+        return self._frames(guidance, persona, resample_loop(keypoints, n), spec)
+
+    def _retimed(self, frames: Iterator[np.ndarray], guidance: Any, keypoints: np.ndarray) -> Iterator[np.ndarray]:
+        T = int(np.asarray(keypoints).shape[0])
+        return retime_frames(frames, model_frame_count(T, loop_fps(guidance)), T)
 
     def _frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
         """Every segment denoised, then decoded one latent frame (four frames) at a time
