@@ -45,6 +45,24 @@ def test_it_gives_the_plain_encodes_latents_with_fewer_calls(frames, n):
     assert again["skipped"] > stats["skipped"] and again["computed"] < stats["computed"]
 
 
+def test_with_the_vae_accelerations_ours_loads():
+    """Channels-last weights and the folded causal padding (their own instance forwards on the
+    convolutions): the same latents, and those forwards still in place after."""
+    from newsmotion_engine.accel.causal_pad import set_causal_pad_fold
+    from newsmotion_engine.accel.memory_format import set_conv_format
+
+    vae = _vae()
+    set_conv_format(vae, True)
+    assert set_causal_pad_fold(vae, True) > 0
+    folded = vae.encoder.conv_in.forward
+    for seed in (1, 2):  # the first call keeps the steady frames, the second reuses them
+        stats: dict[str, int] = {}
+        out = encode_then_zeros(vae, _head(seed=seed), 33, "cpu", stats=stats)
+        assert torch.allclose(out, _plain(vae, _head(seed=seed), 33), rtol=0, atol=1e-5)
+        assert stats["skipped"] > 0
+    assert vae.encoder.conv_in.forward == folded
+
+
 def test_the_released_encoders_plan_keeps_every_latent_dependent_on_the_head():
     config = {k: v for k, v in released_config("wan-animate-2", "vae/config.json").items() if not k.startswith("_")}
     with torch.device("meta"):  # the plan reads the config and the module layout only
