@@ -208,6 +208,40 @@ def test_render_clip_end_to_end_and_describe_says_random_weights(pair, tmp_path)
     assert backend.describe()["weights"] == "random weights" and "random weights" in backend.describe()["note"]
 
 
+def test_the_re_timing_runs_in_the_consumers_thread(pair, monkeypatch):
+    """The denoise runs on the read-ahead's worker thread; the 24 fps -> loop-rate blending runs
+    in the consumer's, so a segment's blended frames do not hold back the next segment's start."""
+    import threading
+
+    from newsmotion_engine.render.backends.wan_animate_2 import backend as module
+    from newsmotion_engine.render.backends.wan_animate_2 import segment
+
+    loop, persona = pair
+    backend = _backend()
+    backend.prepare_guidance(loop, SPEC)
+    backend.prepare_persona(persona, SPEC)
+    threads: dict[str, set[int]] = {"denoise": set(), "retime": set()}
+    retime = module.retime_frames
+
+    def recording_retime(frames, n, T):
+        for frame in retime(frames, n, T):
+            threads["retime"].add(threading.get_ident())
+            yield frame
+
+    real_denoise = segment.denoise_from_caches
+
+    def recording_denoise(*args, **kwargs):
+        threads["denoise"].add(threading.get_ident())
+        return real_denoise(*args, **kwargs)
+
+    monkeypatch.setattr(module, "retime_frames", recording_retime)
+    monkeypatch.setattr(segment, "denoise_from_caches", recording_denoise)
+    frames = _render(backend, loop, persona)
+    assert frames.shape[0] == loop.frames
+    assert threads["retime"] == {threading.get_ident()}
+    assert threads["denoise"] and threading.get_ident() not in threads["denoise"]
+
+
 def test_teacache_on_the_base_schedule_skips_denoising_calls_never_the_reference_pass(pair):
     """threshold 0 (a recording run) computes every call (frames equal to no TeaCache, bit for bit); a threshold past
     every change skips every call after the warm-up, per context (cond and uncond apart) and per
