@@ -362,11 +362,17 @@ class WanAnimate2Backend(DiffusersBackend):
 
     def _frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
         """Every segment denoised, then decoded one latent frame (four frames) at a time
-        (:func:`.segment.decode_chunks`, the same frames as the whole decode), so the chroma
-        matte and the encoder work on a segment's first frames while the GPU decodes the rest.
-        A segment the next one continues from (``continuation="frames"``) is decoded whole before
-        its first frame is handed out (the next denoise waits on its tail, not on the consumer);
-        the clip's last segment streams, and decodes only the frames the clip still needs."""
+        (:func:`.segment.decode_chunks`, the same frames as the whole decode), every chunk's
+        kernels enqueued before the segment's first frame is handed out; the clip's last segment
+        decodes only the frames the clip still needs.
+
+        Why not hand frames out while the decoder runs: a segment the next one continues from
+        (``continuation="frames"``) must finish first anyway (the next denoise waits on its tail).
+        For the last one, the H100 clip record (``wan_animate_2_clip_h100.json``, timeline)
+        showed that streaming costs more than it overlaps: its 5 latent frames took 2.8 s, 560 ms
+        each, against 258 ms each for the first segment's 21, decoded whole. The decoder issues
+        ~500 small launches per latent frame from the read-ahead thread, and the consumer's re-timing and
+        matte threads, busy with the frames already out, hold the interpreter between them."""
         import torch
 
         from newsmotion_engine.render.backends.wan import decode as wan_decode
@@ -416,7 +422,7 @@ class WanAnimate2Backend(DiffusersBackend):
             tail = wan_decode.DecodedTail(o.prev_frames)  # the decoded frames the next segment continues from
             # decode_s: the decoder's own time (CUDA: GPU time between events around each chunk's
             # kernels, so the consumer's CPU work between chunks is not counted).
-            for chunk in decode_chunks(comps.vae, seg.latents, wanted, lookahead=latent_frames if successor else 1):
+            for chunk in decode_chunks(comps.vae, seg.latents, wanted, lookahead=latent_frames):
                 if index == 0:
                     mark("first_chunk_decoded", k)
                 stats["decode_s"] += chunk.decode_s
