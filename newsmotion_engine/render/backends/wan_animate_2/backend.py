@@ -370,9 +370,9 @@ class WanAnimate2Backend(DiffusersBackend):
         (``continuation="frames"``) must finish first anyway (the next denoise waits on its tail).
         For the last one, the H100 clip record (``wan_animate_2_clip_h100.json``, timeline)
         showed that streaming costs more than it overlaps: its 5 latent frames took 2.8 s, 560 ms
-        each, against 258 ms each for the first segment's 21, decoded whole. The decoder issues
-        ~500 small launches per latent frame from the read-ahead thread, and the consumer's re-timing and
-        matte threads, busy with the frames already out, hold the interpreter between them."""
+        each, against 258 ms each for the first segment's 21, decoded whole. Most likely the
+        decoder's ~500 small launches per latent frame, issued from the read-ahead thread, waited
+        on the consumer's re-timing and matte threads for the interpreter (not profiled)."""
         import torch
 
         from newsmotion_engine.render.backends.wan import decode as wan_decode
