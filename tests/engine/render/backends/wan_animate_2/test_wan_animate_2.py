@@ -362,11 +362,11 @@ def test_a_clip_of_three_segments_gives_each_frame_once(pair, continuation, tmp_
 
 
 
-def test_the_last_segment_streams_its_decode_and_a_continued_one_decodes_whole_first(pair, tmp_path):
-    """The clip's last segment hands out its first frames while its later latent frames are still
-    to decode (the matte works beside the decoder); a segment the next one continues from
-    (``continuation="frames"``) is decoded whole before its first frame comes out. The frames are
-    the whole decode's either way (the parity tests)."""
+def test_every_segment_decodes_whole_before_its_first_frame(pair, tmp_path):
+    """A segment the next one continues from (``continuation="frames"``) and the clip's last one
+    alike: every latent frame the clip needs is decoded (enqueued, on a GPU) before the segment's
+    first frame comes out, and the last segment decodes only those. The frames are the whole
+    decode's either way (the parity tests)."""
     import dataclasses
 
     nod, persona = pair
@@ -384,10 +384,7 @@ def test_the_last_segment_streams_its_decode_and_a_continued_one_decodes_whole_f
     backend.close()
     assert backend.last_render["segments"] == 2 and len(seen) == 25
     assert seen[:13] == [4] * 13  # segment 0: all 4 latent frames decoded before its first frame
-    # Segment 1 streams, one latent frame ahead (on a GPU the decoder works on the next latent frame
-    # while these frames are matted): its latent frame 1's frames come out with latent frame 3 still
-    # to decode.
-    assert seen[13:] == [7] * 4 + [8] * 8 and len(calls) == 8
+    assert seen[13:] == [8] * 12 and len(calls) == 8  # segment 1 likewise
 
 
 @pytest.mark.parametrize("option", ["conv3d_as_2d", "causal_pad_fold", "fused_vae_norm"])
