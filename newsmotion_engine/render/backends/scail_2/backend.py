@@ -38,7 +38,6 @@ from newsmotion_engine.render.backends.scail_2.config import DEFAULT_PROMPT, HIS
 from newsmotion_engine.render.backends.wan import artifacts, encoders, segments
 from newsmotion_engine.render.backends.wan.diffusers_backend import DiffusersBackend, DiffusersOOMError
 from newsmotion_engine.render.backends.wan.prompts import loop_prompt
-from newsmotion_engine.render.backends.wan.retime import retime_frames
 
 __all__ = ["Scail2Backend", "Scail2OOMError", "centre_crop", "frame_onto"]
 
@@ -79,6 +78,7 @@ class Scail2Backend(DiffusersBackend):
     caches = C
     oom_error = Scail2OOMError
     driven_by_clip = True
+    retimes_to_loop_rate = True
 
     # ------------------------------------------------------------------ lifecycle
     def _load_components(self) -> Any:
@@ -188,12 +188,7 @@ class Scail2Backend(DiffusersBackend):
     def _model_frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
         """The clip at 24 fps (``round(T * 24 / loop fps)`` frames); :meth:`_retimed` re-times it
         to the ``T`` asked for."""
-        T = int(np.asarray(keypoints).shape[0])
-        return self._frames(guidance, persona, model_frame_count(T, loop_fps(guidance)), spec)
-
-    def _retimed(self, frames: Iterator[np.ndarray], guidance: Any, keypoints: np.ndarray) -> Iterator[np.ndarray]:
-        T = int(np.asarray(keypoints).shape[0])
-        return retime_frames(frames, model_frame_count(T, loop_fps(guidance)), T)
+        return self._frames(guidance, persona, self._model_frame_count(guidance, keypoints), spec)
 
     def _frames(self, guidance: Any, persona: Any, frames: int, spec: RenderSpec) -> Iterator[np.ndarray]:
         import torch

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from newsmotion_engine.render.backends.wan.encoders import i2v_mask, vae_encode
+from newsmotion_engine.render.backends.wan.encoders import i2v_mask
 from newsmotion_engine.render.backends.wan.zero_tail import encode_then_zeros
 
 __all__ = ["CONTINUATIONS", "DESCRIPTIONS", "frames_continuation", "latent_continuation"]
@@ -36,10 +36,9 @@ def frames_continuation(vae: Any, tail: Any, segment_frames: int) -> Any:
     skips what the zero frames alone make (:mod:`.zero_tail`: the same latents)."""
     import torch
 
-    n = tail.shape[2]
     with torch.no_grad():
-        lat = encode_then_zeros(vae, tail, segment_frames, tail.device) if n < segment_frames else vae_encode(vae, tail, tail.device)
-    mask = i2v_mask(lat.shape[2], lat.shape[3], lat.shape[4], n)
+        lat = encode_then_zeros(vae, tail, segment_frames, tail.device)
+    mask = i2v_mask(lat.shape[2], lat.shape[3], lat.shape[4], tail.shape[2])
     return torch.cat([mask.to(lat), lat], dim=1)
 
 

@@ -87,6 +87,8 @@ class DiffusersBackend:
     # Whether few sampling steps without a distillation LoRA is a mistake worth a warning (the Wan
     # models' lightx2v-style LoRAs); a model released for few steps, or one no Wan LoRA fits, says no.
     warns_few_steps: ClassVar[bool] = True
+    # Generates at the model's 24 fps (guidance/driver.py MODEL_FPS), re-timed to the loop's rate.
+    retimes_to_loop_rate: ClassVar[bool] = False
 
     def __init__(self, options: Any) -> None:
         self.options = options
@@ -370,15 +372,25 @@ class DiffusersBackend:
         return any(getattr(config, "cudagraphs", False) for config in getattr(self.options, "accelerations", ()))
 
     def _model_frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
-        """The raw generated frames, one per keypoint frame, or at the model's own frame rate for
-        a backend that re-times them (:meth:`_retimed`)."""
+        """The raw generated frames, :meth:`_model_frame_count` of them (:meth:`_retimed` makes
+        them the clip's)."""
         return self._frames(guidance, persona, keypoints, spec)
 
+    def _model_frame_count(self, guidance: Any, keypoints: np.ndarray) -> int:
+        """The frames :meth:`_model_frames` yields for a clip of ``len(keypoints)``: as many, or for a
+        backend at the model's 24 fps (``retimes_to_loop_rate``) the same duration at that rate."""
+        from newsmotion_engine.guidance.driver import loop_fps, model_frame_count
+
+        T = int(np.asarray(keypoints).shape[0])
+        return model_frame_count(T, loop_fps(guidance)) if self.retimes_to_loop_rate else T
+
     def _retimed(self, frames: Iterator[np.ndarray], guidance: Any, keypoints: np.ndarray) -> Iterator[np.ndarray]:
-        """:meth:`_model_frames`' frames as the clip's ``len(keypoints)`` frames: as they are here; a
-        backend generating at its own frame rate blends them (``wan.retime``). Runs in the consumer's
-        thread, after the read-ahead."""
-        return frames
+        """:meth:`_model_frames`' frames as the clip's ``len(keypoints)`` frames, neighbours blended
+        (``wan.retime``; as they are when the counts match). Runs in the consumer's thread, after
+        the read-ahead."""
+        from newsmotion_engine.render.backends.wan.retime import retime_frames
+
+        return retime_frames(frames, self._model_frame_count(guidance, keypoints), int(np.asarray(keypoints).shape[0]))
 
     def _frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
         raise NotImplementedError

@@ -258,8 +258,8 @@ def encode_then_zeros(vae: Any, head: Any, frames: int, device: Any, *, stats: d
     stats.update(computed=0, skipped=0)
     head = head.to(device=device, dtype=vae.dtype)
     b, c, n, h, w = head.shape
-    with torch.no_grad():
-        video = torch.cat([head, torch.zeros(b, c, frames - n, h, w, dtype=head.dtype, device=head.device)], dim=2)
+    with torch.no_grad():  # no zeros where the head is already that long (no plan then: the plain encode)
+        video = torch.cat([head, torch.zeros(b, c, max(frames - n, 0), h, w, dtype=head.dtype, device=head.device)], dim=2)
     tiled = getattr(vae, "use_tiling", False) and (w > vae.tile_sample_min_width or h > vae.tile_sample_min_height)
     plans = None if (b != 1 or tiled or vae.config.get("patch_size") is not None) else steady_plan(vae, frames, n)
     if plans is None:

@@ -79,6 +79,7 @@ class WanAnimate2Backend(DiffusersBackend):
     caches = C
     oom_error = WanAnimate2OOMError
     driven_by_clip = True
+    retimes_to_loop_rate = True
 
     def __init__(self, options: WanAnimate2Options) -> None:
         super().__init__(options)
@@ -351,14 +352,8 @@ class WanAnimate2Backend(DiffusersBackend):
         :meth:`_retimed` re-times it to the ``T`` frames asked for."""
         from newsmotion_engine.guidance.driver import resample_loop
 
-        T = int(np.asarray(keypoints).shape[0])
-        n = model_frame_count(T, loop_fps(guidance))
         self.last_prompt = self.prompt_text(persona, spec)
-        return self._frames(guidance, persona, resample_loop(keypoints, n), spec)
-
-    def _retimed(self, frames: Iterator[np.ndarray], guidance: Any, keypoints: np.ndarray) -> Iterator[np.ndarray]:
-        T = int(np.asarray(keypoints).shape[0])
-        return retime_frames(frames, model_frame_count(T, loop_fps(guidance)), T)
+        return self._frames(guidance, persona, resample_loop(keypoints, self._model_frame_count(guidance, keypoints)), spec)
 
     def _frames(self, guidance: Any, persona: Any, keypoints: np.ndarray, spec: RenderSpec) -> Iterator[np.ndarray]:
         """Every segment denoised, then decoded one latent frame (four frames) at a time

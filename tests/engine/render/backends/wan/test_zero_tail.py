@@ -109,3 +109,6 @@ def test_the_units_forwards_are_put_back():
 
 def test_no_zero_frames_means_no_plan():
     assert steady_plan(_vae(), 5, 5) is None
+    vae, stats = _vae(), {}
+    out = encode_then_zeros(vae, _head(5), 5, "cpu", stats=stats)  # a head as long as the segment: the plain encode
+    assert stats == {"computed": 0, "skipped": 0} and torch.equal(out, vae_encode(vae, _head(5), "cpu"))

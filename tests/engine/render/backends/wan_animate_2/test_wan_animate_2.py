@@ -213,7 +213,7 @@ def test_the_re_timing_runs_in_the_consumers_thread(pair, monkeypatch):
     in the consumer's, so a segment's blended frames do not hold back the next segment's start."""
     import threading
 
-    from newsmotion_engine.render.backends.wan_animate_2 import backend as module
+    from newsmotion_engine.render.backends.wan import retime as module
     from newsmotion_engine.render.backends.wan_animate_2 import segment
 
     loop, persona = pair
