@@ -22,7 +22,7 @@ How:
   output is bit for bit the same for both heads (any reach of the head, however faint, shows: a
   tolerance let a decayed one through at narrow widths) and every one of its frames equals the
   unit's last frame (within rounding), and every later call of the unit is steady too. Widths 4,
-  8, 16 and the released 96 give the same plan. Cached per (encoder config, frames, real frames).
+  8 and 16 give the same plan for the released encoder (test). Cached per (encoder config, frames, real frames).
 - **The render** (:func:`encode_then_zeros`): each unit's ``forward`` is wrapped for the encode.
   The first steady call of a unit runs and its last output frame is kept (per VAE, size, dtype and
   device: about 1.8 GB at 720x1280 for the released encoder, the latest size only); every later
@@ -55,7 +55,7 @@ from typing import Any
 __all__ = ["UnitPlan", "encode_then_zeros", "steady_plan"]
 
 _PROBE_SIZE = 16  # the probe's frame side (the encoder's 8x spatial downsampling leaves 2x2)
-_PROBE_BASE_DIM = 8  # the probe's narrowest channel count (base_dim; 4, 16 and the released 96 give the same plan)
+_PROBE_BASE_DIM = 8  # the probe's narrowest channel count (base_dim; 4 and 16 give the same plan: test)
 _STILL_TOL = 1e-9  # float64: a steady call's frames all equal the unit's last one within this fraction (rounding)
 
 

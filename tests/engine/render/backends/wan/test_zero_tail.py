@@ -78,6 +78,24 @@ def test_the_released_encoders_plan_keeps_every_latent_dependent_on_the_head():
     assert plans["mid_block"].steady_calls == 0 and plans["conv_out"].steady_calls == 0
 
 
+@pytest.mark.parametrize("width", [4, 16])
+def test_the_plan_does_not_depend_on_the_probes_width(width, monkeypatch):
+    """Which calls the head reaches is a property of the layers' temporal reach: the probe at
+    another channel width marks the same calls of the released encoder."""
+    from newsmotion_engine.render.backends.wan import zero_tail
+
+    config = {k: v for k, v in released_config("wan-animate-2", "vae/config.json").items() if not k.startswith("_")}
+    with torch.device("meta"):
+        vae = AutoencoderKLWan(**config)
+    default = steady_plan(vae, 81, 1)
+    monkeypatch.setattr(zero_tail, "_PROBE_BASE_DIM", width)
+    zero_tail._probe.cache_clear()
+    try:
+        assert steady_plan(vae, 81, 1) == default
+    finally:
+        zero_tail._probe.cache_clear()
+
+
 def test_a_different_size_is_kept_apart():
     vae = _vae()
     encode_then_zeros(vae, _head(), 33, "cpu")
