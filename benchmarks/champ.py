@@ -21,6 +21,7 @@ file (``--smpl``; it is licensed and not shipped):
   (:mod:`newsmotion_engine.accel.memory_format`; cuDNN's bf16 convolutions run natively in NHWC);
 - ``conditional+compile+compile_vae`` (CUDA only): plus the VAE decoder's blocks compiled
   (:mod:`newsmotion_engine.accel.compile_vae`);
+- ``conditional+compile+compile_vae+fp8_attention`` (CUDA only): compile, the compiled VAE decoder and the 8-bit attention together;
 - ``conditional+fp8+compile[+channels_last]`` (CUDA only): plus the linears of the denoising
   UNet's blocks in FP8 (:mod:`newsmotion_engine.accel.fp8`, rowwise scales, as in the Wan
   transformer; the originals kept, so the next variant gets the bf16 UNet back).
@@ -61,7 +62,8 @@ from benchmarks.lab_record import stock_vs_ours, top_level_figures, write_lab_re
 __all__ = ["VARIANTS", "bench_champ", "bench_maps"]
 
 VARIANTS = ("stock", "conditional", "conditional+compile", "conditional+compile+channels_last", "conditional+fp8+compile",
-            "conditional+fp8+compile+channels_last", "conditional+compile+compile_vae", "conditional+compile+fp8_attention")
+            "conditional+fp8+compile+channels_last", "conditional+compile+compile_vae", "conditional+compile+fp8_attention",
+            "conditional+compile+compile_vae+fp8_attention")
 
 
 def _variant_options(name: str) -> dict[str, Any]:
@@ -77,6 +79,7 @@ def _variant_options(name: str) -> dict[str, Any]:
             "conditional+compile+channels_last": {"accelerations": (ChannelsLast(), Compile())},
             "conditional+compile+compile_vae": {"accelerations": (CompileVae(), Compile())},
             "conditional+compile+fp8_attention": {"accelerations": (Attention(kernel="fp8-triton"), Compile())},
+            "conditional+compile+compile_vae+fp8_attention": {"accelerations": (Attention(kernel="fp8-triton"), CompileVae(), Compile())},
             "conditional+fp8+compile": {"accelerations": (fp8, Compile())},
             "conditional+fp8+compile+channels_last": {"accelerations": (fp8, ChannelsLast(), Compile())}}[name]  # fmt: skip
 
