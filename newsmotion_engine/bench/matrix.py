@@ -35,7 +35,8 @@ class MatrixEntry:
     command (from the repository root, on a GPU machine) that writes such a record."""
 
     backend: str
-    record: str  # regular expression on the record's name
+    record: str  # regular expression on the record's name: the current one per card, {bench}_{card}; an earlier
+    # record kept under a descriptive name ({bench}_{what}_{card}) is history, not a row
     clip: str
     command: str
 
@@ -45,13 +46,13 @@ ENTRIES = (
                 "bash benchmarks/device_gpu.sh clip 14b '{\"parts\": [\"stock\", \"ours\"], \"variants\": [\"keyframes_1to3\"], \"budget_s\": 420}'"),
     MatrixEntry("wan-animate-2", r"^wan_animate_2_clip_h\d", "120 frames at 720x1280",
                 "bash benchmarks/device_gpu.sh animate2 14b clip-stock, then clip-ours (one command each)"),
-    MatrixEntry("echomimic-v3", r"^echomimic_v3_(?!parity)", "10 s talking clip at 768x768 and 720x1280 (576x1024 framed)",
+    MatrixEntry("echomimic-v3", r"^echomimic_v3_h\d", "10 s talking clip at 768x768 and 720x1280 (576x1024 framed)",
                 "python -m benchmarks.echomimic_v3 --json benchmarks/results/echomimic_v3_<card>.json"),
     MatrixEntry("mimicmotion", r"^mimicmotion_h\d", "120 frames for 720x1280 (576x1024 framed)",
                 "python -m benchmarks.mimicmotion --json benchmarks/results/mimicmotion_<card>.json"),
-    MatrixEntry("champ", r"^champ_(?!maps)", "120 frames for 720x1280 (512x912 framed)",
+    MatrixEntry("champ", r"^champ_h\d", "120 frames for 720x1280 (512x912 framed)",
                 "python -m benchmarks.champ --smpl SMPL_NEUTRAL.pkl (or synthetic) --json benchmarks/results/champ_<card>.json"),
-    MatrixEntry("scail-2", r"^scail2_", "120 frames for 720x1280 (704x1280 framed)",
+    MatrixEntry("scail-2", r"^scail2_h\d", "120 frames for 720x1280 (704x1280 framed)",
                 "python -m benchmarks.scail2 --steps 2 --variants stock, then --variants batch_cfg+fp8+compile+fp8_attention "
                 "--warm-up-steps 1 (one command each), then --combine the two records"),
 )  # fmt: skip
