@@ -190,6 +190,65 @@ def bench_mimicmotion(preset: str = "svd-xt-1.1", *, sizes: Sequence[tuple[int, 
     return result
 
 
+def count_flops(record_path: str | Path, json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:
+    """The UNet work of a committed clip record, counted, and the rate each variant's denoise ran at.
+
+    The preset's UNet is built on the meta device (no weights, no compute) and one call over a
+    window (``segment_frames`` frames at the row's native size, one guidance row) is counted with
+    ``torch.utils.flop_counter`` by operator; a variant's denoise did ``unet_calls`` x rows-per-call
+    such windows (two rows per call with ``batch_cfg``, one without), so its rate is that work over
+    its measured ``denoise_s``. Counted, not measured: the PoseNet (once per window per render) and
+    element-wise work are left out, and the seconds are the record's.
+    """
+    import json
+
+    import torch
+    from diffusers import UNetSpatioTemporalConditionModel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from newsmotion_engine.render.backends.mimicmotion.config import MimicMotionOptions
+
+    record = json.loads(Path(record_path).read_text())
+    data = record["data"]
+    preset = MimicMotionOptions(preset=data["preset"]).preset_spec
+    frames = preset.segment_frames
+    with torch.device("meta"):
+        unet = UNetSpatioTemporalConditionModel(**preset.unet).to(torch.bfloat16)
+    unet = unet.to("meta")  # a legacy-constructed parameter (AlphaBlender's mix_factor) starts on the CPU
+    out: dict[str, Any] = {"bench": "mimicmotion", "part": "flops", "preset": data["preset"], "window_frames": frames,
+                           "note": "counted on the meta device (torch.utils.flop_counter: matmuls, convolutions, attention); "
+                                   "seconds from the record named in 'source'",
+                           "source": {"record": Path(record_path).name, "device": record["device"], "commit": record["commit"]},
+                           "rows": {}}  # fmt: skip
+    for size, variants in data["rows"].items():
+        w, h = next(iter(variants.values()))["native"]
+        x = torch.empty(1, frames, unet.config.in_channels, h // 8, w // 8, device="meta", dtype=torch.bfloat16)
+        enc = torch.empty(1, 1, unet.config.cross_attention_dim, device="meta", dtype=torch.bfloat16)
+        ids = torch.empty(1, 3, device="meta", dtype=torch.bfloat16)
+        counter = FlopCounterMode(display=False)
+        with counter, torch.no_grad():
+            unet(x, torch.tensor(10.0, device="meta"), enc, ids, return_dict=False)
+        per_window = counter.get_total_flops()  # FLOP (an exact count; the TFLOP figures below are rounded)
+        by_op = {str(op).removeprefix("aten."): round(n / 1e12, 2) for op, n in
+                 sorted(counter.get_flop_counts()["Global"].items(), key=lambda kv: -kv[1])}  # fmt: skip
+        row: dict[str, Any] = {"native": [w, h], "flop_per_window_row": per_window, "tflop_per_window_row": round(per_window / 1e12, 2),
+                               "by_op_tflop": by_op, "variants": {}}  # fmt: skip
+        for name, v in variants.items():
+            rows_per_call = 1 if name == "stock" else 2  # every "ours" variant batches the two guidance rows
+            work = v["unet_calls"] * rows_per_call * per_window
+            rate = work / 1e12 / v["denoise_s"]
+            row["variants"][name] = {"unet_calls": v["unet_calls"], "rows_per_call": rows_per_call, "denoise_flop": work,
+                                     "denoise_tflop": round(work / 1e12, 1), "denoise_s": v["denoise_s"], "denoise_tflops": round(rate, 1)}  # fmt: skip
+            log(f"{size} {name}: {work / 1e12:.0f} TFLOP in {v['denoise_s']} s = {rate:.0f} TFLOP/s")
+        out["rows"][size] = row
+    out["device"] = f"{record['device']} (its seconds; the count ran on the CPU)"
+    if json_path:
+        headline = {f"{size} {name} (TFLOP/s)": v["denoise_tflops"] for size, row in out["rows"].items() for name, v in row["variants"].items()}
+        write_lab_result(json_path, out, title="mimicmotion: the UNet work of the clip, counted, and the rate each variant's denoise ran at",
+                         headline=headline, command=f"python -m benchmarks.mimicmotion --count-flops {record_path} --json {json_path}")  # fmt: skip
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     import argparse
 
@@ -204,8 +263,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--profile-steps", type=int, default=None,
                         help="after each timed clip, one more at N steps under torch.profiler (the row's kernel breakdown)")
     parser.add_argument("--combine", nargs="+", metavar="RUN_JSON", help=COMBINE_HELP)
+    parser.add_argument("--count-flops", metavar="RECORD_JSON", default=None,
+                        help="count the UNet work of a committed clip record on the meta device (no GPU) and each variant's rate")
     parser.add_argument("--json", default=None)
     a = parser.parse_args(argv)
+    if a.count_flops:
+        count_flops(a.count_flops, a.json)
+        return
     if a.combine:
         combine_to_record(a.combine, a.json, bench="mimicmotion")
         return

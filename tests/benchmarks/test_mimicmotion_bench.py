@@ -38,3 +38,34 @@ def test_runs_of_some_variants_each_combine_into_one_record(tmp_path, capsys):
     assert set(rows) == {"stock", "batch_cfg"} and [r["variants"] for r in joined["runs"]] == [["stock"], ["batch_cfg"]]
     assert joined["speedup_80x128"] == round(rows["stock"]["end_to_end_s"] / rows["batch_cfg"]["end_to_end_s"], 3)
     assert joined["fastest_80x128"] == "batch_cfg" and not rows["batch_cfg"]["approximate"]
+
+
+def test_count_flops_gives_both_sides_the_same_work_and_each_its_rate(tmp_path):
+    """The meta-device count of one window equals a real forward's count on the CPU; stock (two
+    calls of one row) and batch_cfg (one call of two rows) did the same work."""
+    import torch
+    from diffusers import UNetSpatioTemporalConditionModel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from newsmotion_engine.render.backends.mimicmotion.config import MimicMotionOptions
+
+    record = tmp_path / "mimicmotion_cpu.json"
+    bench.bench_mimicmotion("tiny", sizes=[(80, 128)], frames=9, steps=1, device="cpu", dtype="float32", json_path=record,
+                            log=lambda m: None)  # fmt: skip
+    out = bench.count_flops(record, tmp_path / "flops.json", log=lambda m: None)
+    row = out["rows"]["80x128"]
+    stock, ours = row["variants"]["stock"], row["variants"]["batch_cfg"]
+    assert (stock["rows_per_call"], ours["rows_per_call"]) == (1, 2) and stock["denoise_flop"] == ours["denoise_flop"] > 0
+    assert stock["denoise_flop"] == stock["unet_calls"] * row["flop_per_window_row"]
+    assert ours["denoise_tflops"] == round(ours["denoise_flop"] / 1e12 / ours["denoise_s"], 1)
+
+    preset = MimicMotionOptions(preset="tiny").preset_spec
+    unet = UNetSpatioTemporalConditionModel(**preset.unet).eval()
+    w, h = row["native"]
+    counter = FlopCounterMode(display=False)
+    # SDPA's math path: its matmuls are counted (the CPU's fused kernel has no flop formula)
+    with counter, torch.no_grad(), torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        unet(torch.randn(1, preset.segment_frames, unet.config.in_channels, h // 8, w // 8), torch.tensor(10.0),
+             torch.randn(1, 1, unet.config.cross_attention_dim), torch.randn(1, 3), return_dict=False)  # fmt: skip
+    assert row["flop_per_window_row"] == counter.get_total_flops()
+    assert read_lab_data(tmp_path / "flops.json")["rows"]["80x128"]["variants"]["stock"]["unet_calls"] == stock["unet_calls"]
