@@ -8,7 +8,8 @@ the chroma composite) by the same random-weight flash-pro model:
 
 - ``stock``: the official flash-pro recipe re-created on our diffusers components in bf16: 8 UniPC
   steps, the audio pass and the zero-audio pass one after the other (``batch_cfg=False``), no
-  acceleration; 81-frame segments overlapping by 8 (the official long-video loop);
+  acceleration; 81-frame segments overlapping by 8 (the official long-video loop), each seam's
+  frames VAE-encoded as released, the zero frames too (``zero_tail.released_encodes``);
 - ``ours``: each :data:`VARIANTS` entry (the two guidance passes as one batch, then the registry's
   FP8 linears, regional compile and attention kernel on top) — a warm-up render, then the timed one.
   ``batch_cfg+teacache`` (the release's TeaCache coefficients and threshold) skips calls, an
@@ -31,6 +32,7 @@ Example (from the repository root)::
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import platform
 import tempfile
@@ -110,6 +112,7 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
     from newsmotion_engine.render.backends.echomimic_v3.audio import SpeechAudio
     from newsmotion_engine.render.backends.echomimic_v3.backend import EchoMimicV3Backend
     from newsmotion_engine.render.backends.echomimic_v3.config import RANDOM_WEIGHTS_LABEL, EchoMimicV3Options
+    from newsmotion_engine.render.backends.wan.zero_tail import released_encodes
     from newsmotion_engine.render.base import RenderSpec
     from newsmotion_engine.render.clip import render_clip
 
@@ -161,6 +164,10 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
                                        "approximate": bool(table[name].get("approximate")),
                                        "settings": [c.describe() for c in backend.options.accelerations]}  # fmt: skip
                 applied = None
+                # Stock encodes its seams as the released code does: every frame, the zeros too (ours
+                # skips what the zeros alone make: render/backends/wan/zero_tail.py).
+                encodes = released_encodes() if name == "stock" else contextlib.nullcontext()
+                row["continuation_encode"] = "released" if name == "stock" else "zero-tail"
                 try:
                     backend.prepare_persona(persona, spec)
                     applied = registry.apply_accelerations(comps, backend.options.accelerations)
@@ -168,7 +175,8 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
                         render_clip(loop, persona, backend, spec, tmp / "clip.mp4", sink=FrameSink)
                     peak_reset(comps.device)
                     t0 = time.perf_counter()
-                    tele = render_clip(loop, persona, backend, spec, tmp / "clip.mp4", sink=FrameSink)
+                    with encodes:
+                        tele = render_clip(loop, persona, backend, spec, tmp / "clip.mp4", sink=FrameSink)
                     stats = tele.backend_info.get("last_render", {})
                     row.update(end_to_end_s=round(time.perf_counter() - t0, 2), peak_vram_gib=peak_gib(comps.device),
                                frames_out=tele.frames, segments=stats.get("segments"), denoise_s=stats.get("denoise_s"),

@@ -23,3 +23,24 @@ def test_bench_runs_stock_and_ours_on_the_tiny_preset(tmp_path):
     assert result["speedup_64x128"] == round(rows["stock"]["end_to_end_s"] / rows["batch_cfg"]["end_to_end_s"], 3)
     assert result["weights"] == "random weights"
     assert read_lab_data(out)["rows"]["64x128"]["stock"]["frames_out"] == 6
+
+
+def test_stock_encodes_its_seams_as_released_and_ours_skips_the_zeros(tmp_path, monkeypatch):
+    """Stock's timed render runs inside zero_tail.released_encodes (the official encode); ours' do not."""
+    from newsmotion_engine.render import clip
+    from newsmotion_engine.render.backends.wan import zero_tail
+
+    seen: list[int] = []
+    real = clip.render_clip
+
+    def spy(*args, **kwargs):
+        seen.append(zero_tail._RELEASED[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(clip, "render_clip", spy)
+    result = bench.bench_echomimic("tiny", sizes=[(64, 128)], seconds=0.2, steps=1, device="cpu", variants=["stock", "batch_cfg"],
+                                   log=lambda m: None)  # fmt: skip
+    rows = result["rows"]["64x128"]
+    assert seen == [1, 0, 0]  # stock once (timed), ours warm-up and timed
+    assert (rows["stock"]["continuation_encode"], rows["batch_cfg"]["continuation_encode"]) == ("released", "zero-tail")
+    assert zero_tail._RELEASED[0] == 0

@@ -31,7 +31,8 @@ How:
   A call that runs gets a broadcast input materialised first. The wrappers are removed after.
 - Falls back to the plain encode (:func:`..encoders.vae_encode`) where the plan does not apply:
   spatial tiling (the encoder then runs per tile), a patchified VAE, a batch, or an encoder without
-  the expected units.
+  the expected units; and inside :func:`released_encodes`, where a bench re-creating a stock
+  recipe wants the encode as released.
 
 Exactness: the kept frame is the unit's own output for these inputs; the encode without it
 computes each later steady frame again from the same inputs, so the two can differ only by the
@@ -52,7 +53,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["UnitPlan", "encode_then_zeros", "steady_plan"]
+__all__ = ["UnitPlan", "encode_then_zeros", "released_encodes", "steady_plan"]
 
 _PROBE_SIZE = 16  # the probe's frame side (the encoder's 8x spatial downsampling leaves 2x2)
 _PROBE_BASE_DIM = 8  # the probe's narrowest channel count (base_dim; 4 and 16 give the same plan: test)
@@ -246,6 +247,22 @@ def _skipper(plans: dict[str, UnitPlan], kept: dict[str, Any], counts: dict[str,
     return around
 
 
+_RELEASED = [0]  # how many released_encodes() blocks are open (a count, not a context variable: renders encode on worker threads)
+
+
+@contextlib.contextmanager
+def released_encodes() -> Iterator[None]:
+    """Inside, every :func:`encode_then_zeros` runs the plain encode, as the released code does (a
+    bench's stock side); process-wide while open."""
+    with _LOCK:
+        _RELEASED[0] += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _RELEASED[0] -= 1
+
+
 def encode_then_zeros(vae: Any, head: Any, frames: int, device: Any, *, stats: dict[str, int] | None = None):
     """:func:`..encoders.vae_encode` of ``head`` (``[1, C, n, H, W]``, in [-1, 1]) followed by zero
     frames up to ``frames``: float32 normalized latents ``[1, z, T_lat, h, w]`` on the CPU.
@@ -261,7 +278,8 @@ def encode_then_zeros(vae: Any, head: Any, frames: int, device: Any, *, stats: d
     with torch.no_grad():  # no zeros where the head is already that long (no plan then: the plain encode)
         video = torch.cat([head, torch.zeros(b, c, max(frames - n, 0), h, w, dtype=head.dtype, device=head.device)], dim=2)
     tiled = getattr(vae, "use_tiling", False) and (w > vae.tile_sample_min_width or h > vae.tile_sample_min_height)
-    plans = None if (b != 1 or tiled or vae.config.get("patch_size") is not None) else steady_plan(vae, frames, n)
+    plain = b != 1 or tiled or vae.config.get("patch_size") is not None or _RELEASED[0] > 0
+    plans = None if plain else steady_plan(vae, frames, n)
     if plans is None:
         return vae_encode(vae, video, device)
     units = _units(vae.encoder)

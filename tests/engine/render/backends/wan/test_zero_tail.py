@@ -13,7 +13,7 @@ from diffusers import AutoencoderKLWan  # noqa: E402
 
 from newsmotion_engine.render.backends.wan.encoders import vae_encode  # noqa: E402
 from newsmotion_engine.render.backends.wan.released import released_config  # noqa: E402
-from newsmotion_engine.render.backends.wan.zero_tail import encode_then_zeros, steady_plan  # noqa: E402
+from newsmotion_engine.render.backends.wan.zero_tail import encode_then_zeros, released_encodes, steady_plan  # noqa: E402
 
 
 def _vae(**kw) -> AutoencoderKLWan:
@@ -111,6 +111,20 @@ def test_tiling_falls_back_to_the_plain_encode():
     out = encode_then_zeros(vae, _head(), 33, "cpu", stats=stats)
     assert stats == {"computed": 0, "skipped": 0}
     assert torch.equal(out, _plain(vae, _head(), 33))
+
+
+def test_inside_released_encodes_every_encode_is_plain_even_on_another_thread():
+    """A bench's stock side: the encode as released, also where the render encodes on a worker."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    vae = _vae()
+    stats: dict[str, int] = {}
+    with released_encodes(), ThreadPoolExecutor(1) as pool:
+        out = pool.submit(encode_then_zeros, vae, _head(), 33, "cpu", stats=stats).result()
+    assert stats == {"computed": 0, "skipped": 0} and torch.equal(out, _plain(vae, _head(), 33))
+    after: dict[str, int] = {}
+    encode_then_zeros(vae, _head(), 33, "cpu", stats=after)
+    assert after["skipped"] > 0  # closed: the skipping encode again
 
 
 def test_the_units_forwards_are_put_back():
