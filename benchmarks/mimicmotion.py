@@ -196,9 +196,9 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, lo
     The preset's UNet is built on the meta device (no weights, no compute) and one call over a
     window (``segment_frames`` frames at the row's native size, one guidance row) is counted with
     ``torch.utils.flop_counter`` by operator; a variant's denoise did ``unet_calls`` x rows-per-call
-    such windows (two rows per call with ``batch_cfg``, one without), so its rate is that work over
-    its measured ``denoise_s``. Counted, not measured: the PoseNet (once per window per render) and
-    element-wise work are left out, and the seconds are the record's.
+    such windows (two rows per call where its options batch the guidance, one where not), so its
+    rate is that work over its measured ``denoise_s``. Counted, not measured: the PoseNet (once per
+    window per render) and element-wise work are left out, and the seconds are the record's.
     """
     import json
 
@@ -208,6 +208,7 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, lo
 
     from newsmotion_engine.render.backends.mimicmotion.config import MimicMotionOptions
 
+    table = _variants(cuda=True)  # every variant a record may hold
     record = json.loads(Path(record_path).read_text())
     data = record["data"]
     preset = MimicMotionOptions(preset=data["preset"]).preset_spec
@@ -234,7 +235,7 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, lo
         row: dict[str, Any] = {"native": [w, h], "flop_per_window_row": per_window, "tflop_per_window_row": round(per_window / 1e12, 2),
                                "by_op_tflop": by_op, "variants": {}}  # fmt: skip
         for name, v in variants.items():
-            rows_per_call = 1 if name == "stock" else 2  # every "ours" variant batches the two guidance rows
+            rows_per_call = 2 if table[name][0].get("batch_cfg") else 1  # the variant's own setting
             work = v["unet_calls"] * rows_per_call * per_window
             rate = work / 1e12 / v["denoise_s"]
             row["variants"][name] = {"unet_calls": v["unet_calls"], "rows_per_call": rows_per_call, "denoise_flop": work,
