@@ -209,8 +209,13 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, lo
     from newsmotion_engine.render.backends.mimicmotion.config import MimicMotionOptions
 
     table = _variants(cuda=True)  # every variant a record may hold
-    record = json.loads(Path(record_path).read_text())
-    data = record["data"]
+    try:
+        record = json.loads(Path(record_path).read_text())
+        data = record["data"]
+        if data.get("bench") != "mimicmotion" or not all("native" in v and "denoise_s" in v for r in data["rows"].values() for v in r.values()):
+            raise ValueError("not a mimicmotion clip record (python -m benchmarks.mimicmotion --json ...)")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{record_path}: {exc}") from None
     preset = MimicMotionOptions(preset=data["preset"]).preset_spec
     frames = preset.segment_frames
     with torch.device("meta"):
@@ -269,7 +274,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--json", default=None)
     a = parser.parse_args(argv)
     if a.count_flops:
-        count_flops(a.count_flops, a.json)
+        try:
+            count_flops(a.count_flops, a.json)
+        except ValueError as exc:
+            parser.error(str(exc))  # one line, exit status 2, nothing written
         return
     if a.combine:
         combine_to_record(a.combine, a.json, bench="mimicmotion")

@@ -69,3 +69,13 @@ def test_count_flops_gives_both_sides_the_same_work_and_each_its_rate(tmp_path):
              torch.randn(1, 1, unet.config.cross_attention_dim), torch.randn(1, 3), return_dict=False)  # fmt: skip
     assert row["flop_per_window_row"] == counter.get_total_flops()
     assert read_lab_data(tmp_path / "flops.json")["rows"]["80x128"]["variants"]["stock"]["unet_calls"] == stock["unet_calls"]
+
+
+def test_count_flops_refuses_what_is_not_a_mimicmotion_clip_record(tmp_path, capsys):
+    other = tmp_path / "other.json"
+    other.write_text('{"data": {"bench": "champ", "rows": {}}}')
+    for path in (tmp_path / "missing.json", other):
+        with pytest.raises(SystemExit) as exit_info:
+            bench.main(["--count-flops", str(path), "--json", str(tmp_path / "out.json")])
+        assert exit_info.value.code == 2 and str(path) in capsys.readouterr().err
+    assert not (tmp_path / "out.json").exists()
