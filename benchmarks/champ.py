@@ -22,6 +22,8 @@ file (``--smpl``; it is licensed and not shipped):
 - ``conditional+compile+compile_vae`` (CUDA only): plus the VAE decoder's blocks compiled
   (:mod:`newsmotion_engine.accel.compile_vae`);
 - ``conditional+compile+compile_vae+fp8_attention`` (CUDA only): compile, the compiled VAE decoder and the 8-bit attention together;
+  ``...+one_key_cross`` also computes the cross-attention over the one-token CLIP embedding as its
+  value (:mod:`newsmotion_engine.accel.one_key_cross`; exact);
 - ``conditional+fp8+compile[+channels_last]`` (CUDA only): plus the linears of the denoising
   UNet's blocks in FP8 (:mod:`newsmotion_engine.accel.fp8`, rowwise scales, as in the Wan
   transformer; the originals kept, so the next variant gets the bf16 UNet back).
@@ -63,7 +65,7 @@ __all__ = ["VARIANTS", "bench_champ", "bench_maps"]
 
 VARIANTS = ("stock", "conditional", "conditional+compile", "conditional+compile+channels_last", "conditional+fp8+compile",
             "conditional+fp8+compile+channels_last", "conditional+compile+compile_vae", "conditional+compile+fp8_attention",
-            "conditional+compile+compile_vae+fp8_attention")
+            "conditional+compile+compile_vae+fp8_attention", "conditional+compile+compile_vae+fp8_attention+one_key_cross")
 
 
 def _variant_options(name: str) -> dict[str, Any]:
@@ -72,6 +74,7 @@ def _variant_options(name: str) -> dict[str, Any]:
     from newsmotion_engine.accel.compile_vae import CompileVae
     from newsmotion_engine.accel.fp8 import Fp8Linears
     from newsmotion_engine.accel.memory_format import ChannelsLast
+    from newsmotion_engine.accel.one_key_cross import OneKeyCross
 
     fp8 = Fp8Linears(mode="compute", keep_original=True)  # originals kept: the next variant gets the bf16 UNet back
     return {"stock": {"reference_pass": "official"}, "conditional": {},
@@ -80,6 +83,8 @@ def _variant_options(name: str) -> dict[str, Any]:
             "conditional+compile+compile_vae": {"accelerations": (CompileVae(), Compile())},
             "conditional+compile+fp8_attention": {"accelerations": (Attention(kernel="fp8-triton"), Compile())},
             "conditional+compile+compile_vae+fp8_attention": {"accelerations": (Attention(kernel="fp8-triton"), CompileVae(), Compile())},
+            "conditional+compile+compile_vae+fp8_attention+one_key_cross": {
+                "accelerations": (Attention(kernel="fp8-triton"), OneKeyCross(), CompileVae(), Compile())},
             "conditional+fp8+compile": {"accelerations": (fp8, Compile())},
             "conditional+fp8+compile+channels_last": {"accelerations": (fp8, ChannelsLast(), Compile())}}[name]  # fmt: skip
 

@@ -17,6 +17,8 @@ One random-weight model (``svd-xt-1.1``: the released architecture) renders thro
   ``...+compile_vae`` also compiles the temporal decoder's blocks (:mod:`newsmotion_engine.accel.compile_vae`),
   ``...+fp8_attention`` runs the spatial self-attention on our 8-bit kernel
   (:mod:`newsmotion_engine.render.backends.mimicmotion.attention`);
+  ``...+one_key_cross`` computes each cross-attention over the one-token CLIP embedding as its value
+  (:mod:`newsmotion_engine.accel.one_key_cross`; exact, less work: the FLOP count says how much);
   ``...+keyframes2`` renders every 2nd frame and infills the rest (the official recipe's own
   15-fps output, ``sample_stride`` 2): an approximation, reported apart (``..._approximate``).
 
@@ -56,7 +58,8 @@ __all__ = ["VARIANTS", "bench_mimicmotion"]
 Log = Callable[[str], None]
 VARIANTS = ("stock", "batch_cfg", "batch_cfg+compile", "batch_cfg+compile+channels_last", "batch_cfg+compile+conv3d_as_2d",
             "batch_cfg+compile+channels_last+conv3d_as_2d", "batch_cfg+fp8+compile", "batch_cfg+fp8+compile+channels_last",
-            "batch_cfg+compile+keyframes2", "batch_cfg+compile+compile_vae", "batch_cfg+compile+compile_vae+fp8_attention")
+            "batch_cfg+compile+keyframes2", "batch_cfg+compile+compile_vae", "batch_cfg+compile+compile_vae+fp8_attention",
+            "batch_cfg+one_key_cross", "batch_cfg+compile+compile_vae+fp8_attention+one_key_cross")
 
 
 def _variants(cuda: bool) -> dict[str, tuple[dict[str, Any], int]]:
@@ -67,8 +70,10 @@ def _variants(cuda: bool) -> dict[str, tuple[dict[str, Any], int]]:
     from newsmotion_engine.accel.conv3d import Conv3dAs2d
     from newsmotion_engine.accel.fp8 import Fp8Linears
     from newsmotion_engine.accel.memory_format import ChannelsLast
+    from newsmotion_engine.accel.one_key_cross import OneKeyCross
 
-    out: dict[str, tuple[dict[str, Any], int]] = {"stock": ({"batch_cfg": False}, 1), "batch_cfg": ({"batch_cfg": True}, 1)}
+    out: dict[str, tuple[dict[str, Any], int]] = {"stock": ({"batch_cfg": False}, 1), "batch_cfg": ({"batch_cfg": True}, 1),
+                                                  "batch_cfg+one_key_cross": ({"batch_cfg": True, "accelerations": (OneKeyCross(),)}, 1)}
     if cuda:
         out["batch_cfg+compile"] = ({"batch_cfg": True, "accelerations": (Compile(),)}, 1)
         # the temporal decoder's blocks compiled too (accel.compile_vae): its eager GroupNorms lead the decode
@@ -76,6 +81,9 @@ def _variants(cuda: bool) -> dict[str, tuple[dict[str, Any], int]]:
         # and our 8-bit attention kernel in the spatial self-attention (mimicmotion/attention.py)
         out["batch_cfg+compile+compile_vae+fp8_attention"] = (
             {"batch_cfg": True, "accelerations": (Attention(kernel="fp8-triton"), CompileVae(), Compile())}, 1)
+        # and the one-token cross-attention as its value (accel.one_key_cross; exact)
+        out["batch_cfg+compile+compile_vae+fp8_attention+one_key_cross"] = (
+            {"batch_cfg": True, "accelerations": (Attention(kernel="fp8-triton"), OneKeyCross(), CompileVae(), Compile())}, 1)
         out["batch_cfg+compile+keyframes2"] = ({"batch_cfg": True, "accelerations": (Compile(),)}, 2)
         # the convolution weights NHWC (accel.memory_format): cuDNN's bf16 convolutions' native layout
         out["batch_cfg+compile+channels_last"] = ({"batch_cfg": True, "accelerations": (ChannelsLast(), Compile())}, 1)
@@ -190,6 +198,11 @@ def bench_mimicmotion(preset: str = "svd-xt-1.1", *, sizes: Sequence[tuple[int, 
     return result
 
 
+def _one_key(options: dict[str, Any]) -> bool:
+    """Whether a variant's options compute the one-token cross-attention as its value (less UNet work)."""
+    return any(c.technique == "one_key_cross" for c in options.get("accelerations", ()))
+
+
 def count_flops(record_path: str | Path, json_path: str | Path | None = None, log: Log = print) -> dict[str, Any]:
     """The UNet work of a committed clip record, counted, and the rate each variant's denoise ran at.
 
@@ -206,6 +219,7 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, lo
     from diffusers import UNetSpatioTemporalConditionModel
     from torch.utils.flop_counter import FlopCounterMode
 
+    from newsmotion_engine.accel.one_key_cross import set_one_key_cross
     from newsmotion_engine.render.backends.mimicmotion.config import MimicMotionOptions
 
     table = _variants(cuda=True)  # every variant a record may hold
@@ -231,17 +245,27 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, lo
         x = torch.empty(1, frames, unet.config.in_channels, h // 8, w // 8, device="meta", dtype=torch.bfloat16)
         enc = torch.empty(1, 1, unet.config.cross_attention_dim, device="meta", dtype=torch.bfloat16)
         ids = torch.empty(1, 3, device="meta", dtype=torch.bfloat16)
-        counter = FlopCounterMode(display=False)
-        with counter, torch.no_grad():
-            unet(x, torch.tensor(10.0, device="meta"), enc, ids, return_dict=False)
-        per_window = counter.get_total_flops()  # FLOP (an exact count; the TFLOP figures below are rounded)
-        by_op = {str(op).removeprefix("aten."): round(n / 1e12, 2) for op, n in
-                 sorted(counter.get_flop_counts()["Global"].items(), key=lambda kv: -kv[1])}  # fmt: skip
+        def count(one_key: bool) -> tuple[int, dict[str, float]]:
+            """One window row's FLOP (an exact count; the TFLOP figures are rounded) and its split by
+            operator, with the cross-attention as stock or as its one-key value (accel.one_key_cross)."""
+            set_one_key_cross(unet, one_key)
+            counter = FlopCounterMode(display=False)
+            with counter, torch.no_grad():
+                unet(x, torch.tensor(10.0, device="meta"), enc, ids, return_dict=False)
+            set_one_key_cross(unet, False)
+            return counter.get_total_flops(), {str(op).removeprefix("aten."): round(n / 1e12, 2) for op, n in
+                                               sorted(counter.get_flop_counts()["Global"].items(), key=lambda kv: -kv[1])}  # fmt: skip
+
+        per_window, by_op = count(False)
         row: dict[str, Any] = {"native": [w, h], "flop_per_window_row": per_window, "tflop_per_window_row": round(per_window / 1e12, 2),
                                "by_op_tflop": by_op, "variants": {}}  # fmt: skip
+        if any(_one_key(table[name][0]) for name in variants):
+            one_key_window, row["by_op_tflop_one_key_cross"] = count(True)
+            row["flop_per_window_row_one_key_cross"] = one_key_window
+            row["tflop_per_window_row_one_key_cross"] = round(one_key_window / 1e12, 2)
         for name, v in variants.items():
             rows_per_call = 2 if table[name][0].get("batch_cfg") else 1  # the variant's own setting
-            work = v["unet_calls"] * rows_per_call * per_window
+            work = v["unet_calls"] * rows_per_call * (row["flop_per_window_row_one_key_cross"] if _one_key(table[name][0]) else per_window)
             rate = work / 1e12 / v["denoise_s"]
             row["variants"][name] = {"unet_calls": v["unet_calls"], "rows_per_call": rows_per_call, "denoise_flop": work,
                                      "denoise_tflop": round(work / 1e12, 1), "denoise_s": v["denoise_s"], "denoise_tflops": round(rate, 1)}  # fmt: skip

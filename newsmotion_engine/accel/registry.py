@@ -19,6 +19,8 @@ order config (module)                       apply                       remove
                                                                         otherwise irreversible)
 20    ``FfnChunks`` (:mod:`.memory`)        chunk each block's FFN      unwrap
 30    ``Attention`` (:mod:`.attention`)     pick the attention kernel   restore processors/backend
+32    ``OneKeyCross``                       one-token cross-attention   the wrapped processors
+      (:mod:`.one_key_cross`)               as its value, broadcast     again
 35    ``SparseAttention`` (:mod:`.sparse`)  block-sparse tile layout    dense again
                                             (experimental)
 40    ``TeaCache`` (:mod:`.teacache`)       register the TeaCache hook  remove the hook

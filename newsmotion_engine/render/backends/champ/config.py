@@ -40,7 +40,7 @@ NAME = "champ"
 MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR_CHAMP"
 SMPL_ENV = "NEWSMOTION_SMPL_MODEL"
 # The accelerations that apply to a UNet here (the others target Wan's transformer blocks).
-ACCELERATION_KEYS = ("compile", "compile_vae", "channels_last", "fp8", "attention")
+ACCELERATION_KEYS = ("compile", "compile_vae", "channels_last", "fp8", "attention", "one_key_cross")
 REFERENCE_PASSES = ("conditional", "official")
 
 

@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 from newsmotion_engine.accel.registry import AccelConfig
 from newsmotion_engine.render.base import BackendOptionError
-from newsmotion_engine.render.backends.wan.diffusers_config import COMPILE_VAE_REFUSED, DTYPES, RANDOM_WEIGHTS_LABEL, DiffusersOptions
+from newsmotion_engine.render.backends.wan.diffusers_config import COMPILE_VAE_REFUSED, DTYPES, ONE_KEY_CROSS_REFUSED, RANDOM_WEIGHTS_LABEL, DiffusersOptions
 from newsmotion_engine.render.backends.wan.released import component_kwargs
 
 __all__ = ["NAME", "PRESETS", "RANDOM_WEIGHTS_LABEL", "EchoMimicV3ConfigError", "EchoMimicV3Options", "Preset", "released"]
@@ -105,6 +105,7 @@ _REFUSED = {
     "pyramid": "there is no low-resolution plan for this model",
     "cfg": "the audio guidance runs every step, as the flash-pro recipe does (no CFG schedule)",
     "compile_vae": COMPILE_VAE_REFUSED,
+    "one_key_cross": ONE_KEY_CROSS_REFUSED,
 }
 
 

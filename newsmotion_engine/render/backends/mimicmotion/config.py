@@ -51,7 +51,7 @@ MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR_MIMICMOTION"
 RELEASED_DIR = Path(__file__).parent / "released"
 SVD_RELEASE = "svd-xt-1.1"
 # The flat acceleration keys that apply to the SVD UNet (the others target Wan's transformer).
-ACCELERATION_KEYS = ("compile", "compile_vae", "channels_last", "conv3d_as_2d", "fp8", "attention")
+ACCELERATION_KEYS = ("compile", "compile_vae", "channels_last", "conv3d_as_2d", "fp8", "attention", "one_key_cross")
 _WAN_ONLY_KEYS = frozenset(FLAT_ACCELERATION_KEYS) - set(ACCELERATION_KEYS)
 ASPECT_RATIO = 9 / 16  # the official constants.py: width / height of the portrait target
 

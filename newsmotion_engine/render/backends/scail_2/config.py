@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 
 from newsmotion_engine.accel.registry import AccelConfig
 from newsmotion_engine.render.base import BackendOptionError
-from newsmotion_engine.render.backends.wan.diffusers_config import COMPILE_VAE_REFUSED, DTYPES, RANDOM_WEIGHTS_LABEL, DiffusersOptions
+from newsmotion_engine.render.backends.wan.diffusers_config import COMPILE_VAE_REFUSED, DTYPES, ONE_KEY_CROSS_REFUSED, RANDOM_WEIGHTS_LABEL, DiffusersOptions
 
 __all__ = ["MODES", "NAME", "PRESETS", "RANDOM_WEIGHTS_LABEL", "Preset", "Scail2ConfigError", "Scail2Options", "model_size"]
 
@@ -103,6 +103,7 @@ _REFUSED = {
     "sparse_attention": "the block-sparse layout is written for Wan-Animate's frame grid, not the in-context [reference | video | driving] sequence",
     "context_parallel": "there is no context-parallel plan for SCAIL2Transformer3DModel",
     "compile_vae": COMPILE_VAE_REFUSED,
+    "one_key_cross": ONE_KEY_CROSS_REFUSED,
 }
 
 

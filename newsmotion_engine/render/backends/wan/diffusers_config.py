@@ -170,6 +170,8 @@ def _switch(key: str, module: str, name: str) -> Callable[[dict[str, Any]], Acce
 # Why the Wan backends refuse ``compile_vae`` (accel/compile_vae.py) when the options are read,
 # before any weights load.
 COMPILE_VAE_REFUSED = "the Wan VAE's causal frame cache would recompile every call; use causal_pad_fold / fused_vae_norm"
+# Why the Wan transformers refuse ``one_key_cross`` (accel/one_key_cross.py): nothing to shorten.
+ONE_KEY_CROSS_REFUSED = "the Wan transformers' cross-attention reads the text's 512 tokens (and the image's 257), not one"
 
 
 # Flat option keys per technique -> the parser building its typed config (None = not used).
@@ -188,6 +190,7 @@ ACCELERATION_KEYS: dict[tuple[str, ...], Callable[[dict[str, Any]], AccelConfig 
     ("causal_pad_fold",): _switch("causal_pad_fold", "causal_pad", "CausalPadFold"),
     ("fused_vae_norm",): _switch("fused_vae_norm", "vae_norm", "FusedVaeNorm"),
     ("compile_vae",): _switch("compile_vae", "compile_vae", "CompileVae"),
+    ("one_key_cross",): _switch("one_key_cross", "one_key_cross", "OneKeyCross"),
 }
 FLAT_ACCELERATION_KEYS = tuple(k for keys in ACCELERATION_KEYS for k in keys)
 

@@ -78,8 +78,10 @@ from newsmotion_engine.accel.registry import AccelConfig
 from newsmotion_engine.render.base import BackendOptionError
 from newsmotion_engine.render.backends.wan.diffusers_config import (  # the flat keys and the label: re-exported, wan-animate's names
     ACCELERATION_KEYS,
+    COMPILE_VAE_REFUSED,
     DTYPES,
     FLAT_ACCELERATION_KEYS,
+    ONE_KEY_CROSS_REFUSED,
     RANDOM_WEIGHTS_LABEL,
     DiffusersOptions,
 )
@@ -220,6 +222,10 @@ def parse_accelerations(flat: Mapping[str, Any]) -> tuple[AccelConfig, ...]:
     return _parse_accelerations(flat, backend=NAME, error=WanAnimateConfigError)
 
 
+# Technique name -> why it does not apply to this model (checked without importing torch).
+_REFUSED = {"compile_vae": COMPILE_VAE_REFUSED, "one_key_cross": ONE_KEY_CROSS_REFUSED}
+
+
 @dataclass(frozen=True)
 class WanAnimateOptions(DiffusersOptions):
     """Every ``wan-animate`` option (the renderer resource's ``options`` map onto these through
@@ -287,6 +293,9 @@ class WanAnimateOptions(DiffusersOptions):
         self._check_strings(optional=("prompt", "model_path", "cache_root"), required=("negative_prompt",))
         self._check_lora()
         object.__setattr__(self, "accelerations", self._ordered_accelerations())
+        for c in self.accelerations:
+            if c.technique in _REFUSED:
+                raise WanAnimateConfigError(f"{self.backend}: acceleration {type(c).__name__} does not apply: {_REFUSED[c.technique]}")
         object.__setattr__(self, "guidance_scale", float(self.guidance_scale))
 
     def preset_scheduler_config(self) -> dict[str, Any]:

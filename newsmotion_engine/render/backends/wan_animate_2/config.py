@@ -68,6 +68,7 @@ from newsmotion_engine.render.backends.wan.continuation import CONTINUATIONS
 from newsmotion_engine.render.backends.wan.diffusers_config import (
     COMPILE_VAE_REFUSED,
     DTYPES,
+    ONE_KEY_CROSS_REFUSED,
     RANDOM_WEIGHTS_LABEL,
     DiffusersOptions,
     folder_pipeline_class,
@@ -164,6 +165,7 @@ _REFUSED = {
     "sparse_attention": "the block-sparse layout is written for Wan-Animate's dense self-attention, not the flex block mask",
     "context_parallel": "there is no context-parallel plan for WanAnimate2Transformer3DModel",
     "compile_vae": COMPILE_VAE_REFUSED,
+    "one_key_cross": ONE_KEY_CROSS_REFUSED,
 }
 _BASE_ONLY = {
     "cfg": "there is no unconditional pass on the distilled schedule (no CFG); use schedule='base'",

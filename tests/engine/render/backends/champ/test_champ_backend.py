@@ -201,6 +201,33 @@ def test_channels_last_renders_the_same_frames(loaded, pair):
     assert np.abs(after - before).max() <= 1, np.abs(after - before).max()
 
 
+def test_one_key_cross_renders_the_same_frames_and_leaves_the_reference_readers(loaded, pair):
+    """Both UNets' ``attn2`` read the one-token CLIP embedding (zeros for the unconditional rows):
+    each becomes its value broadcast, the same frames up to float rounding; the self-attention's
+    reference writers and readers are not touched; removed, the stock processors again."""
+    from diffusers.models.attention_processor import Attention as DiffusersAttention
+
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.accel.one_key_cross import OneKeyCross, OneKeyCrossProcessor
+
+    comps = loaded.components
+    render = _prepared_render(loaded, pair)
+    before = np.stack(list(render())).astype(np.int16)
+    applied = registry.apply_accelerations(comps, (OneKeyCross(),))
+    try:
+        counts = applied.report["one_key_cross"]["modules"]
+        assert set(counts) == {"transformer", "reference_unet"} and all(counts.values()), counts
+        for unet in (comps.transformer, comps.reference_unet):
+            for m in unet.modules():
+                if isinstance(m, DiffusersAttention):
+                    assert isinstance(m.processor, OneKeyCrossProcessor) == bool(m.is_cross_attention)
+        after = np.stack(list(render())).astype(np.int16)
+    finally:
+        registry.remove_accelerations(comps, applied)
+    assert np.abs(after - before).max() <= 1, np.abs(after - before).max()
+    assert not any(isinstance(m.processor, OneKeyCrossProcessor) for m in comps.transformer.modules() if isinstance(m, DiffusersAttention))
+
+
 def test_fp8_swaps_the_denoising_unets_block_linears_and_is_removed(loaded, pair):
     """FP8 linears reach the denoising UNet's down / mid / up blocks; the reference UNet (run once
     per render) stays as loaded. ``-o fp8=auto`` parses."""

@@ -304,6 +304,30 @@ def test_conv3d_as_2d_renders_the_same_frames_and_is_removed(pair, tiny):
     assert np.abs(after - before).max() <= 1, np.abs(after - before).max()  # uint8 rounding of float noise
 
 
+def test_one_key_cross_renders_the_same_frames_and_is_removed(pair, tiny):
+    """Every spatial and temporal ``attn2`` reads the one-token CLIP image embedding, so each is
+    its value broadcast: the same frames up to float rounding; removed, the stock processors again."""
+    from diffusers.models.attention_processor import Attention as DiffusersAttention
+
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.accel.one_key_cross import OneKeyCross
+
+    loop, persona = pair
+    kp = loop.keypoints[:5]
+    tiny.prepare_persona(persona, SPEC)
+    unet = tiny.components.transformer
+    cross = [n for n, m in unet.named_modules() if isinstance(m, DiffusersAttention) and m.is_cross_attention]
+    before = np.stack(list(tiny.frames(loop, persona, kp, SPEC))).astype(np.int16)
+    applied = registry.apply_accelerations(tiny.components, (OneKeyCross(),))
+    try:
+        assert applied.report["one_key_cross"]["modules"] == {"transformer": len(cross)} and len(cross) == 8  # 4 spatial + 4 temporal
+        after = np.stack(list(tiny.frames(loop, persona, kp, SPEC))).astype(np.int16)
+    finally:
+        registry.remove_accelerations(tiny.components, applied)
+    assert np.abs(after - before).max() <= 1, np.abs(after - before).max()  # uint8 rounding of float noise
+    assert all(type(dict(unet.named_modules())[n].processor).__name__ == "AttnProcessor2_0" for n in cross)
+
+
 def test_fp8_attention_replaces_only_the_spatial_self_attention_and_matches_the_stock_processor(tiny, monkeypatch):
     """``attention=fp8-triton``: the spatial transformer blocks' ``attn1`` get our kernel's
     processor (the temporal blocks and the cross-attention keep theirs), which computes what
