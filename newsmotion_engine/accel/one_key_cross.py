@@ -9,8 +9,8 @@ exactly 1 whatever the score, so such an attention returns its single value row 
 projects every token to a query (``to_q``: one ``C x C`` matmul over e.g. 663,552 tokens a
 window row at mimicmotion's top level), runs the attention kernel over them and projects every
 token's output (``to_out``), and the block normalises every token for it (``norm2``). Here the
-value is projected once per row and broadcast; under ``torch.compile`` the now unused ``norm2``
-is dropped too.
+value is projected once per row and broadcast; under ``torch.compile`` inductor may also drop the
+``norm2`` whose output is then unused (its shape is all the processor reads).
 
 What changes: nothing in the function. The query, key and scores never influence the output (one
 key: weight 1), so the result is the stock processor's; only ``to_out`` runs on one row instead
