@@ -138,6 +138,7 @@ class Scail2Options(DiffusersOptions):
 
     backend: ClassVar[str] = NAME
     config_error: ClassVar[type[BackendOptionError]] = Scail2ConfigError
+    refused_accelerations: ClassVar[Mapping[str, str]] = _REFUSED
     model_dir_env: ClassVar[str] = MODEL_DIR_ENV
     presets: ClassVar[Mapping[str, Preset]] = PRESETS
     released_segment_frames: ClassVar[int] = RELEASED_SEGMENT_FRAMES
@@ -168,11 +169,7 @@ class Scail2Options(DiffusersOptions):
             raise self._bad("segment_frames", f"use more than the {HISTORY_FRAMES}-frame history (e.g. 81)")
         self._check_strings(optional=("prompt", "model_path", "cache_root"), required=("negative_prompt",))
         self._check_lora()
-        configs = self._ordered_accelerations()
-        for c in configs:
-            if c.technique in _REFUSED:
-                raise Scail2ConfigError(f"{NAME}: acceleration {type(c).__name__} does not apply: {_REFUSED[c.technique]}")
-        object.__setattr__(self, "accelerations", configs)
+        object.__setattr__(self, "accelerations", self._ordered_accelerations())
 
     @property
     def num_steps(self) -> int:

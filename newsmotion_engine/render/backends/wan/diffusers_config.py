@@ -248,6 +248,8 @@ class DiffusersOptions(BackendOptions):
     presets: ClassVar[Mapping[str, Any]] = {}
     released_segment_frames: ClassVar[int] = 81  # frames per segment of the released model's reference code
     default_scheduler: ClassVar[str] = ""  # scheduler class when the config names none (presets)
+    # technique -> why it does not apply to this model: :meth:`_ordered_accelerations` refuses it with the reason
+    refused_accelerations: ClassVar[Mapping[str, str]] = {}
     model_path: str | None = None
     preset: str = "tiny"
     device: str = "auto"
@@ -342,14 +344,18 @@ class DiffusersOptions(BackendOptions):
             raise self._bad("lora", f"{exc} (PATH[:SCALE], several comma- or semicolon-separated, or a list)") from None
 
     def _ordered_accelerations(self) -> tuple[AccelConfig, ...]:
-        """``accelerations`` checked and in the registry's application order."""
+        """``accelerations`` checked (none of :attr:`refused_accelerations`) and in the registry's application order."""
         accelerations = self.accelerations  # type: ignore[attr-defined]
         if isinstance(accelerations, (str, bytes, Mapping)) or not hasattr(accelerations, "__iter__"):
             raise self._bad("accelerations", "give a sequence of acceleration configs (newsmotion_engine.accel)")
         try:
-            return ordered(accelerations)
+            configs = ordered(accelerations)
         except (AccelConfigError, UnknownAccelerationError) as exc:
             raise self.config_error(f"{self.backend} option accelerations: {exc}") from None
+        for c in configs:
+            if c.technique in self.refused_accelerations:
+                raise self.config_error(f"{self.backend}: acceleration {type(c).__name__} does not apply: {self.refused_accelerations[c.technique]}")
+        return configs
 
     # ------------------------------------------------------------------ queries
     @property

@@ -266,6 +266,7 @@ class WanAnimateOptions(DiffusersOptions):
 
     backend: ClassVar[str] = NAME
     config_error: ClassVar[type[BackendOptionError]] = WanAnimateConfigError
+    refused_accelerations: ClassVar[Mapping[str, str]] = _REFUSED
     model_dir_env: ClassVar[str] = MODEL_DIR_ENV
     presets: ClassVar[Mapping[str, Preset]] = PRESETS
     released_segment_frames: ClassVar[int] = RELEASED_SEGMENT_FRAMES
@@ -293,9 +294,6 @@ class WanAnimateOptions(DiffusersOptions):
         self._check_strings(optional=("prompt", "model_path", "cache_root"), required=("negative_prompt",))
         self._check_lora()
         object.__setattr__(self, "accelerations", self._ordered_accelerations())
-        for c in self.accelerations:
-            if c.technique in _REFUSED:
-                raise WanAnimateConfigError(f"{self.backend}: acceleration {type(c).__name__} does not apply: {_REFUSED[c.technique]}")
         object.__setattr__(self, "guidance_scale", float(self.guidance_scale))
 
     def preset_scheduler_config(self) -> dict[str, Any]:

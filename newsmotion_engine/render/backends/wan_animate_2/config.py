@@ -220,6 +220,7 @@ class WanAnimate2Options(DiffusersOptions):
 
     backend: ClassVar[str] = NAME
     config_error: ClassVar[type[BackendOptionError]] = WanAnimate2ConfigError
+    refused_accelerations: ClassVar[Mapping[str, str]] = _REFUSED
     model_dir_env: ClassVar[str] = MODEL_DIR_ENV
     presets: ClassVar[Mapping[str, Preset]] = PRESETS
     released_segment_frames: ClassVar[int] = RELEASED_SEGMENT_FRAMES
@@ -279,8 +280,6 @@ class WanAnimate2Options(DiffusersOptions):
                     "only attention='fp8-triton' (our 8-bit kernel: all generation keys, then each frame's reference "
                     "keys, in one softmax) or 'fp8-cudnn' (cuDNN's FP8 kernel, the two parts merged) replace it"
                 )
-            if c.technique in _REFUSED:
-                raise WanAnimate2ConfigError(f"{NAME}: acceleration {type(c).__name__} does not apply: {_REFUSED[c.technique]}")
             if c.technique in _BASE_ONLY and self.schedule != "base":
                 raise WanAnimate2ConfigError(f"{NAME}: acceleration {type(c).__name__} needs the base schedule: {_BASE_ONLY[c.technique]}")
         object.__setattr__(self, "accelerations", configs)
