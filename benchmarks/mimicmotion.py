@@ -59,7 +59,8 @@ Log = Callable[[str], None]
 VARIANTS = ("stock", "batch_cfg", "batch_cfg+compile", "batch_cfg+compile+channels_last", "batch_cfg+compile+conv3d_as_2d",
             "batch_cfg+compile+channels_last+conv3d_as_2d", "batch_cfg+fp8+compile", "batch_cfg+fp8+compile+channels_last",
             "batch_cfg+compile+keyframes2", "batch_cfg+compile+compile_vae", "batch_cfg+compile+compile_vae+fp8_attention",
-            "batch_cfg+one_key_cross", "batch_cfg+compile+compile_vae+fp8_attention+one_key_cross")
+            "batch_cfg+one_key_cross", "batch_cfg+compile+compile_vae+fp8_attention+one_key_cross",
+            "batch_cfg+compile+compile_vae+fp8_attention+one_key_cross+conv3d_as_2d")
 
 
 def _variants(cuda: bool) -> dict[str, tuple[dict[str, Any], int]]:
@@ -84,6 +85,9 @@ def _variants(cuda: bool) -> dict[str, tuple[dict[str, Any], int]]:
         # and the one-token cross-attention as its value (accel.one_key_cross; exact)
         out["batch_cfg+compile+compile_vae+fp8_attention+one_key_cross"] = (
             {"batch_cfg": True, "accelerations": (Attention(kernel="fp8-triton"), OneKeyCross(), CompileVae(), Compile())}, 1)
+        # and the time-only 3-D convolutions (UNet's temporal resnets, the temporal decoder's) as 2-D ones (accel.conv3d)
+        out["batch_cfg+compile+compile_vae+fp8_attention+one_key_cross+conv3d_as_2d"] = (
+            {"batch_cfg": True, "accelerations": (Attention(kernel="fp8-triton"), OneKeyCross(), Conv3dAs2d(), CompileVae(), Compile())}, 1)
         out["batch_cfg+compile+keyframes2"] = ({"batch_cfg": True, "accelerations": (Compile(),)}, 2)
         # the convolution weights NHWC (accel.memory_format): cuDNN's bf16 convolutions' native layout
         out["batch_cfg+compile+channels_last"] = ({"batch_cfg": True, "accelerations": (ChannelsLast(), Compile())}, 1)
