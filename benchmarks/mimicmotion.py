@@ -230,7 +230,10 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, lo
     try:
         record = json.loads(Path(record_path).read_text())
         data = record["data"]
-        if data.get("bench") != "mimicmotion" or not all("native" in v and "denoise_s" in v for r in data["rows"].values() for v in r.values()):
+        # a variant the budget skipped holds only its reason: nothing to count
+        measured = {size: {name: v for name, v in r.items() if "skipped" not in v} for size, r in data["rows"].items()}
+        if data.get("bench") != "mimicmotion" or not all(r and all("native" in v and "denoise_s" in v for v in r.values())
+                                                          for r in measured.values()):
             raise ValueError("not a mimicmotion clip record (python -m benchmarks.mimicmotion --json ...)")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{record_path}: {exc}") from None
@@ -244,7 +247,7 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, lo
                                    "seconds from the record named in 'source'",
                            "source": {"record": Path(record_path).name, "device": record["device"], "commit": record["commit"]},
                            "rows": {}}  # fmt: skip
-    for size, variants in data["rows"].items():
+    for size, variants in measured.items():
         w, h = next(iter(variants.values()))["native"]
         x = torch.empty(1, frames, unet.config.in_channels, h // 8, w // 8, device="meta", dtype=torch.bfloat16)
         enc = torch.empty(1, 1, unet.config.cross_attention_dim, device="meta", dtype=torch.bfloat16)

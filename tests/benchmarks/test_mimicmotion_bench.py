@@ -85,3 +85,22 @@ def test_count_flops_refuses_what_is_not_a_mimicmotion_clip_record(tmp_path, cap
             bench.main(["--count-flops", str(path), "--json", str(tmp_path / "out.json")])
         assert exit_info.value.code == 2 and str(path) in capsys.readouterr().err
     assert not (tmp_path / "out.json").exists()
+
+
+def test_count_flops_leaves_out_a_variant_the_budget_skipped(tmp_path):
+    """A record whose last variant the device-time budget skipped (it holds only the reason) is
+    counted for the variants that ran; a record with nothing measured is refused."""
+    import json
+
+    record = tmp_path / "mimicmotion_cpu.json"
+    bench.bench_mimicmotion("tiny", sizes=[(80, 128)], frames=9, steps=1, variants=["stock", "batch_cfg"], device="cpu",
+                            dtype="float32", json_path=record, log=lambda m: None)  # fmt: skip
+    doc = json.loads(record.read_text())
+    doc["data"]["rows"]["80x128"]["batch_cfg+one_key_cross"] = {"skipped": "would overrun the device-time budget"}
+    record.write_text(json.dumps(doc))
+    out = bench.count_flops(record, None, log=lambda m: None)
+    assert set(out["rows"]["80x128"]["variants"]) == {"stock", "batch_cfg"}
+    doc["data"]["rows"]["80x128"] = {"stock": {"skipped": "budget"}}
+    record.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="not a mimicmotion clip record"):
+        bench.count_flops(record, None, log=lambda m: None)
