@@ -42,8 +42,10 @@ Example (from the repository root)::
     python -m benchmarks.champ --smpl SMPL.npz --preset tiny --sizes 64x128 --frames 9 --steps 2   # CPU check
     python -m benchmarks.champ --smpl synthetic --maps-only --device cpu --json benchmarks/results/champ_maps_cpu.json
 
-``--profile-steps N``: each row also gets a kernel breakdown of one more clip at N steps
-(:func:`benchmarks.clip.profile_clip`, :mod:`benchmarks.kernel_profile`), not in the timed figures::
+``--profile-steps N``: each row also gets a kernel breakdown of one more clip at N steps, and as its
+``one_step`` one step's kernels alone (a second profiled clip at N + 1 steps less the first: the
+denoise without the decode; :func:`benchmarks.clip.profile_clip_steps`, :mod:`benchmarks.kernel_profile`),
+not in the timed figures::
 
     bash benchmarks/device_gpu.sh zoo 540 "champ --smpl synthetic --variants stock,conditional+compile --profile-steps 1 --budget-s 400"
 """
@@ -92,7 +94,7 @@ def _variant_options(name: str) -> dict[str, Any]:
 def _timed_render(backend: Any, loop: Any, persona: Any, spec: Any, out: Path, profile_steps: int | None = None) -> dict[str, Any]:
     """One warm-up render (2 steps), then one timed; the row of figures. ``profile_steps``: then one more at
     this many steps under the profiler (the row's ``profile``; not in the timed figures)."""
-    from benchmarks.clip import FrameSink, options_replaced, profile_clip
+    from benchmarks.clip import FrameSink, options_replaced, profile_clip_steps
     from newsmotion_engine.bench.timing import peak_gib, peak_reset
     from newsmotion_engine.render.clip import render_clip
 
@@ -106,7 +108,7 @@ def _timed_render(backend: Any, loop: Any, persona: Any, spec: Any, out: Path, p
            "frames_out": tele.frames, "windows": stats.get("windows"), "maps_s": stats.get("maps_s"),
            "denoise_s": stats.get("denoise_s")}  # fmt: skip
     if profile_steps:
-        row["profile"] = profile_clip(backend, loop, persona, spec, out, {"steps": profile_steps})
+        row["profile"] = profile_clip_steps(backend, loop, persona, spec, out, profile_steps)
     return row
 
 

@@ -49,7 +49,7 @@ from newsmotion_engine.bench.timing import peak_gib, peak_reset, sync
 from benchmarks.budget import VariantBudget
 from benchmarks.lab_record import top_level_figures, write_lab_result
 
-__all__ = ["CLIP_VARIANTS", "FrameSink", "bench_clip", "options_replaced", "profile_clip", "timed_variant"]
+__all__ = ["CLIP_VARIANTS", "FrameSink", "bench_clip", "options_replaced", "profile_clip", "profile_clip_steps", "timed_variant"]
 
 Log = Callable[[str], None]
 
@@ -108,6 +108,20 @@ def profile_clip(backend: Any, loop: Any, persona: Any, spec: Any, out_path: Pat
         return {"options": opts, "error": f"{type(exc).__name__}: {exc}"[:500]}
 
 
+def profile_clip_steps(backend: Any, loop: Any, persona: Any, spec: Any, out_path: Path, steps: int, *,
+                       top: int = 60) -> dict[str, Any]:  # fmt: skip
+    """:func:`profile_clip` at ``steps`` steps, with ``one_step``: the kernels of one more step alone
+    (:func:`benchmarks.kernel_profile.step_difference` of a second profile at ``steps + 1``), the
+    denoise without the once-a-clip work. A wide ``top`` so that both lists hold the same names."""
+    from benchmarks.kernel_profile import step_difference
+
+    summary = profile_clip(backend, loop, persona, spec, out_path, {"steps": steps}, top=top)
+    if "error" not in summary:
+        more = profile_clip(backend, loop, persona, spec, out_path, {"steps": steps + 1}, top=top)
+        summary["one_step"] = more if "error" in more else step_difference(summary, more)
+    return summary
+
+
 def timed_variant(backend: Any, loop: Any, persona: Any, spec: Any, out_path: Path, *, warm_up: bool,
                   warm_up_options: Mapping[str, Any] | None = None,
                   profile_options: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
@@ -136,7 +150,9 @@ def timed_variant(backend: Any, loop: Any, persona: Any, spec: Any, out_path: Pa
         row = {"end_to_end_s": round(time.perf_counter() - t0, 2), "peak_vram_gib": peak_gib(comps.device),
                "frames_out": tele.frames, **tele.backend_info.get("last_render", {})}  # fmt: skip
         if profile_options is not None:
-            row["profile"] = profile_clip(backend, loop, persona, spec, out_path, profile_options)
+            steps = profile_options.get("steps")
+            row["profile"] = (profile_clip_steps(backend, loop, persona, spec, out_path, steps) if set(profile_options) == {"steps"}
+                              else profile_clip(backend, loop, persona, spec, out_path, profile_options))  # fmt: skip
         return row
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}

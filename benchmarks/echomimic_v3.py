@@ -24,8 +24,10 @@ Example (from the repository root)::
     python -m benchmarks.echomimic_v3 --json benchmarks/results/echomimic_v3_h100.json
     python -m benchmarks.echomimic_v3 --preset tiny --sizes 64x128 --seconds 0.6 --steps 2   # CPU check
 
-``--profile-steps N``: each row also gets a kernel breakdown of one more clip at N steps
-(:func:`benchmarks.clip.profile_clip`, :mod:`benchmarks.kernel_profile`), not in the timed figures::
+``--profile-steps N``: each row also gets a kernel breakdown of one more clip at N steps, and as its
+``one_step`` one step's kernels alone (a second profiled clip at N + 1 steps less the first: the
+denoise without the decode; :func:`benchmarks.clip.profile_clip_steps`, :mod:`benchmarks.kernel_profile`),
+not in the timed figures::
 
     bash benchmarks/device_gpu.sh zoo 570 "echomimic_v3 --sizes 768x768 --variants stock,batch_cfg+fp8+compile+fp8_attention --profile-steps 1 --budget-s 450"
 """
@@ -105,7 +107,7 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
     import diffusers
     import torch
 
-    from benchmarks.clip import FrameSink, profile_clip
+    from benchmarks.clip import FrameSink, profile_clip_steps
     from benchmarks.gpu import bench_inputs
     from newsmotion_engine.accel import registry
     from newsmotion_engine.bench.timing import peak_gib, peak_reset
@@ -182,7 +184,7 @@ def bench_echomimic(preset: str = "flash-pro", *, sizes: Sequence[tuple[int, int
                                frames_out=tele.frames, segments=stats.get("segments"), denoise_s=stats.get("denoise_s"),
                                decode_s=stats.get("decode_s"), teacache_skipped=stats.get("teacache_skipped"))  # fmt: skip
                     if profile_steps:  # after the timed clip, accelerations still applied; not in the timed figures
-                        row["profile"] = profile_clip(backend, loop, persona, spec, tmp / "clip.mp4", {"steps": profile_steps})
+                        row["profile"] = profile_clip_steps(backend, loop, persona, spec, tmp / "clip.mp4", profile_steps)
                 except Exception as exc:  # one failing variant is a result; the others still run
                     row["error"] = f"{type(exc).__name__}: {exc}"[:500]
                 finally:

@@ -49,6 +49,11 @@ Usage (the zoo benches' ``--profile-steps N`` does this for every variant, after
 
     # a whole bench on the GPU machine, timing and kernel breakdown in one call:
     bash benchmarks/device_gpu.sh zoo 540 "mimicmotion --variants stock,batch_cfg+compile --profile-steps 1 --budget-s 400"
+
+A clip's profile mixes the denoise with everything done once per clip (the VAE decode above
+all: in mimicmotion's one-step clip the decode is most of the GPU time). :func:`step_difference`
+of two profiles, at N and N + 1 steps, leaves one step's kernels: the denoise alone. The zoo
+benches store it as the profile's ``one_step`` (:func:`benchmarks.clip.profile_clip_steps`).
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = ["CATEGORIES", "CATEGORY_PATTERNS", "busy_ms", "category", "gpu_busy_and_copy_ms", "is_copy", "kernel_totals",
-           "profile_call"]  # fmt: skip
+           "profile_call", "step_difference"]  # fmt: skip
 
 # category -> name substrings (lower case); the first category with a matching substring wins.
 CATEGORY_PATTERNS: dict[str, tuple[str, ...]] = {
@@ -173,3 +178,30 @@ def profile_call(fn: Callable[[], Any], *, top: int = 20, name_chars: int = 120)
     summary.update(total_ms=round(sum(ms for _, (ms, _) in totals), 1), count=sum(c for _, (_, c) in totals),
                    by_category=cats, top=rows)  # fmt: skip
     return value, summary
+
+
+def step_difference(fewer: dict[str, Any], more: dict[str, Any], steps: int = 1) -> dict[str, Any]:
+    """One denoising step's kernels: ``more`` (a :func:`profile_call` summary of a clip at N + ``steps``
+    steps) less ``fewer`` (the same clip at N), divided by ``steps``. Per category and for the GPU's
+    busy time exactly; per kernel for the names in both summaries' ``top`` lists, and a name only
+    in ``more``'s top counts whole (``"whole": true``: its ms in ``fewer``, under that list's
+    cut-off, is not known). Differences of two runs carry both runs' noise: a category that does
+    not scale with steps shows as a small positive or negative number."""
+
+    def per_step(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else round((b - a) / steps, 2)
+
+    fewer_top = {r["name"]: r for r in fewer.get("top", [])}
+    top = []
+    for r in more.get("top", []):
+        before = fewer_top.get(r["name"])
+        row = {"name": r["name"], "category": r["category"], "ms": per_step(before["ms"] if before else 0.0, r["ms"]),
+               "count": (r["count"] - (before["count"] if before else 0)) // steps}  # fmt: skip
+        if before is None:
+            row["whole"] = True
+        top.append(row)
+    top.sort(key=lambda r: -r["ms"])
+    cats = {c: {"ms": per_step(fewer["by_category"][c]["ms"], more["by_category"][c]["ms"]),
+                "count": (more["by_category"][c]["count"] - fewer["by_category"][c]["count"]) // steps} for c in CATEGORIES}  # fmt: skip
+    return {"steps": steps, "source": more.get("source"), "gpu_busy_ms": per_step(fewer.get("gpu_busy_ms"), more.get("gpu_busy_ms")),
+            "total_ms": per_step(fewer.get("total_ms"), more.get("total_ms")), "by_category": cats, "top": top}  # fmt: skip

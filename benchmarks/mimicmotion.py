@@ -34,8 +34,10 @@ Example (from the repository root)::
     python -m benchmarks.mimicmotion --json benchmarks/results/mimicmotion_h100.json
     python -m benchmarks.mimicmotion --preset tiny --sizes 80x128 --frames 9 --steps 2   # CPU check
 
-``--profile-steps N``: each row also gets a kernel breakdown of one more clip at N steps
-(:func:`benchmarks.clip.profile_clip`, :mod:`benchmarks.kernel_profile`), not in the timed figures::
+``--profile-steps N``: each row also gets a kernel breakdown of one more clip at N steps, and as its
+``one_step`` one step's kernels alone (a second profiled clip at N + 1 steps less the first: the
+denoise without the decode; :func:`benchmarks.clip.profile_clip_steps`, :mod:`benchmarks.kernel_profile`),
+not in the timed figures::
 
     bash benchmarks/device_gpu.sh zoo 540 "mimicmotion --variants stock,batch_cfg+compile --profile-steps 1 --budget-s 400"
 """
@@ -119,7 +121,7 @@ def bench_mimicmotion(preset: str = "svd-xt-1.1", *, sizes: Sequence[tuple[int, 
     import diffusers
     import torch
 
-    from benchmarks.clip import FrameSink, options_replaced, profile_clip
+    from benchmarks.clip import FrameSink, options_replaced, profile_clip_steps
     from benchmarks.gpu import bench_inputs
     from newsmotion_engine.accel import registry
     from newsmotion_engine.bench.timing import peak_gib, peak_reset
@@ -186,7 +188,7 @@ def bench_mimicmotion(preset: str = "svd-xt-1.1", *, sizes: Sequence[tuple[int, 
                                denoise_s=stats.get("denoise_s"), decode_s=stats.get("decode_s"),
                                pose_draw_s=stats.get("pose_draw_s"))  # fmt: skip
                     if profile_steps:  # after the timed clip, accelerations still applied; not in the timed figures
-                        row["profile"] = profile_clip(backend, loop, persona, spec, tmp / "clip.mp4", {"steps": profile_steps})
+                        row["profile"] = profile_clip_steps(backend, loop, persona, spec, tmp / "clip.mp4", profile_steps)
                 except Exception as exc:  # one failing variant is a result; the others still run
                     row["error"] = f"{type(exc).__name__}: {exc}"[:500]
                 finally:

@@ -31,8 +31,10 @@ call and ours in the next on the same warm machine, then join the two records::
     python -m benchmarks.scail2 --steps 2 --variants batch_cfg+fp8+compile+fp8_attention --warm-up-steps 1 --json /tmp/scail2_ours.json
     python -m benchmarks.scail2 --combine /tmp/scail2_stock.json /tmp/scail2_ours.json --json benchmarks/results/scail2_h100.json
 
-``--profile-steps N``: each row also gets a kernel breakdown of one more clip at N steps
-(:func:`benchmarks.clip.profile_clip`, :mod:`benchmarks.kernel_profile`), not in the timed figures::
+``--profile-steps N``: each row also gets a kernel breakdown of one more clip at N steps, and as its
+``one_step`` one step's kernels alone (a second profiled clip at N + 1 steps less the first: the
+denoise without the decode; :func:`benchmarks.clip.profile_clip_steps`, :mod:`benchmarks.kernel_profile`),
+not in the timed figures::
 
     bash benchmarks/device_gpu.sh zoo 570 "scail2 --steps 2 --variants batch_cfg+fp8+compile+fp8_attention --warm-up-steps 1 --profile-steps 1 --budget-s 540"
 """

@@ -59,12 +59,41 @@ def test_profile_call_on_the_cpu_sums_operators_by_category():
     assert set(summary["top"][0]) == {"name", "ms", "count", "category"}
 
 
+def test_step_difference_leaves_one_steps_kernels():
+    """Two summaries of a clip at 1 and 3 steps: per category and per kernel, what one step adds;
+    a kernel missing from the shorter profile's top counts whole and says so."""
+
+    def summary(gemm_ms: float, decode_ms: float, busy: float, extra: list[dict]) -> dict:
+        cats = {c: {"ms": 0.0, "count": 0} for c in kp.CATEGORIES}
+        cats["gemm"] = {"ms": gemm_ms, "count": int(gemm_ms)}
+        cats["conv"] = {"ms": decode_ms, "count": 10}
+        top = [{"name": "gemm_kernel", "ms": gemm_ms, "count": int(gemm_ms), "category": "gemm"},
+               {"name": "decode_conv", "ms": decode_ms, "count": 10, "category": "conv"}, *extra]
+        return {"source": "CUDA kernels", "gpu_busy_ms": busy, "total_ms": gemm_ms + decode_ms, "by_category": cats, "top": top}
+
+    fewer = summary(100.0, 500.0, 590.0, [])
+    more = summary(300.0, 500.0, 800.0, [{"name": "late_kernel", "ms": 4.0, "count": 2, "category": "other"}])
+    one = kp.step_difference(fewer, more, steps=2)
+    assert one["by_category"]["gemm"] == {"ms": 100.0, "count": 100}
+    assert one["by_category"]["conv"] == {"ms": 0.0, "count": 0}  # the once-a-clip decode drops out
+    assert one["gpu_busy_ms"] == 105.0 and one["total_ms"] == 100.0
+    assert [r["name"] for r in one["top"]] == ["gemm_kernel", "late_kernel", "decode_conv"]
+    assert one["top"][1] == {"name": "late_kernel", "category": "other", "ms": 2.0, "count": 1, "whole": True}
+    assert "whole" not in one["top"][0]
+    cpu = dict(fewer, gpu_busy_ms=None)
+    assert kp.step_difference(cpu, more)["gpu_busy_ms"] is None
+
+
 def _check_profile(row: dict, steps: int) -> None:
     prof = row["profile"]
     assert "error" not in prof, prof
     assert prof["options"] == {"steps": steps} and prof["frames_out"] == row["frames_out"]
     assert prof["cuda"] is False and set(prof["by_category"]) == set(kp.CATEGORIES) and prof["top"]
     assert prof["by_category"]["gemm"]["ms"] > 0
+    one = prof["one_step"]  # a second profile at steps + 1, less the first
+    assert "error" not in one, one
+    assert one["steps"] == 1 and set(one["by_category"]) == set(kp.CATEGORIES) and one["top"]
+    assert one["by_category"]["gemm"]["count"] > 0  # one more step calls the denoiser again
     json.dumps(prof)
 
 
