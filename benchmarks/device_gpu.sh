@@ -16,10 +16,12 @@ preset="${2:-14b}"
 kwargs="${3:-{\}}"
 out="${OUT:-/tmp/out}"
 mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --no-compile --target "$HOME/site" .whl/*.whl || exit 3
+# --upgrade: on a warm machine the wheels are there already, and pip would print a warning per
+# package (a screenful that crowds the log's tail out of the device reply)
+python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$HOME/site" .whl/*.whl || exit 3
 # attention='fp8-cudnn' needs cuDNN's frontend (an optional dependency): its wheel in .whl/cudnn/, when carried.
 if ls .whl/cudnn/nvidia_cudnn_frontend-*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$HOME/site" "$(ls .whl/cudnn/nvidia_cudnn_frontend-*.whl | head -1)" || exit 3
+  python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$HOME/site" "$(ls .whl/cudnn/nvidia_cudnn_frontend-*.whl | head -1)" || exit 3
 fi
 export PYTHONPATH="$PWD:$HOME/site" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
