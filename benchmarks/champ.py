@@ -24,6 +24,10 @@ file (``--smpl``; it is licensed and not shipped):
 - ``conditional+compile+compile_vae+fp8_attention`` (CUDA only): compile, the compiled VAE decoder and the 8-bit attention together;
   ``...+one_key_cross`` also computes the cross-attention over the one-token CLIP embedding as its
   value (:mod:`newsmotion_engine.accel.one_key_cross`; exact);
+- ``conditional+compile_unet_blocks+compile_vae+fp8_attention+one_key_cross`` (CUDA only): the same
+  with ``compile_scope="unet_blocks"``: the resnets and the spatial-transformer and motion-module
+  wrappers compiled too, not only the transformer blocks (their GroupNorms, SiLUs, residual adds and
+  layout changes otherwise run eagerly);
 - ``conditional+fp8+compile[+channels_last]`` (CUDA only): plus the linears of the denoising
   UNet's blocks in FP8 (:mod:`newsmotion_engine.accel.fp8`, rowwise scales, as in the Wan
   transformer; the originals kept, so the next variant gets the bf16 UNet back).
@@ -67,7 +71,8 @@ __all__ = ["VARIANTS", "bench_champ", "bench_maps"]
 
 VARIANTS = ("stock", "conditional", "conditional+compile", "conditional+compile+channels_last", "conditional+fp8+compile",
             "conditional+fp8+compile+channels_last", "conditional+compile+compile_vae", "conditional+compile+fp8_attention",
-            "conditional+compile+compile_vae+fp8_attention", "conditional+compile+compile_vae+fp8_attention+one_key_cross")
+            "conditional+compile+compile_vae+fp8_attention", "conditional+compile+compile_vae+fp8_attention+one_key_cross",
+            "conditional+compile_unet_blocks+compile_vae+fp8_attention+one_key_cross")
 
 
 def _variant_options(name: str) -> dict[str, Any]:
@@ -77,6 +82,7 @@ def _variant_options(name: str) -> dict[str, Any]:
     from newsmotion_engine.accel.fp8 import Fp8Linears
     from newsmotion_engine.accel.memory_format import ChannelsLast
     from newsmotion_engine.accel.one_key_cross import OneKeyCross
+    from newsmotion_engine.render.backends.champ.config import COMPILE_SCOPES
 
     fp8 = Fp8Linears(mode="compute", keep_original=True)  # originals kept: the next variant gets the bf16 UNet back
     return {"stock": {"reference_pass": "official"}, "conditional": {},
@@ -87,6 +93,10 @@ def _variant_options(name: str) -> dict[str, Any]:
             "conditional+compile+compile_vae+fp8_attention": {"accelerations": (Attention(kernel="fp8-triton"), CompileVae(), Compile())},
             "conditional+compile+compile_vae+fp8_attention+one_key_cross": {
                 "accelerations": (Attention(kernel="fp8-triton"), OneKeyCross(), CompileVae(), Compile())},
+            # compile_scope="unet_blocks": the resnets and the transformer / motion-module wrappers compiled too
+            "conditional+compile_unet_blocks+compile_vae+fp8_attention+one_key_cross": {
+                "accelerations": (Attention(kernel="fp8-triton"), OneKeyCross(), CompileVae(),
+                                  Compile(regions=COMPILE_SCOPES["unet_blocks"]))},
             "conditional+fp8+compile": {"accelerations": (fp8, Compile())},
             "conditional+fp8+compile+channels_last": {"accelerations": (fp8, ChannelsLast(), Compile())}}[name]  # fmt: skip
 

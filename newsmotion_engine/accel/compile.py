@@ -64,6 +64,12 @@ class Compile(AccelConfig):
             quantization's looped reduction; sigmoid is one exp2 and one reciprocal. Measured:
             that kernel 3.9 -> 2.8 ms a block; superseded where FP8 compute runs by the GELU
             fused into the down projection's quantization (``accel/fp8_rows.py``).
+        regions: the class names of the sub-modules compiled, each on its own; empty (default):
+            the model's ``_repeated_blocks`` (diffusers' regional compilation; the backend sets
+            them at load). A backend offers a wider set where the blocks alone leave eager work
+            between them (champ's ``compile_scope="unet_blocks"``: its resnets, spatial
+            transformers and motion modules, whose GroupNorms and layout changes otherwise run
+            eagerly).
     """
 
     technique: ClassVar[str] = "compile"
@@ -71,11 +77,14 @@ class Compile(AccelConfig):
     fullgraph: bool = True
     tuned: bool = False
     gelu: str = "stock"
+    regions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("cudagraphs", "fullgraph", "tuned"):
             if not isinstance(getattr(self, name), bool):
                 raise AccelConfigError(f"compile {name}={getattr(self, name)!r}: use true or false")
+        if not isinstance(self.regions, tuple) or not all(isinstance(r, str) and r for r in self.regions):
+            raise AccelConfigError(f"compile regions={self.regions!r}: use a tuple of module class names")
         if self.gelu not in GELU_FORMS:
             raise AccelConfigError(f"compile gelu={self.gelu!r}: use one of {', '.join(GELU_FORMS)}")
 
@@ -121,12 +130,13 @@ def _mark_step(*_: Any) -> None:
 # compiled graph: SVD's SpatioTemporalResBlock alone sees more than dynamo's default limit of 8,
 # which fails a fullgraph compile on the first render (found on the H100). Wan's equal blocks need one.
 RECOMPILE_LIMIT = 64
+_NONE = object()  # no instance attribute
 
 
 def compile_blocks(model: torch.nn.Module, config: Compile = Compile()) -> dict[str, Any]:
     """Compile each repeated block of ``model`` in place (lazily; the first call compiles).
 
-    Returns ``{"blocks": n, "mode": ..., "fullgraph": ..., "tuned": ..., "gelu": ..., "gelu_modules": n}``.
+    Returns ``{"blocks": n, "mode": ..., "fullgraph": ..., "tuned": ..., "gelu": ..., "gelu_modules": n, "regions": [...]}``.
 
     With ``cudagraphs`` every model call first marks a new CUDA-graph step: the 40 blocks share
     one compiled function, so the graph trees cannot tell where one forward ends and the next
@@ -138,16 +148,30 @@ def compile_blocks(model: torch.nn.Module, config: Compile = Compile()) -> dict[
     _restore_gelu(model)
     if config.gelu == "sigmoid":
         setattr(model, _GELU_SWAP, _swap_gelu(model))
-    if config.tuned:  # torch.compile takes a mode or options, not both: reduce-overhead is triton.cudagraphs
-        options = {**TUNED_OPTIONS, **({"triton.cudagraphs": True} if config.cudagraphs else {})}
-        model.compile_repeated_blocks(fullgraph=config.fullgraph, dynamic=False, options=options)
-    else:
-        model.compile_repeated_blocks(fullgraph=config.fullgraph, dynamic=False, mode=mode)
+    # compile_repeated_blocks reads _repeated_blocks when called: config.regions stand in for the
+    # model's list during the call, which comes back after (an instance's own, or its class's)
+    default_regions = list(getattr(model, "_repeated_blocks", None) or ())
+    own = vars(model).get("_repeated_blocks", _NONE)
+    if config.regions:
+        model._repeated_blocks = list(config.regions)
+    try:
+        if config.tuned:  # torch.compile takes a mode or options, not both: reduce-overhead is triton.cudagraphs
+            options = {**TUNED_OPTIONS, **({"triton.cudagraphs": True} if config.cudagraphs else {})}
+            model.compile_repeated_blocks(fullgraph=config.fullgraph, dynamic=False, options=options)
+        else:
+            model.compile_repeated_blocks(fullgraph=config.fullgraph, dynamic=False, mode=mode)
+    finally:
+        if config.regions:
+            if own is _NONE:
+                del model._repeated_blocks
+            else:
+                model._repeated_blocks = own
     _remove_step_hook(model)
     if config.cudagraphs:
         setattr(model, _STEP_HOOK, model.register_forward_pre_hook(_mark_step))
     return {"blocks": compiled_block_count(model), "mode": mode or "default", "fullgraph": config.fullgraph, "tuned": config.tuned,
-            "gelu": config.gelu, "gelu_modules": len(getattr(model, _GELU_SWAP, None) or ())}
+            "gelu": config.gelu, "gelu_modules": len(getattr(model, _GELU_SWAP, None) or ()),
+            "regions": list(config.regions or default_regions)}  # fmt: skip
 
 
 def _remove_step_hook(model: torch.nn.Module) -> None:

@@ -1,4 +1,5 @@
-"""Regional compile's options (``accel/compile.py``): the GELU rewrite in and out, bad values refused."""
+"""Regional compile's options (``accel/compile.py``): the GELU rewrite in and out, the regions
+compiled in place of the model's repeated blocks, bad values refused."""
 
 from __future__ import annotations
 
@@ -55,3 +56,33 @@ def test_bad_values_are_refused():
         Compile(gelu="fast")
     with pytest.raises(AccelConfigError, match="tuned"):
         Compile(tuned="yes")
+    for bad in (["ResnetBlock2D"], ("",), (3,)):
+        with pytest.raises(AccelConfigError, match="regions"):
+            Compile(regions=bad)
+
+
+def test_regions_compile_the_named_classes_and_leave_the_models_own_list():
+    """``Compile(regions=...)`` compiles the sub-modules of those classes (diffusers'
+    compile_repeated_blocks on a real ModelMixin), reports them, and the model's own
+    ``_repeated_blocks`` (its class's here) is what a plain Compile compiles afterwards."""
+    diffusers = pytest.importorskip("diffusers")
+    from newsmotion_engine.accel.compile import compiled_block_count
+
+    unet = diffusers.UNet2DConditionModel(
+        block_out_channels=(8, 16), layers_per_block=1, norm_num_groups=4, cross_attention_dim=8, attention_head_dim=2,
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        sample_size=8)  # fmt: skip
+    resnets = sum(type(m).__name__ == "ResnetBlock2D" for m in unet.modules())
+    blocks = sum(type(m).__name__ == "BasicTransformerBlock" for m in unet.modules())
+    assert resnets > blocks > 0
+    report = compile_blocks(unet, Compile(fullgraph=False, regions=("ResnetBlock2D",)))  # lazy: nothing compiles here
+    assert report["regions"] == ["ResnetBlock2D"] and compiled_block_count(unet) == resnets
+    assert "_repeated_blocks" not in vars(unet) and unet._repeated_blocks == ["BasicTransformerBlock"]
+    uncompile_blocks(unet)
+    assert compile_blocks(unet, Compile(fullgraph=False))["regions"] == ["BasicTransformerBlock"]
+    assert compiled_block_count(unet) == blocks
+    uncompile_blocks(unet)
+    unet._repeated_blocks = ["Transformer2DModel"]  # a backend's own list, set at load, comes back too
+    compile_blocks(unet, Compile(fullgraph=False, regions=("ResnetBlock2D",)))
+    assert vars(unet)["_repeated_blocks"] == ["Transformer2DModel"]
+    uncompile_blocks(unet)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
@@ -34,7 +34,7 @@ from newsmotion_engine.accel.registry import AccelConfig
 from newsmotion_engine.render.base import BackendOptionError
 from newsmotion_engine.render.backends.wan.diffusers_config import DTYPES, FLAT_ACCELERATION_KEYS, DiffusersOptions
 
-__all__ = ["NAME", "PRESETS", "ChampConfigError", "ChampOptions", "Preset", "released"]
+__all__ = ["COMPILE_SCOPES", "NAME", "PRESETS", "ChampConfigError", "ChampOptions", "Preset", "released"]
 
 NAME = "champ"
 MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR_CHAMP"
@@ -42,6 +42,14 @@ SMPL_ENV = "NEWSMOTION_SMPL_MODEL"
 # The accelerations that apply to a UNet here (the others target Wan's transformer blocks).
 ACCELERATION_KEYS = ("compile", "compile_vae", "channels_last", "fp8", "attention", "one_key_cross")
 REFERENCE_PASSES = ("conditional", "official")
+# compile_scope -> the denoising UNet's sub-modules ``compile`` compiles (Compile.regions; () = the
+# backend's default, diffusers' BasicTransformerBlock). "unet_blocks" also takes the resnets and the
+# wrappers of the spatial transformers and motion modules, whose GroupNorms, SiLUs, residual adds
+# and [B, C, F, H, W] <-> [(B H W), F, C] layout changes otherwise run eagerly between compiled blocks.
+COMPILE_SCOPES: dict[str, tuple[str, ...]] = {
+    "transformer_blocks": (),
+    "unet_blocks": ("ResnetBlock2D", "Transformer2DModel", "AnimateDiffTransformer3D"),
+}
 
 
 class ChampConfigError(BackendOptionError):
@@ -114,6 +122,9 @@ class ChampOptions(DiffusersOptions):
     Accelerations: ``compile`` (``"blocks"``: each transformer block of the denoising UNet
         compiled), ``channels_last`` (NHWC convolution weights) and ``fp8`` (the denoising UNet's
         block linears in FP8) — the accelerations that apply to a UNet here.
+        compile_scope: what ``compile`` compiles: ``"transformer_blocks"`` (default, as measured
+        in the headline) or ``"unet_blocks"`` (:data:`COMPILE_SCOPES`: also the resnets and the
+        spatial-transformer and motion-module wrappers); needs ``compile``.
     Tests: cache_root (where the sub-caches go; default inside the parent caches).
     """
 
@@ -129,6 +140,7 @@ class ChampOptions(DiffusersOptions):
     context_overlap: int = 4
     model_width: int = 512
     reference_pass: str = "conditional"
+    compile_scope: str = "transformer_blocks"
     accelerations: tuple[AccelConfig, ...] = ()
     cache_root: str | None = None
 
@@ -150,6 +162,7 @@ class ChampOptions(DiffusersOptions):
         self._check_choice("preset", PRESETS)
         self._check_choice("dtype", DTYPES)
         self._check_choice("reference_pass", REFERENCE_PASSES)
+        self._check_choice("compile_scope", COMPILE_SCOPES)
         self._check_steps()
         self._check_guidance_scale()
         self._check_strings(optional=("model_path", "cache_root", "smpl_model"), required=())
@@ -166,10 +179,22 @@ class ChampOptions(DiffusersOptions):
         object.__setattr__(self, "accelerations", self._ordered_accelerations())
         if any(c.technique not in ACCELERATION_KEYS for c in self.accelerations):
             raise self._bad("accelerations", f"champ applies {', '.join(ACCELERATION_KEYS)} only (the others target Wan's transformer)")
+        self._scope_compile()
         self._check_only_our_attention("the reference attention, champ/attention.py")
         object.__setattr__(self, "guidance_scale", float(self.guidance_scale))
         if self.smpl_model is None:
             raise SmplModelMissingError(smpl_missing_message())
+
+    def _scope_compile(self) -> None:
+        """``compile_scope`` into the Compile config's regions (a Compile given with its own regions keeps them)."""
+        regions = COMPILE_SCOPES[self.compile_scope]
+        if not regions:
+            return
+        if not any(c.technique == "compile" for c in self.accelerations):
+            raise self._bad("compile_scope", "it says what compile compiles: add -o compile=blocks")
+        object.__setattr__(self, "accelerations", tuple(
+            replace(c, regions=regions) if c.technique == "compile" and not c.regions else c  # type: ignore[attr-defined]
+            for c in self.accelerations))  # fmt: skip
 
     # ------------------------------------------------------------------ what the base expects
     @property

@@ -340,3 +340,30 @@ def test_only_our_attention_kernel_is_offered_to_champ():
     with pytest.raises(BackendOptionError, match="fp8-triton"):
         ChampOptions.from_mapping({"attention": "cudnn", "smpl_model": "body.npz"})
     assert [c.technique for c in ChampOptions.from_mapping({"attention": "fp8-triton", "smpl_model": "body.npz"}).accelerations] == ["attention"]
+
+
+def test_compile_scope_unet_blocks_compiles_the_resnets_and_wrappers_with_the_same_frames(loaded, pair):
+    """``-o compile=blocks -o compile_scope=unet_blocks``: the resnets, the spatial-transformer and
+    motion-module wrappers are what is compiled (inductor, on the CPU here, fullgraph), and the
+    frames are the eager ones within one level; the UNet's own block list is back afterwards."""
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.accel.compile import compiled_block_count
+    from newsmotion_engine.render.backends.champ.config import COMPILE_SCOPES, ChampOptions
+
+    opts = ChampOptions.from_mapping({**OPTS, "smpl_model": "body.npz", "compile": "blocks", "compile_scope": "unet_blocks"})
+    (compile_config,) = opts.accelerations
+    assert compile_config.regions == COMPILE_SCOPES["unet_blocks"]
+    with pytest.raises(BackendOptionError, match="compile_scope"):
+        ChampOptions.from_mapping({**OPTS, "smpl_model": "body.npz", "compile_scope": "unet_blocks"})
+    render = _prepared_render(loaded, pair)
+    eager = np.stack(list(render()))
+    unet = loaded.components.transformer
+    wanted = sum(type(m).__name__ in COMPILE_SCOPES["unet_blocks"] for m in unet.modules())
+    applied = registry.apply_accelerations(loaded.components, opts.accelerations)
+    try:
+        assert compiled_block_count(unet) == wanted > 0
+        compiled = np.stack(list(render()))
+    finally:
+        registry.remove_accelerations(loaded.components, applied)
+    assert unet._repeated_blocks == ["BasicTransformerBlock"]
+    assert np.abs(eager.astype(int) - compiled.astype(int)).max() <= 1
