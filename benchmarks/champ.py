@@ -67,7 +67,7 @@ from typing import Any
 from benchmarks.budget import VariantBudget
 from benchmarks.lab_record import stock_vs_ours, top_level_figures, write_lab_result
 
-__all__ = ["VARIANTS", "bench_champ", "bench_maps"]
+__all__ = ["VARIANTS", "bench_champ", "bench_maps", "count_flops"]
 
 VARIANTS = ("stock", "conditional", "conditional+compile", "conditional+compile+channels_last", "conditional+fp8+compile",
             "conditional+fp8+compile+channels_last", "conditional+compile+compile_vae", "conditional+compile+fp8_attention",
@@ -267,6 +267,100 @@ def bench_maps(smpl_model: str | Path, *, frames: int = 120, size: tuple[int, in
     return result
 
 
+def count_flops(record_path: str | Path, json_path: str | Path | None = None, *, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The denoising UNet's work in a champ clip record, counted on the meta device, and the rate
+    each measured variant's denoise ran at (``--count-flops RECORD``).
+
+    One window forward (both guidance rows, the window's frames, at the record's model size) is
+    counted by operator three ways: the official reference pass (every row attends over its own
+    tokens and the reference's, the unconditional rows then recomputed without them: stock), the
+    conditional one (ours) and the conditional one with ``one_key_cross``. A variant's denoise is
+    its forward's count x windows x steps; the reference UNet's one pass, the guidance encoders and
+    element-wise work are left out, and the seconds are the record's.
+    """
+    import json
+
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from newsmotion_engine.accel.one_key_cross import set_one_key_cross
+    from newsmotion_engine.render.backends.champ.components import build_models
+    from newsmotion_engine.render.backends.champ.config import PRESETS, ChampOptions
+    from newsmotion_engine.render.backends.champ.denoise import context_windows
+    from newsmotion_engine.render.backends.champ.modules import ReferenceState, install_reference_attention, reference_attention_names
+
+    try:
+        record = json.loads(Path(record_path).read_text())
+        data = record["data"]
+        measured = {size: {n: v for n, v in r.items() if "denoise_s" in v and "model_size" in v} for size, r in data["rows"].items()}
+        if data.get("bench") != "champ" or data.get("preset") not in PRESETS or not all(measured.values()):
+            raise ValueError("not a champ clip record (python -m benchmarks.champ --json ...)")
+        steps, frames = int(data["shape"]["steps"]), int(data["shape"]["frames"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{record_path}: {exc}") from None
+    opts = ChampOptions(preset=data["preset"], smpl_model="unused")
+    windows = context_windows(frames, opts.context_frames, opts.context_overlap)
+    window = len(windows[0])
+    with torch.device("meta"):
+        models = build_models(PRESETS[data["preset"]]())
+    unet = models["denoising_unet"].to(torch.bfloat16)
+    state = ReferenceState()
+    install_reference_attention(models["reference_unet"], unet, state)
+
+    def fill_bank(name: str) -> Callable[..., None]:
+        def hook(module: Any, args: tuple, kwargs: dict) -> None:  # the reference's tokens: one frame of the same shape
+            x = kwargs.get("hidden_states", args[0] if args else None)
+            videos = rows if state.official else 1  # the official reference pass runs for both CFG rows
+            state.bank[name] = torch.empty(videos, *x.shape[1:], device="meta", dtype=x.dtype)
+        return hook
+
+    rows = 2  # CFG: the unconditional and the conditional row
+    hooks = [unet.get_submodule(n).register_forward_pre_hook(fill_bank(n), with_kwargs=True) for n in reference_attention_names(unet)]
+    out: dict[str, Any] = {"bench": "champ", "part": "flops", "preset": data["preset"], "window_frames": window, "windows": len(windows),
+                           "steps": steps, "note": "counted on the meta device (torch.utils.flop_counter: matmuls, convolutions, attention); "
+                           "the reference UNet's one pass, the guidance encoders and element-wise work left out; seconds from 'source'",
+                           "source": {"record": Path(record_path).name, "device": record.get("device"), "commit": record.get("commit")},
+                           "rows": {}}  # fmt: skip
+    try:
+        for size, variants in measured.items():
+            w, h = next(iter(variants.values()))["model_size"]
+            x = torch.empty(rows, 4, window, h // 8, w // 8, device="meta", dtype=torch.bfloat16)
+            ctx = torch.empty(rows * window, 1, unet.config.cross_attention_dim, device="meta", dtype=torch.bfloat16)
+
+            def count(official: bool, one_key: bool) -> tuple[int, dict[str, float]]:
+                state.official, state.frames, state.uncond_rows = official, window, window
+                set_one_key_cross(unet, one_key)
+                counter = FlopCounterMode(display=False)
+                with counter, torch.no_grad():
+                    unet(x, torch.tensor(10.0, device="meta"), encoder_hidden_states=ctx, return_dict=False)
+                set_one_key_cross(unet, False)
+                return counter.get_total_flops(), {str(op).removeprefix("aten."): round(n / 1e12, 2) for op, n in
+                                                   sorted(counter.get_flop_counts()["Global"].items(), key=lambda kv: -kv[1])}  # fmt: skip
+
+            forwards = {}
+            for label, official, one_key in (("official", True, False), ("conditional", False, False), ("conditional_one_key_cross", False, True)):
+                flop, by_op = count(official, one_key)
+                forwards[label] = {"flop": flop, "tflop": round(flop / 1e12, 2), "by_op_tflop": by_op}
+            row: dict[str, Any] = {"model_size": [w, h], "forward": forwards, "variants": {}}
+            for name, v in variants.items():
+                label = "official" if name == "stock" else "conditional_one_key_cross" if "one_key_cross" in name else "conditional"
+                work = forwards[label]["flop"] * len(windows) * steps
+                rate = work / 1e12 / v["denoise_s"]
+                row["variants"][name] = {"forward": label, "denoise_tflop": round(work / 1e12, 1), "denoise_s": v["denoise_s"],
+                                         "denoise_tflops": round(rate, 1)}  # fmt: skip
+                log(f"{size} {name}: {work / 1e12:.0f} TFLOP in {v['denoise_s']} s = {rate:.0f} TFLOP/s")
+            out["rows"][size] = row
+    finally:
+        for hk in hooks:
+            hk.remove()
+    out["device"] = f"{record.get('device')} (its seconds; the count ran on the CPU)"
+    if json_path:
+        headline = {f"{size} {name} (TFLOP/s)": v["denoise_tflops"] for size, row in out["rows"].items() for name, v in row["variants"].items()}
+        write_lab_result(json_path, out, title="champ: the denoising UNet's work in the clip, counted, and the rate each variant's denoise ran at",
+                         headline=headline, command=f"python -m benchmarks.champ --count-flops {record_path} --json {json_path}")  # fmt: skip
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     import argparse
     import os
@@ -288,8 +382,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--maps-only", action="store_true",
                         help="only the guidance maps of the first size, one thread vs the default (any device; no model)")
     parser.add_argument("--device", default="auto", help="auto / cpu / cuda (--maps-only: where the rasterizer runs)")
+    parser.add_argument("--count-flops", metavar="RECORD_JSON", default=None,
+                        help="count the denoising UNet's work of a champ clip record on the meta device (no GPU, no SMPL file)")
     parser.add_argument("--json", default=None)
     a = parser.parse_args(argv)
+    if a.count_flops:
+        try:
+            count_flops(a.count_flops, a.json)
+        except ValueError as exc:
+            parser.error(str(exc))
+        return
     if not a.smpl:
         parser.error("give the SMPL model file: --smpl PATH (or $NEWSMOTION_SMPL_MODEL); get it from https://smpl.is.tue.mpg.de")
     sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]

@@ -58,3 +58,35 @@ def test_maps_only_bench_times_one_thread_and_the_default_with_the_same_maps(tmp
     assert all(r["same_maps_as_first"] and r["seconds"] > 0 for r in result["rows"].values())
     assert result["maps_speedup"] == round(result["maps_s_one_thread"] / result["maps_s"], 2)
     assert json.loads(out.read_text())["headline"]["one thread (s)"] == result["maps_s_one_thread"]
+
+
+def test_count_flops_counts_each_sides_forward_and_the_rate(tmp_path, capsys):
+    """A champ record's denoise work, counted on the meta device: the official reference pass
+    (stock) does more than the conditional one (ours), one_key_cross less again; a variant's work
+    is its forward x windows x steps over the record's seconds; skipped rows are left out; what is
+    not a champ record is refused."""
+    import json
+
+    record = tmp_path / "champ_cpu.json"
+    ours = "conditional+compile+compile_vae+fp8_attention+one_key_cross"
+    rows = {"stock": {"model_size": [64, 128], "denoise_s": 2.0}, "conditional": {"model_size": [64, 128], "denoise_s": 1.0},
+            ours: {"model_size": [64, 128], "denoise_s": 0.5}, "conditional+compile": {"skipped": "would overrun the budget"}}
+    record.write_text(json.dumps({"device": "cpu", "commit": None, "data": {
+        "bench": "champ", "preset": "tiny", "shape": {"steps": 2, "frames": 30}, "rows": {"64x128": rows}}}))  # fmt: skip
+    out = bench.count_flops(record, tmp_path / "flops.json", log=lambda m: None)
+    row = out["rows"]["64x128"]
+    fwd = {k: v["flop"] for k, v in row["forward"].items()}
+    assert fwd["official"] > fwd["conditional"] > fwd["conditional_one_key_cross"] > 0
+    assert out["window_frames"] == 24 and out["windows"] == 2  # 30 frames: 24-frame windows every 20, wrapping
+    assert set(row["variants"]) == {"stock", "conditional", ours}
+    stock = row["variants"]["stock"]
+    assert stock["forward"] == "official" and row["variants"][ours]["forward"] == "conditional_one_key_cross"
+    assert stock["denoise_tflop"] == round(fwd["official"] * 2 * 2 / 1e12, 1)
+    assert stock["denoise_tflops"] == round(fwd["official"] * 4 / 1e12 / 2.0, 1)
+    assert read_lab_data(tmp_path / "flops.json")["rows"]["64x128"]["variants"]["conditional"]["forward"] == "conditional"
+    other = tmp_path / "other.json"
+    other.write_text('{"data": {"bench": "mimicmotion", "rows": {}}}')
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--count-flops", str(other), "--json", str(tmp_path / "out.json")])
+    assert exit_info.value.code == 2 and str(other) in capsys.readouterr().err
+    assert not (tmp_path / "out.json").exists()
