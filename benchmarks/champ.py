@@ -281,8 +281,8 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, *,
     import json
 
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
+    from benchmarks.flop_count import count_call, write_flops_record
     from newsmotion_engine.accel.one_key_cross import set_one_key_cross
     from newsmotion_engine.render.backends.champ.components import build_models
     from newsmotion_engine.render.backends.champ.config import PRESETS, ChampOptions
@@ -330,12 +330,10 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, *,
             def count(official: bool, one_key: bool) -> tuple[int, dict[str, float]]:
                 state.official, state.frames, state.uncond_rows = official, window, window
                 set_one_key_cross(unet, one_key)
-                counter = FlopCounterMode(display=False)
-                with counter, torch.no_grad():
-                    unet(x, torch.tensor(10.0, device="meta"), encoder_hidden_states=ctx, return_dict=False)
-                set_one_key_cross(unet, False)
-                return counter.get_total_flops(), {str(op).removeprefix("aten."): round(n / 1e12, 2) for op, n in
-                                                   sorted(counter.get_flop_counts()["Global"].items(), key=lambda kv: -kv[1])}  # fmt: skip
+                try:
+                    return count_call(lambda: unet(x, torch.tensor(10.0, device="meta"), encoder_hidden_states=ctx, return_dict=False))
+                finally:
+                    set_one_key_cross(unet, False)
 
             forwards = {}
             for label, official, one_key in (("official", True, False), ("conditional", False, False), ("conditional_one_key_cross", False, True)):
@@ -355,9 +353,8 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, *,
             hk.remove()
     out["device"] = f"{record.get('device')} (its seconds; the count ran on the CPU)"
     if json_path:
-        headline = {f"{size} {name} (TFLOP/s)": v["denoise_tflops"] for size, row in out["rows"].items() for name, v in row["variants"].items()}
-        write_lab_result(json_path, out, title="champ: the denoising UNet's work in the clip, counted, and the rate each variant's denoise ran at",
-                         headline=headline, command=f"python -m benchmarks.champ --count-flops {record_path} --json {json_path}")  # fmt: skip
+        write_flops_record(out, json_path, "champ", record_path,
+                           title="champ: the denoising UNet's work in the clip, counted, and the rate each variant's denoise ran at")
     return out
 
 

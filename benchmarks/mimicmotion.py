@@ -223,8 +223,8 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, lo
 
     import torch
     from diffusers import UNetSpatioTemporalConditionModel
-    from torch.utils.flop_counter import FlopCounterMode
 
+    from benchmarks.flop_count import count_call, write_flops_record
     from newsmotion_engine.accel.one_key_cross import set_one_key_cross
     from newsmotion_engine.render.backends.mimicmotion.config import MimicMotionOptions
 
@@ -258,12 +258,10 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, lo
             """One window row's FLOP (an exact count; the TFLOP figures are rounded) and its split by
             operator, with the cross-attention as stock or as its one-key value (accel.one_key_cross)."""
             set_one_key_cross(unet, one_key)
-            counter = FlopCounterMode(display=False)
-            with counter, torch.no_grad():
-                unet(x, torch.tensor(10.0, device="meta"), enc, ids, return_dict=False)
-            set_one_key_cross(unet, False)
-            return counter.get_total_flops(), {str(op).removeprefix("aten."): round(n / 1e12, 2) for op, n in
-                                               sorted(counter.get_flop_counts()["Global"].items(), key=lambda kv: -kv[1])}  # fmt: skip
+            try:
+                return count_call(lambda: unet(x, torch.tensor(10.0, device="meta"), enc, ids, return_dict=False))
+            finally:
+                set_one_key_cross(unet, False)
 
         per_window, by_op = count(False)
         row: dict[str, Any] = {"native": [w, h], "flop_per_window_row": per_window, "tflop_per_window_row": round(per_window / 1e12, 2),
@@ -282,9 +280,8 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, lo
         out["rows"][size] = row
     out["device"] = f"{record['device']} (its seconds; the count ran on the CPU)"
     if json_path:
-        headline = {f"{size} {name} (TFLOP/s)": v["denoise_tflops"] for size, row in out["rows"].items() for name, v in row["variants"].items()}
-        write_lab_result(json_path, out, title="mimicmotion: the UNet work of the clip, counted, and the rate each variant's denoise ran at",
-                         headline=headline, command=f"python -m benchmarks.mimicmotion --count-flops {record_path} --json {json_path}")  # fmt: skip
+        write_flops_record(out, json_path, "mimicmotion", record_path,
+                           title="mimicmotion: the UNet work of the clip, counted, and the rate each variant's denoise ran at")
     return out
 
 
