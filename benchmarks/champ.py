@@ -295,6 +295,8 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, *,
         measured = {size: {n: v for n, v in r.items() if "denoise_s" in v and "model_size" in v} for size, r in data["rows"].items()}
         if data.get("bench") != "champ" or data.get("preset") not in PRESETS or not all(measured.values()):
             raise ValueError("not a champ clip record (python -m benchmarks.champ --json ...)")
+        if unknown := {n for r in measured.values() for n in r} - set(VARIANTS):
+            raise ValueError(f"variants {sorted(unknown)} are not this bench's ({', '.join(VARIANTS)})")
         steps, frames = int(data["shape"]["steps"]), int(data["shape"]["frames"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{record_path}: {exc}") from None
@@ -307,6 +309,8 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, *,
     state = ReferenceState()
     install_reference_attention(models["reference_unet"], unet, state)
 
+    rows = 2  # CFG: the unconditional and the conditional row
+
     def fill_bank(name: str) -> Callable[..., None]:
         def hook(module: Any, args: tuple, kwargs: dict) -> None:  # the reference's tokens: one frame of the same shape
             x = kwargs.get("hidden_states", args[0] if args else None)
@@ -314,7 +318,6 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, *,
             state.bank[name] = torch.empty(videos, *x.shape[1:], device="meta", dtype=x.dtype)
         return hook
 
-    rows = 2  # CFG: the unconditional and the conditional row
     hooks = [unet.get_submodule(n).register_forward_pre_hook(fill_bank(n), with_kwargs=True) for n in reference_attention_names(unet)]
     out: dict[str, Any] = {"bench": "champ", "part": "flops", "preset": data["preset"], "window_frames": window, "windows": len(windows),
                            "steps": steps, "note": "counted on the meta device (torch.utils.flop_counter: matmuls, convolutions, attention); "
@@ -341,7 +344,10 @@ def count_flops(record_path: str | Path, json_path: str | Path | None = None, *,
                 forwards[label] = {"flop": flop, "tflop": round(flop / 1e12, 2), "by_op_tflop": by_op}
             row: dict[str, Any] = {"model_size": [w, h], "forward": forwards, "variants": {}}
             for name, v in variants.items():
-                label = "official" if name == "stock" else "conditional_one_key_cross" if "one_key_cross" in name else "conditional"
+                options = _variant_options(name)  # which forward the variant ran, from its own options
+                one_key = any(c.technique == "one_key_cross" for c in options.get("accelerations", ()))
+                label = ("official" if options.get("reference_pass") == "official"
+                         else "conditional_one_key_cross" if one_key else "conditional")  # fmt: skip
                 work = forwards[label]["flop"] * len(windows) * steps
                 rate = work / 1e12 / v["denoise_s"]
                 row["variants"][name] = {"forward": label, "denoise_tflop": round(work / 1e12, 1), "denoise_s": v["denoise_s"],

@@ -130,7 +130,6 @@ def _mark_step(*_: Any) -> None:
 # compiled graph: SVD's SpatioTemporalResBlock alone sees more than dynamo's default limit of 8,
 # which fails a fullgraph compile on the first render (found on the H100). Wan's equal blocks need one.
 RECOMPILE_LIMIT = 64
-_NONE = object()  # no instance attribute
 
 
 def compile_blocks(model: torch.nn.Module, config: Compile = Compile()) -> dict[str, Any]:
@@ -148,30 +147,30 @@ def compile_blocks(model: torch.nn.Module, config: Compile = Compile()) -> dict[
     _restore_gelu(model)
     if config.gelu == "sigmoid":
         setattr(model, _GELU_SWAP, _swap_gelu(model))
-    # compile_repeated_blocks reads _repeated_blocks when called: config.regions stand in for the
-    # model's list during the call, which comes back after (an instance's own, or its class's)
-    default_regions = list(getattr(model, "_repeated_blocks", None) or ())
-    own = vars(model).get("_repeated_blocks", _NONE)
+    if config.tuned:  # torch.compile takes a mode or options, not both: reduce-overhead is triton.cudagraphs
+        kwargs: dict[str, Any] = {"options": {**TUNED_OPTIONS, **({"triton.cudagraphs": True} if config.cudagraphs else {})}}
+    else:
+        kwargs = {"mode": mode}
     if config.regions:
-        model._repeated_blocks = list(config.regions)
-    try:
-        if config.tuned:  # torch.compile takes a mode or options, not both: reduce-overhead is triton.cudagraphs
-            options = {**TUNED_OPTIONS, **({"triton.cudagraphs": True} if config.cudagraphs else {})}
-            model.compile_repeated_blocks(fullgraph=config.fullgraph, dynamic=False, options=options)
-        else:
-            model.compile_repeated_blocks(fullgraph=config.fullgraph, dynamic=False, mode=mode)
-    finally:
-        if config.regions:
-            if own is _NONE:
-                del model._repeated_blocks
-            else:
-                model._repeated_blocks = own
+        _compile_regions(model, config.regions, fullgraph=config.fullgraph, dynamic=False, **kwargs)
+    else:
+        model.compile_repeated_blocks(fullgraph=config.fullgraph, dynamic=False, **kwargs)
     _remove_step_hook(model)
     if config.cudagraphs:
         setattr(model, _STEP_HOOK, model.register_forward_pre_hook(_mark_step))
     return {"blocks": compiled_block_count(model), "mode": mode or "default", "fullgraph": config.fullgraph, "tuned": config.tuned,
             "gelu": config.gelu, "gelu_modules": len(getattr(model, _GELU_SWAP, None) or ()),
-            "regions": list(config.regions or default_regions)}  # fmt: skip
+            "regions": list(config.regions or getattr(model, "_repeated_blocks", None) or ())}  # fmt: skip
+
+
+def _compile_regions(model: torch.nn.Module, regions: tuple[str, ...], **kwargs: Any) -> None:
+    """What diffusers' ``compile_repeated_blocks`` does with the model's ``_repeated_blocks``, for
+    the class names in ``regions`` instead (the model's own list is not touched)."""
+    modules = [m for m in model.modules() if type(m).__name__ in regions]
+    if not modules:
+        raise AccelConfigError(f"compile regions {list(regions)}: no such modules in {type(model).__name__}")
+    for m in modules:
+        m.compile(**kwargs)
 
 
 def _remove_step_hook(model: torch.nn.Module) -> None:

@@ -86,3 +86,6 @@ def test_regions_compile_the_named_classes_and_leave_the_models_own_list():
     compile_blocks(unet, Compile(fullgraph=False, regions=("ResnetBlock2D",)))
     assert vars(unet)["_repeated_blocks"] == ["Transformer2DModel"]
     uncompile_blocks(unet)
+    with pytest.raises(AccelConfigError, match="NoSuchBlock"):  # a name the model does not hold: said, nothing compiled
+        compile_blocks(unet, Compile(fullgraph=False, regions=("NoSuchBlock",)))
+    assert compiled_block_count(unet) == 0
