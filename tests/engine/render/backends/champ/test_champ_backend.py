@@ -343,18 +343,23 @@ def test_only_our_attention_kernel_is_offered_to_champ():
 
 
 def test_compile_scope_unet_blocks_compiles_the_resnets_and_wrappers_with_the_same_frames(loaded, pair):
-    """``-o compile=blocks -o compile_scope=unet_blocks``: the resnets, the spatial-transformer and
-    motion-module wrappers are what is compiled (inductor, on the CPU here, fullgraph), and the
-    frames are the eager ones within one level; the UNet's own block list is back afterwards."""
+    """``-o compile=blocks`` (its default scope, ``unet_blocks``): the resnets, the spatial-transformer
+    and motion-module wrappers are what is compiled (inductor, on the CPU here, fullgraph), and the
+    frames are the eager ones within one level; the UNet's own block list is back afterwards.
+    ``transformer_blocks`` keeps the model's own list; without ``compile`` it is refused, while the
+    default scope is simply moot."""
     from newsmotion_engine.accel import registry
     from newsmotion_engine.accel.compile import compiled_block_count
     from newsmotion_engine.render.backends.champ.config import COMPILE_SCOPES, ChampOptions
 
-    opts = ChampOptions.from_mapping({**OPTS, "smpl_model": "body.npz", "compile": "blocks", "compile_scope": "unet_blocks"})
+    opts = ChampOptions.from_mapping({**OPTS, "smpl_model": "body.npz", "compile": "blocks"})
     (compile_config,) = opts.accelerations
-    assert compile_config.regions == COMPILE_SCOPES["unet_blocks"]
+    assert opts.compile_scope == "unet_blocks" and compile_config.regions == COMPILE_SCOPES["unet_blocks"]
+    narrow = ChampOptions.from_mapping({**OPTS, "smpl_model": "body.npz", "compile": "blocks", "compile_scope": "transformer_blocks"})
+    assert [c.regions for c in narrow.accelerations] == [()]
     with pytest.raises(BackendOptionError, match="compile_scope"):
-        ChampOptions.from_mapping({**OPTS, "smpl_model": "body.npz", "compile_scope": "unet_blocks"})
+        ChampOptions.from_mapping({**OPTS, "smpl_model": "body.npz", "compile_scope": "transformer_blocks"})
+    assert ChampOptions.from_mapping({**OPTS, "smpl_model": "body.npz"}).accelerations == ()
     render = _prepared_render(loaded, pair)
     eager = np.stack(list(render()))
     unet = loaded.components.transformer
