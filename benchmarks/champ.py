@@ -27,7 +27,9 @@ file (``--smpl``; it is licensed and not shipped):
 - ``conditional+compile_unet_blocks+compile_vae+fp8_attention+one_key_cross`` (CUDA only): the same
   with ``compile_scope="unet_blocks"``: the resnets and the spatial-transformer and motion-module
   wrappers compiled too, not only the transformer blocks (their GroupNorms, SiLUs, residual adds and
-  layout changes otherwise run eagerly);
+  layout changes otherwise run eagerly; now the backend's default scope);
+  ``...+fp8_attention_polyexp+...``: the same with the kernel variant ``int8qk-fp8pv-polyexp``
+  (half of each tile's exponentials on the FMA pipe; :mod:`newsmotion_engine.accel.attention_triton`);
 - ``conditional+fp8+compile[+channels_last]`` (CUDA only): plus the linears of the denoising
   UNet's blocks in FP8 (:mod:`newsmotion_engine.accel.fp8`, rowwise scales, as in the Wan
   transformer; the originals kept, so the next variant gets the bf16 UNet back).
@@ -72,7 +74,8 @@ __all__ = ["VARIANTS", "bench_champ", "bench_maps", "count_flops"]
 VARIANTS = ("stock", "conditional", "conditional+compile", "conditional+compile+channels_last", "conditional+fp8+compile",
             "conditional+fp8+compile+channels_last", "conditional+compile+compile_vae", "conditional+compile+fp8_attention",
             "conditional+compile+compile_vae+fp8_attention", "conditional+compile+compile_vae+fp8_attention+one_key_cross",
-            "conditional+compile_unet_blocks+compile_vae+fp8_attention+one_key_cross")
+            "conditional+compile_unet_blocks+compile_vae+fp8_attention+one_key_cross",
+            "conditional+compile_unet_blocks+compile_vae+fp8_attention_polyexp+one_key_cross")
 
 
 def _variant_options(name: str) -> dict[str, Any]:
@@ -99,6 +102,10 @@ def _variant_options(name: str) -> dict[str, Any]:
             # motion-module wrappers compiled too
             "conditional+compile_unet_blocks+compile_vae+fp8_attention+one_key_cross": {
                 "accelerations": (Attention(kernel="fp8-triton"), OneKeyCross(), CompileVae(),
+                                  Compile(regions=COMPILE_SCOPES["unet_blocks"]))},
+            # and half the attention's exponentials on the FMA pipe (the kernel's POLY_EXP)
+            "conditional+compile_unet_blocks+compile_vae+fp8_attention_polyexp+one_key_cross": {
+                "accelerations": (Attention(kernel="fp8-triton", variant="int8qk-fp8pv-polyexp"), OneKeyCross(), CompileVae(),
                                   Compile(regions=COMPILE_SCOPES["unet_blocks"]))},
             "conditional+fp8+compile": {**blocks, "accelerations": (fp8, Compile())},
             "conditional+fp8+compile+channels_last": {**blocks, "accelerations": (fp8, ChannelsLast(), Compile())}}[name]  # fmt: skip

@@ -123,8 +123,13 @@ if [ "$part" = animate2 ]; then
   exit "${PIPESTATUS[0]}"
 fi
 if [ "$part" = sweep ]; then
-  # Every kernel config of every FP8 attention variant at the 14B shape, next to cuDNN.
-  python3 -m benchmarks.gpu sweep --json "$out/gpu_sweep.json" 2>&1 | tee "$out/gpu_sweep.log"
+  # Every kernel config of every FP8 attention variant at the 14B shape, next to cuDNN; the third
+  # argument, if given, is flags for other shapes / variants, e.g.
+  # "--shape 75600,40,128 --shape 14592,192,64 --variants int8qk-fp8pv,int8qk-fp8pv-polyexp".
+  sweep_flags=""
+  [ "$kwargs" = "{}" ] || sweep_flags="$kwargs"
+  # shellcheck disable=SC2086
+  python3 -m benchmarks.gpu sweep $sweep_flags --json "$out/gpu_sweep.json" 2>&1 | tee "$out/gpu_sweep.log"
   [ "${PIPESTATUS[0]}" = 0 ] || exit 1
   part="${4:-}"  # optionally go on with another part in the same call
   [ -n "$part" ] || exit 0

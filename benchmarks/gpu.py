@@ -580,11 +580,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="14b")
     p.add_argument("--kwargs", default="{}", help="JSON of further bench_gpu keyword arguments")
     p.add_argument("--json", required=True, help="where the result record goes")
+    p.add_argument("--shape", action="append", default=None, metavar="TOKENS,HEADS,DIM",
+                   help="sweep: an attention shape (repeatable; default the 14B Wan segment's 75600,40,128). "
+                        "Champ's 40-wide heads run padded to 64: e.g. 14592,192,64")  # fmt: skip
+    p.add_argument("--variants", default=None, help="sweep: comma-separated FP8 kernel variants (default all)")
     a = p.parse_args(argv)
     if a.part == "sweep":
-        res = attention_config_sweep()
+        shapes = [tuple(int(n) for n in s.split(",")) for s in a.shape or ["75600,40,128"]]
+        if any(len(s) != 3 for s in shapes):
+            p.error("--shape takes TOKENS,HEADS,DIM")
+        variants = tuple(a.variants.split(",")) if a.variants else None
+        if len(shapes) == 1:  # the record's layout as before: one shape at the top level
+            res = attention_config_sweep(*shapes[0], variants=variants)
+            headline = {"cuDNN attention (ms)": res["cudnn_ms"]}
+        else:
+            res = {"shapes": {"x".join(map(str, s)): attention_config_sweep(*s, variants=variants) for s in shapes}}
+            headline = {f"cuDNN attention at {k} (ms)": r["cudnn_ms"] for k, r in res["shapes"].items()}
         write_lab_result(a.json, {**res, "device": _device_name()}, title="FP8 attention kernel: every autotune config vs cuDNN",
-                         headline={"cuDNN attention (ms)": res["cudnn_ms"]})  # fmt: skip
+                         headline=headline)
         return 0
     bench_gpu(a.preset, part=a.part, json_path=a.json, **json.loads(a.kwargs))
     return 0

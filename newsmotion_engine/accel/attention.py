@@ -92,16 +92,22 @@ LOG2E = 1.4426950408889634
 
 @dataclass(frozen=True)
 class Fp8Variant:
-    """One kernel variant: the Q/K format (int8 or e4m3) and the P/V format (e4m3 or bf16)."""
+    """One kernel variant: the Q/K format (int8 or e4m3), the P/V format (e4m3 or bf16), and
+    whether half the softmax's exponentials are a polynomial on the FMA pipe (``poly_exp``:
+    ``attention_triton._exp2_poly``; the same quantization, so the same inputs)."""
 
     qk_int8: bool
     pv_fp8: bool
+    poly_exp: bool = False
 
 
 FP8_VARIANTS: dict[str, Fp8Variant] = {
     "fp8": Fp8Variant(qk_int8=False, pv_fp8=True),
     "int8qk-fp8pv": Fp8Variant(qk_int8=True, pv_fp8=True),
     "int8qk-bf16pv": Fp8Variant(qk_int8=True, pv_fp8=False),
+    # the default's arithmetic with every other exponential on the FMA pipe: for heads whose
+    # tiles are bound by the EX2 unit (SD1.5's 40-wide ones); not yet timed on a GPU, so not a default
+    "int8qk-fp8pv-polyexp": Fp8Variant(qk_int8=True, pv_fp8=True, poly_exp=True),
 }
 # The variant "fp8-triton" uses unless told otherwise: the fastest one under the bench's 0.05
 # error threshold in the kernel sweep (docs/benchmarks.md). "fp8" (e4m3 Q K) is no faster and fails
@@ -541,7 +547,7 @@ def launch_kernel(kernel: Any, x: QuantizedQKV, variant: str | None = None,
         raise ValueError("fp8 attention: a starting state goes with the reference part of an in-context launch")
     kernel[grid](q_desc, k_desc, vt_desc, out, x.q_scale, x.v_scale, S, H,
                  out.stride(0), out.stride(1), out.stride(2), idx, cnt, tail, max_k, lse, *ref_args, D=D,
-                 QK_INT8=var.qk_int8, PV_FP8=var.pv_fp8, **meta)  # fmt: skip
+                 QK_INT8=var.qk_int8, PV_FP8=var.pv_fp8, POLY_EXP=var.poly_exp, **meta)  # fmt: skip
     return (out, lse) if return_lse else out
 
 
@@ -629,7 +635,7 @@ def _launch(x: QuantizedQKV, variant: str, reference: Any = None) -> torch.Tenso
     global _KERNEL, _WS_KERNEL
     if _KERNEL is None:
         _KERNEL = _build_kernel()
-    if WARP_SPECIALIZED and ws_applies(x) and ws_usable():
+    if WARP_SPECIALIZED and ws_applies(x) and not FP8_VARIANTS[variant].poly_exp and ws_usable():  # no POLY_EXP there
         if _WS_KERNEL is None:
             from newsmotion_engine.accel import attention_triton as T
 

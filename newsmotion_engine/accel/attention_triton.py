@@ -9,7 +9,14 @@ Per score the loop body is one FFMA (scale, and subtract the running max), one E
 ``Q K^T`` is turned into float by adding the bits of 1.5 * 2**23 (exact while |s| < 2**22,
 true for int8 x int8 over D <= 128), and that constant comes back out through the FFMA's bias;
 the softmax scale, log2(e), every K channel scale and Q's token scale are one per-row factor
-``c``; P is produced already scaled into e4m3's range (``exp2(... + log2 448)``)."""
+``c``; P is produced already scaled into e4m3's range (``exp2(... + log2 448)``).
+
+``POLY_EXP`` (the ``...-polyexp`` variants; not yet timed on a GPU): in the unmasked tiles, every
+other column's exponential is computed by :func:`_exp2_poly` on the FMA pipe instead of the
+multi-function unit's EX2, which does 16 exponentials per clock per SM against 128 FP32 lanes
+(FlashAttention-4's idea, there for Blackwell). With small heads (SD1.5's 40, padded to 64) a tile
+has half the tensor-core work of a 128-wide one but the same exponentials, so EX2 is the likelier
+limit there. The polynomial's relative error (2.2e-4, tested) is far under P's 8-bit rounding."""
 
 from __future__ import annotations
 
@@ -21,6 +28,26 @@ __all__ = ["attention_fwd", "attention_fwd_ws", "autotuned", "autotuned_ws"]
 MAGIC_BITS = tl.constexpr(0x4B400000)  # float32 bits of 1.5 * 2**23: (s + MAGIC_BITS) as float == 1.5 * 2**23 + s
 MAGIC = tl.constexpr(12582912.0)
 LOG2_E4M3_MAX = tl.constexpr(8.807354922057604)  # log2(448)
+# 2**f on [-0.5, 0.5], degree 3, fitted for relative error (2.2e-4 at most in float32; the fit and
+# the bound are re-derived in tests/engine/accel/test_attention_poly_exp.py)
+EXP2_C0 = tl.constexpr(0.9999627470970154)
+EXP2_C1 = tl.constexpr(0.6935867667198181)
+EXP2_C2 = tl.constexpr(0.24215202033519745)
+EXP2_C3 = tl.constexpr(0.05286737531423569)
+
+
+@triton.jit
+def _exp2_poly(x):
+    """``2**x`` without the EX2 unit, for finite ``x <= 126`` (below -126 it gives about
+    ``2**-126``, nothing a softmax weight notices): ``x = r + f`` with ``r`` the nearest integer,
+    found by adding 1.5 * 2**23 (its low mantissa bits then hold ``r``), ``2**f`` by the
+    polynomial, and ``r`` added to the result's exponent bits."""
+    x = tl.maximum(x, -126.0)
+    t = x + MAGIC
+    f = x - (t - MAGIC)
+    p = ((EXP2_C3 * f + EXP2_C2) * f + EXP2_C1) * f + EXP2_C0
+    r = t.to(tl.int32, bitcast=True) - MAGIC_BITS
+    return (p.to(tl.int32, bitcast=True) + (r << 23)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -32,10 +59,12 @@ def _scores(q, k_desc, bh, start_n, BLOCK_N: tl.constexpr, D: tl.constexpr):
 @triton.jit
 def _softmax_pv(acc, l_i, m_i, s, c, d, vt_desc, bh, start_n, lo, hi,
                 D: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-                QK_INT8: tl.constexpr, PV_FP8: tl.constexpr, HAS_D: tl.constexpr = False):  # fmt: skip
+                QK_INT8: tl.constexpr, PV_FP8: tl.constexpr, HAS_D: tl.constexpr = False,
+                POLY_EXP: tl.constexpr = False):  # fmt: skip
     """One key tile's online-softmax update and ``P V``, from its scores ``s``: the exponent of a
     score is ``s * c`` (``+ d`` per row with ``HAS_D``). ``MASKED``: keys outside ``[lo, hi)``
-    are dropped (``lo`` / ``hi`` scalars, or ``[BLOCK_M, 1]`` per row)."""
+    are dropped (``lo`` / ``hi`` scalars, or ``[BLOCK_M, 1]`` per row). ``POLY_EXP``: half the
+    exponentials of an unmasked tile by :func:`_exp2_poly` (a masked tile's -inf stays on EX2)."""
     if QK_INT8:
         x = (s + MAGIC_BITS).to(tl.float32, bitcast=True)
         offset = MAGIC
@@ -59,7 +88,13 @@ def _softmax_pv(acc, l_i, m_i, s, c, d, vt_desc, bh, start_n, lo, hi,
         bias = offset * c + m_new
     if HAS_D:
         bias = bias - d
-    p = tl.math.exp2(x * c[:, None] - bias[:, None])
+    if POLY_EXP and not MASKED:
+        # even columns on EX2, odd ones on the FMA pipe: pairs of neighbouring columns sit in one
+        # thread's registers in the MMA layout, so the split and the join move no data
+        even, odd = tl.split(tl.reshape(x * c[:, None] - bias[:, None], (x.shape[0], x.shape[1] // 2, 2)))
+        p = tl.reshape(tl.join(tl.math.exp2(even), _exp2_poly(odd)), (x.shape[0], x.shape[1]))
+    else:
+        p = tl.math.exp2(x * c[:, None] - bias[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
@@ -79,7 +114,8 @@ def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   QK_INT8: tl.constexpr, PV_FP8: tl.constexpr, PIPELINE_QK: tl.constexpr = False,
                   SPARSE: tl.constexpr = False, RETURN_LSE: tl.constexpr = False, REF: tl.constexpr = False,
-                  STATE_IN: tl.constexpr = False, ST_ACC=None, ST_M=None, ST_L=None):  # fmt: skip
+                  STATE_IN: tl.constexpr = False, ST_ACC=None, ST_M=None, ST_L=None,
+                  POLY_EXP: tl.constexpr = False):  # fmt: skip
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     start_m = pid_m * BLOCK_M
@@ -110,12 +146,12 @@ def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
             start_n = tl.load(KV_IDX + pid_m * MAX_K + i) * BLOCK_N
             s = _scores(q, k_desc, bh, start_n, BLOCK_N, D)
             acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, 0.0, vt_desc, bh, start_n, 0, S,
-                                        D, BLOCK_N, False, QK_INT8, PV_FP8)  # fmt: skip
+                                        D, BLOCK_N, False, QK_INT8, PV_FP8, POLY_EXP=POLY_EXP)  # fmt: skip
         if n_full < S:
             if tl.load(KV_TAIL + pid_m) != 0:
                 s = _scores(q, k_desc, bh, n_full, BLOCK_N, D)
                 acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, 0.0, vt_desc, bh, n_full, 0, S,
-                                            D, BLOCK_N, True, QK_INT8, PV_FP8)  # fmt: skip
+                                            D, BLOCK_N, True, QK_INT8, PV_FP8, POLY_EXP=POLY_EXP)  # fmt: skip
     elif PIPELINE_QK:
         # The next tile's Q K^T is issued before this tile's softmax, so the tensor cores work
         # while the exponentials run (FlashAttention-3's intra-warpgroup overlap; the SASS shows
@@ -125,19 +161,19 @@ def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
             for start_n in range(BLOCK_N, n_full, BLOCK_N):
                 s_next = _scores(q, k_desc, bh, start_n, BLOCK_N, D)
                 acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s_cur, c, 0.0, vt_desc, bh, start_n - BLOCK_N, 0, S,
-                                            D, BLOCK_N, False, QK_INT8, PV_FP8)  # fmt: skip
+                                            D, BLOCK_N, False, QK_INT8, PV_FP8, POLY_EXP=POLY_EXP)  # fmt: skip
                 s_cur = s_next
             acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s_cur, c, 0.0, vt_desc, bh, n_full - BLOCK_N, 0, S,
-                                        D, BLOCK_N, False, QK_INT8, PV_FP8)  # fmt: skip
+                                        D, BLOCK_N, False, QK_INT8, PV_FP8, POLY_EXP=POLY_EXP)  # fmt: skip
     else:
         for start_n in range(0, n_full, BLOCK_N):
             s = _scores(q, k_desc, bh, start_n, BLOCK_N, D)
             acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, 0.0, vt_desc, bh, start_n, 0, S,
-                                        D, BLOCK_N, False, QK_INT8, PV_FP8)  # fmt: skip
+                                        D, BLOCK_N, False, QK_INT8, PV_FP8, POLY_EXP=POLY_EXP)  # fmt: skip
     if not SPARSE and not STATE_IN and n_full < S:
         s = _scores(q, k_desc, bh, n_full, BLOCK_N, D)
         acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, 0.0, vt_desc, bh, n_full, 0, S,
-                                    D, BLOCK_N, True, QK_INT8, PV_FP8)  # fmt: skip
+                                    D, BLOCK_N, True, QK_INT8, PV_FP8, POLY_EXP=POLY_EXP)  # fmt: skip
     offs_d = tl.arange(0, D)
     v_scale = tl.load(VS + bh64 * D + offs_d)
     if REF:
@@ -168,17 +204,17 @@ def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
                 if start < lo:
                     s = _scores(q, kr_desc, bh, start, BLOCK_N, D)
                     acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, d, vtr_desc, bh, start, lo, hi,
-                                                D, BLOCK_N, True, QK_INT8, PV_FP8, True)  # fmt: skip
+                                                D, BLOCK_N, True, QK_INT8, PV_FP8, True, POLY_EXP)  # fmt: skip
                     start += BLOCK_N
                 n_full_ref = start + tl.maximum(hi - start, 0) // BLOCK_N * BLOCK_N
                 for start_n in range(start, n_full_ref, BLOCK_N):
                     s = _scores(q, kr_desc, bh, start_n, BLOCK_N, D)
                     acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, d, vtr_desc, bh, start_n, lo, hi,
-                                                D, BLOCK_N, False, QK_INT8, PV_FP8, True)  # fmt: skip
+                                                D, BLOCK_N, False, QK_INT8, PV_FP8, True, POLY_EXP)  # fmt: skip
                 if n_full_ref < hi:
                     s = _scores(q, kr_desc, bh, n_full_ref, BLOCK_N, D)
                     acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, d, vtr_desc, bh, n_full_ref, lo, hi,
-                                                D, BLOCK_N, True, QK_INT8, PV_FP8, True)  # fmt: skip
+                                                D, BLOCK_N, True, QK_INT8, PV_FP8, True, POLY_EXP)  # fmt: skip
             else:
                 # A tile across a frame boundary: each row keeps its own frame's keys.
                 f_row = offs_m // HW
@@ -187,7 +223,7 @@ def attention_fwd(q_desc, k_desc, vt_desc, O, QS, VS, S, H,
                 for start_n in range(((f_lo - 1) * HW // BLOCK_N) * BLOCK_N, f_hi * HW, BLOCK_N):
                     s = _scores(q, kr_desc, bh, start_n, BLOCK_N, D)
                     acc, l_i, m_i = _softmax_pv(acc, l_i, m_i, s, c, d, vtr_desc, bh, start_n, lo_row, hi_row,
-                                                D, BLOCK_N, True, QK_INT8, PV_FP8, True)  # fmt: skip
+                                                D, BLOCK_N, True, QK_INT8, PV_FP8, True, POLY_EXP)  # fmt: skip
     out = acc * v_scale[None, :] * (1.0 / l_i)[:, None]
     b = bh64 // H
     h = bh64 % H
@@ -273,7 +309,7 @@ def autotuned(configs: tuple[tuple[int, int, int, int, bool], ...]):
     cfgs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "PIPELINE_QK": pipe}, num_warps=w, num_stages=st,
                           pre_hook=_set_block_shapes)
             for bm, bn, w, st, pipe in configs]  # fmt: skip
-    return triton.autotune(configs=cfgs, key=["S", "D", "QK_INT8", "PV_FP8", "SPARSE", "REF", "HW", "STATE_IN"])(attention_fwd)
+    return triton.autotune(configs=cfgs, key=["S", "D", "QK_INT8", "PV_FP8", "SPARSE", "REF", "HW", "STATE_IN", "POLY_EXP"])(attention_fwd)
 
 
 def autotuned_ws(configs: tuple[tuple[int, int, int, int], ...]):

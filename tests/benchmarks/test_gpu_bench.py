@@ -93,3 +93,26 @@ def test_backend_smoke_runs_a_clip_through_the_shipped_entry_points():
     assert res["frames"] == 13
     info = res["backend"]
     assert info["last_render"]["segments"] == 2 and set(info["accelerations"]) == {"fp8", "ffn_chunks", "teacache", "cfg", "vae_tiling"}
+
+
+def test_sweep_takes_shapes_and_variants_and_writes_one_record(tmp_path, monkeypatch):
+    """``python -m benchmarks.gpu sweep --shape ... --variants ...``: each shape swept with the
+    variants asked for, in one record (one shape keeps the record's earlier top-level layout); a
+    shape that is not TOKENS,HEADS,DIM is a usage error. The sweep itself needs CUDA: stubbed."""
+    calls = []
+
+    def fake_sweep(tokens, heads, dim, variants=None):
+        calls.append((tokens, heads, dim, variants))
+        return {"shape": [1, tokens, heads, dim], "cudnn_ms": float(tokens), "configs": {}}
+
+    monkeypatch.setattr(gpu, "attention_config_sweep", fake_sweep)
+    out = tmp_path / "sweep.json"
+    gpu.main(["sweep", "--shape", "75600,40,128", "--shape", "14592,192,64", "--variants", "int8qk-fp8pv,int8qk-fp8pv-polyexp",
+              "--json", str(out)])  # fmt: skip
+    assert calls == [(75600, 40, 128, ("int8qk-fp8pv", "int8qk-fp8pv-polyexp")), (14592, 192, 64, ("int8qk-fp8pv", "int8qk-fp8pv-polyexp"))]
+    data = read_lab_data(out)
+    assert set(data["shapes"]) == {"75600x40x128", "14592x192x64"}
+    gpu.main(["sweep", "--json", str(out)])
+    assert calls[-1] == (75600, 40, 128, None) and read_lab_data(out)["cudnn_ms"] == 75600.0
+    with pytest.raises(SystemExit):
+        gpu.main(["sweep", "--shape", "75600,40", "--json", str(out)])
