@@ -97,6 +97,9 @@ def sample_latents(components: Any, guidance_fea: Any, ref_latents: Any, clip_em
     state = c.reference  # the bank the reference UNet's processors fill (installed at load)
     inject = GuidanceInjection(c.transformer)
     windows = context_windows(T, context, overlap)
+    # each window's frame indices on the device once: a Python list index is a host-to-device copy
+    # per use, four uses per window and step
+    window_index = [torch.tensor(win, device=dev) for win in windows]
     rows = 2 if cfg else 1
     try:
         with torch.no_grad():
@@ -108,7 +111,7 @@ def sample_latents(components: Any, guidance_fea: Any, ref_latents: Any, clip_em
             for i, t in enumerate(scheduler.timesteps):
                 pred_sum = torch.zeros((rows, *latents.shape[1:]), device=dev, dtype=torch.float32)
                 counter = torch.zeros((1, 1, T, 1, 1), device=dev, dtype=torch.float32)
-                for win in windows:
+                for win in window_index:
                     x = latents[:, :, win].repeat(rows, 1, 1, 1, 1)
                     x = scheduler.scale_model_input(x, t).to(dt)
                     state.frames, state.uncond_rows = len(win), len(win) if cfg else 0
