@@ -30,6 +30,8 @@ file (``--smpl``; it is licensed and not shipped):
   layout changes otherwise run eagerly; now the backend's default scope);
   ``...+fp8_attention_polyexp+...``: the same with the kernel variant ``int8qk-fp8pv-polyexp``
   (half of each tile's exponentials on the FMA pipe; :mod:`newsmotion_engine.accel.attention_triton`);
+  ``...+short_attention``: plus the motion modules' 24-frame self-attention packed eight
+  sequences to a Triton program (:mod:`newsmotion_engine.accel.short_attention`);
 - ``conditional+fp8+compile[+channels_last]`` (CUDA only): plus the linears of the denoising
   UNet's blocks in FP8 (:mod:`newsmotion_engine.accel.fp8`, rowwise scales, as in the Wan
   transformer; the originals kept, so the next variant gets the bf16 UNet back).
@@ -75,7 +77,8 @@ VARIANTS = ("stock", "conditional", "conditional+compile", "conditional+compile+
             "conditional+fp8+compile+channels_last", "conditional+compile+compile_vae", "conditional+compile+fp8_attention",
             "conditional+compile+compile_vae+fp8_attention", "conditional+compile+compile_vae+fp8_attention+one_key_cross",
             "conditional+compile_unet_blocks+compile_vae+fp8_attention+one_key_cross",
-            "conditional+compile_unet_blocks+compile_vae+fp8_attention_polyexp+one_key_cross")
+            "conditional+compile_unet_blocks+compile_vae+fp8_attention_polyexp+one_key_cross",
+            "conditional+compile_unet_blocks+compile_vae+fp8_attention+one_key_cross+short_attention")
 
 
 def _variant_options(name: str) -> dict[str, Any]:
@@ -85,6 +88,7 @@ def _variant_options(name: str) -> dict[str, Any]:
     from newsmotion_engine.accel.fp8 import Fp8Linears
     from newsmotion_engine.accel.memory_format import ChannelsLast
     from newsmotion_engine.accel.one_key_cross import OneKeyCross
+    from newsmotion_engine.accel.short_attention import ShortAttention
     from newsmotion_engine.render.backends.champ.config import COMPILE_SCOPES
 
     fp8 = Fp8Linears(mode="compute", keep_original=True)  # originals kept: the next variant gets the bf16 UNet back
@@ -106,6 +110,10 @@ def _variant_options(name: str) -> dict[str, Any]:
             # and half the attention's exponentials on the FMA pipe (the kernel's POLY_EXP)
             "conditional+compile_unet_blocks+compile_vae+fp8_attention_polyexp+one_key_cross": {
                 "accelerations": (Attention(kernel="fp8-triton", variant="int8qk-fp8pv-polyexp"), OneKeyCross(), CompileVae(),
+                                  Compile(regions=COMPILE_SCOPES["unet_blocks"]))},
+            # and the motion modules' 24-frame attention packed many sequences to a Triton program
+            "conditional+compile_unet_blocks+compile_vae+fp8_attention+one_key_cross+short_attention": {
+                "accelerations": (Attention(kernel="fp8-triton"), OneKeyCross(), ShortAttention(), CompileVae(),
                                   Compile(regions=COMPILE_SCOPES["unet_blocks"]))},
             "conditional+fp8+compile": {**blocks, "accelerations": (fp8, Compile())},
             "conditional+fp8+compile+channels_last": {**blocks, "accelerations": (fp8, ChannelsLast(), Compile())}}[name]  # fmt: skip

@@ -10,6 +10,8 @@ frozen config class and registers its apply/remove handler in :mod:`.registry`:
 - :mod:`.attention`: ``Attention``, the attention kernel choice, and an FP8 Triton self-attention kernel.
 - :mod:`.one_key_cross`: ``OneKeyCross``, cross-attention over a one-token context (the UNet backends' CLIP image
   embedding) computed as its value, broadcast (exact).
+- :mod:`.short_attention`: ``ShortAttention``, self-attention over short sequences (AnimateDiff's 24 frames)
+  packed many to a Triton program (bench-only, not yet timed).
 - :mod:`.teacache`: ``TeaCache``, a diffusers ``ModelHook`` that skips denoiser calls.
 - :mod:`.cfg`: ``CFGSchedule``, CFG window and one-pass CFG with guidance momentum.
 - :mod:`.attention_cudnn`: cuDNN's FP8 attention (``Attention("fp8-cudnn")``, opt-in, an approximation).

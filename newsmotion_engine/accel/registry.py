@@ -21,6 +21,9 @@ order config (module)                       apply                       remove
 30    ``Attention`` (:mod:`.attention`)     pick the attention kernel   restore processors/backend
 32    ``OneKeyCross``                       one-token cross-attention   the wrapped processors
       (:mod:`.one_key_cross`)               as its value, broadcast     again
+33    ``ShortAttention``                    short self-attention        the wrapped processors
+      (:mod:`.short_attention`)             sequences packed per        again
+                                            Triton program
 35    ``SparseAttention`` (:mod:`.sparse`)  block-sparse tile layout    dense again
                                             (experimental)
 40    ``TeaCache`` (:mod:`.teacache`)       register the TeaCache hook  remove the hook

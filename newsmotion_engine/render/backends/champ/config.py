@@ -40,7 +40,9 @@ NAME = "champ"
 MODEL_DIR_ENV = "NEWSMOTION_MODEL_DIR_CHAMP"
 SMPL_ENV = "NEWSMOTION_SMPL_MODEL"
 # The accelerations that apply to a UNet here (the others target Wan's transformer blocks).
-ACCELERATION_KEYS = ("compile", "compile_vae", "channels_last", "fp8", "attention", "one_key_cross")
+ACCELERATION_KEYS = ("compile", "compile_vae", "channels_last", "fp8", "attention", "one_key_cross", "short_attention")
+# short_attention (accel/short_attention.py, the motion modules' 24-frame attention) has no flat
+# option yet: a config in ``accelerations`` reaches it (the bench) until a GPU run says it pays.
 REFERENCE_PASSES = ("conditional", "official")
 # compile_scope -> the denoising UNet's sub-modules ``compile`` compiles (Compile.regions; () = the
 # model's own _repeated_blocks, diffusers' BasicTransformerBlock). "unet_blocks" (the default) also

@@ -372,3 +372,25 @@ def test_compile_scope_unet_blocks_compiles_the_resnets_and_wrappers_with_the_sa
         registry.remove_accelerations(loaded.components, applied)
     assert unet._repeated_blocks == ["BasicTransformerBlock"]
     assert np.abs(eager.astype(int) - compiled.astype(int)).max() <= 1
+
+
+def test_short_attention_takes_the_motion_modules_self_attention_only(loaded):
+    """``ShortAttention`` (in ``accelerations``; no flat option yet) is accepted by champ and wraps
+    exactly the motion modules' frame attention of the denoising UNet: the spatial layers keep the
+    reference readers, the cross-attentions and the reference UNet's writers are left alone."""
+    from newsmotion_engine.accel import registry
+    from newsmotion_engine.accel.short_attention import ShortAttention, ShortAttentionProcessor
+    from newsmotion_engine.render.backends.champ.config import ChampOptions
+
+    opts = ChampOptions.from_mapping({**OPTS, "smpl_model": "body.npz", "accelerations": (ShortAttention(),)})
+    assert [c.technique for c in opts.accelerations] == ["short_attention"]
+    unet = loaded.components.transformer
+    motion = [m for name, m in unet.named_modules() if "motion_modules" in name and type(m).__name__ == "Attention"]
+    applied = registry.apply_accelerations(loaded.components, opts.accelerations)
+    try:
+        wrapped = [m for m in unet.modules() if isinstance(getattr(m, "processor", None), ShortAttentionProcessor)]
+        assert set(map(id, wrapped)) == set(map(id, motion)) and len(motion) > 0
+        assert not any(isinstance(getattr(m, "processor", None), ShortAttentionProcessor) for m in loaded.components.reference_unet.modules())
+    finally:
+        registry.remove_accelerations(loaded.components, applied)
+    assert not any(isinstance(getattr(m, "processor", None), ShortAttentionProcessor) for m in unet.modules())
