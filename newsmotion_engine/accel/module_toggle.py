@@ -18,7 +18,7 @@ import torch
 
 from newsmotion_engine.accel.registry import AccelConfig, AccelConfigError, AccelHandle, register_acceleration
 
-__all__ = ["ModuleToggleConfig", "check_module_names", "modules_holding", "register_module_toggle"]
+__all__ = ["ModuleToggleConfig", "check_module_names", "modules_holding", "register_module_toggle", "wrap_processors"]
 
 
 def check_module_names(technique: str, modules: Any) -> None:
@@ -42,6 +42,21 @@ def modules_holding(components: Any, holds: Callable[[torch.nn.Module], bool]) -
     """The components' attributes that are modules with a layer for which ``holds`` is true."""
     return [name for name, value in vars(components).items()
             if isinstance(value, torch.nn.Module) and any(holds(m) for m in value.modules())]  # fmt: skip
+
+
+def wrap_processors(module: torch.nn.Module, on: bool, holds: Callable[[torch.nn.Module], bool], wrapper: type) -> int:
+    """Wrap (``on``) the attention processor of every layer of ``module`` that ``holds`` accepts in
+    ``wrapper(processor)``, or put back the ``inner`` processor of every layer holding a
+    ``wrapper``; how many layers changed (the processor-wrapping toggles' switch)."""
+    n = 0
+    for m in module.modules():
+        if on and holds(m):
+            m.set_processor(wrapper(m.processor))
+            n += 1
+        elif not on and isinstance(getattr(m, "processor", None), wrapper):
+            m.set_processor(m.processor.inner)
+            n += 1
+    return n
 
 
 def register_module_toggle(config_type: type[AccelConfig], *, order: int, holds: Callable[[torch.nn.Module], bool],

@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from newsmotion_engine.accel.module_toggle import ModuleToggleConfig, register_module_toggle
+from newsmotion_engine.accel.module_toggle import ModuleToggleConfig, register_module_toggle, wrap_processors
 
 __all__ = ["OneKeyCross", "OneKeyCrossProcessor", "set_one_key_cross", "takes_one_key"]
 
@@ -102,15 +102,7 @@ class OneKeyCrossProcessor:
 
 def set_one_key_cross(module: torch.nn.Module, on: bool) -> int:
     """Wrap (``on``) or unwrap every eligible cross-attention processor of ``module``; how many."""
-    n = 0
-    for m in module.modules():
-        if on and _holds(m):
-            m.set_processor(OneKeyCrossProcessor(m.processor))
-            n += 1
-        elif not on and _is_cross(m) and isinstance(m.processor, OneKeyCrossProcessor):
-            m.set_processor(m.processor.inner)
-            n += 1
-    return n
+    return wrap_processors(module, on, _holds, OneKeyCrossProcessor)
 
 
 register_module_toggle(OneKeyCross, order=32, holds=_holds, switch=set_one_key_cross)

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from newsmotion_engine.accel.module_toggle import ModuleToggleConfig, register_module_toggle
+from newsmotion_engine.accel.module_toggle import ModuleToggleConfig, register_module_toggle, wrap_processors
 
 __all__ = ["MAX_HEAD", "MAX_SEQ", "ShortAttention", "ShortAttentionProcessor", "set_short_attention", "short_attention"]
 
@@ -53,12 +53,6 @@ def _stock_self(module: torch.nn.Module) -> bool:
     from diffusers.models.attention_processor import Attention, AttnProcessor, AttnProcessor2_0
 
     return isinstance(module, Attention) and not module.is_cross_attention and type(module.processor) in (AttnProcessor, AttnProcessor2_0)
-
-
-def _wrapped(module: torch.nn.Module) -> bool:
-    from diffusers.models.attention_processor import Attention
-
-    return isinstance(module, Attention) and isinstance(module.processor, ShortAttentionProcessor)
 
 
 def short_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, *,
@@ -117,15 +111,7 @@ class ShortAttentionProcessor:
 
 def set_short_attention(module: torch.nn.Module, on: bool) -> int:
     """Wrap (``on``) or unwrap every stock self-attention processor of ``module``; how many."""
-    n = 0
-    for m in module.modules():
-        if on and _stock_self(m):
-            m.set_processor(ShortAttentionProcessor(m.processor))
-            n += 1
-        elif not on and _wrapped(m):
-            m.set_processor(m.processor.inner)
-            n += 1
-    return n
+    return wrap_processors(module, on, _stock_self, ShortAttentionProcessor)
 
 
 register_module_toggle(ShortAttention, order=33, holds=_stock_self, switch=set_short_attention)
