@@ -125,7 +125,7 @@ fi
 if [ "$part" = sweep ]; then
   # Every kernel config of every FP8 attention variant at the 14B shape, next to cuDNN; the third
   # argument, if given, is flags for other shapes / variants, e.g.
-  # "--shape 75600,40,128 --shape 14592,192,64 --variants int8qk-fp8pv,int8qk-fp8pv-polyexp".
+  # "--shape 75600,40,128 --shape 7296,384,64 --variants int8qk-fp8pv,int8qk-fp8pv-polyexp".
   sweep_flags=""
   [ "$kwargs" = "{}" ] || sweep_flags="$kwargs"
   # shellcheck disable=SC2086

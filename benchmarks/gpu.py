@@ -582,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", required=True, help="where the result record goes")
     p.add_argument("--shape", action="append", default=None, metavar="TOKENS,HEADS,DIM",
                    help="sweep: an attention shape (repeatable; default the 14B Wan segment's 75600,40,128). "
-                        "Champ's 40-wide heads run padded to 64: e.g. 14592,192,64")  # fmt: skip
+                        "Champ's 40-wide heads run padded to 64: e.g. 7296,384,64 (24 frames x 2 rows x 8 heads of 7,296 tokens)")  # fmt: skip
     p.add_argument("--variants", default=None, help="sweep: comma-separated FP8 kernel variants (default all)")
     a = p.parse_args(argv)
     if a.part == "sweep":
