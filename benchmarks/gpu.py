@@ -590,6 +590,10 @@ def main(argv: list[str] | None = None) -> int:
         if any(len(s) != 3 for s in shapes):
             p.error("--shape takes TOKENS,HEADS,DIM")
         variants = tuple(a.variants.split(",")) if a.variants else None
+        from newsmotion_engine.accel.attention import FP8_VARIANTS
+
+        if variants and (unknown := sorted(set(variants) - set(FP8_VARIANTS))):
+            p.error(f"--variants: unknown {', '.join(unknown)}; known: {', '.join(FP8_VARIANTS)}")
         if len(shapes) == 1:  # the record's layout as before: one shape at the top level
             res = attention_config_sweep(*shapes[0], variants=variants)
             headline = {"cuDNN attention (ms)": res["cudnn_ms"]}

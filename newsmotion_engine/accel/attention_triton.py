@@ -88,13 +88,14 @@ def _softmax_pv(acc, l_i, m_i, s, c, d, vt_desc, bh, start_n, lo, hi,
         bias = offset * c + m_new
     if HAS_D:
         bias = bias - d
+    e = x * c[:, None] - bias[:, None]  # the exponents (one FFMA a score)
     if POLY_EXP and not MASKED:
         # even columns on EX2, odd ones on the FMA pipe: pairs of neighbouring columns sit in one
         # thread's registers in the MMA layout, so the split and the join move no data
-        even, odd = tl.split(tl.reshape(x * c[:, None] - bias[:, None], (x.shape[0], x.shape[1] // 2, 2)))
-        p = tl.reshape(tl.join(tl.math.exp2(even), _exp2_poly(odd)), (x.shape[0], x.shape[1]))
+        even, odd = tl.split(tl.reshape(e, (e.shape[0], e.shape[1] // 2, 2)))
+        p = tl.reshape(tl.join(tl.math.exp2(even), _exp2_poly(odd)), (e.shape[0], e.shape[1]))
     else:
-        p = tl.math.exp2(x * c[:, None] - bias[:, None])
+        p = tl.math.exp2(e)
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from newsmotion_engine.accel.attention import plain_attention_call, project_attention_out
 from newsmotion_engine.accel.module_toggle import ModuleToggleConfig, register_module_toggle, wrap_processors
 
 __all__ = ["MAX_HEAD", "MAX_SEQ", "ShortAttention", "ShortAttentionProcessor", "set_short_attention", "short_attention"]
@@ -99,8 +100,6 @@ class ShortAttentionProcessor:
 
     def __call__(self, attn: Any, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor | None = None,
                  attention_mask: torch.Tensor | None = None, temb: torch.Tensor | None = None, *args: Any, **kwargs: Any) -> torch.Tensor:  # fmt: skip
-        from newsmotion_engine.accel.attention import plain_attention_call, project_attention_out
-
         if (encoder_hidden_states is not None or not _on_kernel_device(hidden_states) or not plain_attention_call(attn, hidden_states, attention_mask)
                 or hidden_states.shape[1] > MAX_SEQ or attn.to_q.out_features // attn.heads > MAX_HEAD):  # fmt: skip
             return self.inner(attn, hidden_states, encoder_hidden_states, attention_mask, temb, *args, **kwargs)

@@ -116,3 +116,6 @@ def test_sweep_takes_shapes_and_variants_and_writes_one_record(tmp_path, monkeyp
     assert calls[-1] == (75600, 40, 128, None) and read_lab_data(out)["cudnn_ms"] == 75600.0
     with pytest.raises(SystemExit):
         gpu.main(["sweep", "--shape", "75600,40", "--json", str(out)])
+    with pytest.raises(SystemExit):  # a variant the kernel does not have: a usage error before any sweep
+        gpu.main(["sweep", "--variants", "int8qk-fp8pv,no-such", "--json", str(out)])
+    assert len(calls) == 3

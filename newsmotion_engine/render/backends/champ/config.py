@@ -49,6 +49,7 @@ REFERENCE_PASSES = ("conditional", "official")
 # takes the resnets and the wrappers of the spatial transformers and motion modules, whose
 # GroupNorms, SiLUs, residual adds and [B, C, F, H, W] <-> [(B H W), F, C] layout changes otherwise
 # run eagerly between compiled blocks: the denoise 41.1 s instead of 49.9 s (champ_h100.json).
+DEFAULT_COMPILE_SCOPE = "unet_blocks"
 COMPILE_SCOPES: dict[str, tuple[str, ...]] = {
     "transformer_blocks": (),
     "unet_blocks": ("ResnetBlock2D", "Transformer2DModel", "AnimateDiffTransformer3D"),
@@ -144,7 +145,7 @@ class ChampOptions(DiffusersOptions):
     context_overlap: int = 4
     model_width: int = 512
     reference_pass: str = "conditional"
-    compile_scope: str = "unet_blocks"
+    compile_scope: str = DEFAULT_COMPILE_SCOPE
     accelerations: tuple[AccelConfig, ...] = ()
     cache_root: str | None = None
 
@@ -193,7 +194,7 @@ class ChampOptions(DiffusersOptions):
         """``compile_scope`` into the Compile config's regions (a Compile given with its own regions keeps them)."""
         if not any(c.technique == "compile" for c in self.accelerations):
             # The default scope is moot without compile; another one asked for is a mistake worth saying.
-            if self.compile_scope != "unet_blocks":
+            if self.compile_scope != DEFAULT_COMPILE_SCOPE:
                 raise self._bad("compile_scope", "it says what compile compiles: add -o compile=blocks")
             return
         regions = COMPILE_SCOPES[self.compile_scope]
